@@ -1,0 +1,18 @@
+//! Compiles `proto/runtime/v1/api.proto` with protox (pure Rust, no `protoc`
+//! needed) and generates the prost messages and tonic servers and clients.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let proto_root = manifest.join("../../proto");
+    let file = proto_root.join("runtime/v1/api.proto");
+    println!("cargo:rerun-if-changed={}", file.display());
+
+    let descriptors = protox::compile([&file], [&proto_root])?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

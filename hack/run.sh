@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds berth and runs it in the foreground with its embedded defaults
+# (socket /run/berth/berth.sock, root /var/lib/berth, state /run/berth).
+# Extra arguments are passed to berth, e.g. `hack/run.sh --log-level debug`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash hack/install-deps.sh
+cargo build --release --locked
+exec ./target/release/berth "$@"

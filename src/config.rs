@@ -1,0 +1,300 @@
+//! berth's configuration: embedded defaults, an optional TOML file on top,
+//! and command-line flags on top of that. Unknown keys and bad values are
+//! errors that name the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("config file {path}: key `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+    #[error("config: key `{key}`: {message}")]
+    Value { key: String, message: String },
+}
+
+/// The whole configuration of the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Unix socket that serves CRI v1.
+    pub socket: PathBuf,
+    /// Persistent state (records, images, snapshots).
+    pub root: PathBuf,
+    /// Runtime state that does not survive a reboot (bundles, netns, shim sockets).
+    pub state: PathBuf,
+    /// Default log filter (`error`, `warn`, `info`, `debug`, `trace`, or a tracing filter).
+    pub log_level: String,
+    /// `text` (human readable) or `json`.
+    pub log_format: LogFormat,
+    pub runtime: RuntimeConfig,
+    pub cni: CniConfig,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// How containers are run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// The handler used when a pod names none.
+    pub default_handler: String,
+    /// The cgroup driver kubelet must match: `cgroupfs` or `systemd`.
+    pub cgroup_driver: CgroupDriver,
+    /// OCI runtime handlers by name (the pod's `runtime_handler`).
+    pub handlers: BTreeMap<String, RuntimeHandler>,
+}
+
+/// One OCI runtime handler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeHandler {
+    /// The runtime binary: an absolute path, or a name looked up in `PATH`.
+    pub binary: String,
+}
+
+/// The cgroup driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CgroupDriver {
+    Cgroupfs,
+    Systemd,
+}
+
+/// Where the CNI network configuration and plugins are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CniConfig {
+    /// Directory of `.conflist` / `.conf` / `.json` network configurations.
+    pub conf_dir: PathBuf,
+    /// Directories searched for plugin binaries, in order.
+    pub bin_dirs: Vec<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: PathBuf::from("/run/berth/berth.sock"),
+            root: PathBuf::from("/var/lib/berth"),
+            state: PathBuf::from("/run/berth"),
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+            runtime: RuntimeConfig::default(),
+            cni: CniConfig::default(),
+        }
+    }
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        let handlers = [("runc", "runc"), ("crun", "crun")]
+            .into_iter()
+            .map(|(name, binary)| {
+                (
+                    name.to_string(),
+                    RuntimeHandler {
+                        binary: binary.to_string(),
+                    },
+                )
+            })
+            .collect();
+        RuntimeConfig {
+            default_handler: "runc".into(),
+            cgroup_driver: CgroupDriver::Cgroupfs,
+            handlers,
+        }
+    }
+}
+
+impl Default for CniConfig {
+    fn default() -> Self {
+        CniConfig {
+            conf_dir: PathBuf::from("/etc/cni/net.d"),
+            bin_dirs: vec![PathBuf::from("/usr/lib/cni"), PathBuf::from("/opt/cni/bin")],
+        }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document on top of the embedded defaults.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let key = e.path().to_string();
+            let message = e.into_inner().message().trim().to_string();
+            ConfigError::Invalid {
+                path: path.to_path_buf(),
+                key,
+                message,
+            }
+        })
+    }
+
+    /// Reads and parses a TOML file on top of the embedded defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::from_toml(&text, path)
+    }
+
+    /// The embedded defaults, as the TOML that `berth config default` prints.
+    pub fn default_toml() -> String {
+        toml::to_string_pretty(&Config::default()).expect("the default config serializes")
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let value = |key: &str, message: String| ConfigError::Value {
+            key: key.to_string(),
+            message,
+        };
+        for (key, path) in [
+            ("socket", &self.socket),
+            ("root", &self.root),
+            ("state", &self.state),
+            ("cni.conf_dir", &self.cni.conf_dir),
+        ] {
+            if !path.is_absolute() {
+                return Err(value(
+                    key,
+                    format!("must be an absolute path, got {}", path.display()),
+                ));
+            }
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(value("log_level", format!("{:?}: {e}", self.log_level)));
+        }
+        if !self
+            .runtime
+            .handlers
+            .contains_key(&self.runtime.default_handler)
+        {
+            return Err(value(
+                "runtime.default_handler",
+                format!(
+                    "{:?} is not one of runtime.handlers ({})",
+                    self.runtime.default_handler,
+                    self.runtime
+                        .handlers
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        for (name, handler) in &self.runtime.handlers {
+            if handler.binary.is_empty() {
+                return Err(value(
+                    &format!("runtime.handlers.{name}.binary"),
+                    "must not be empty".into(),
+                ));
+            }
+        }
+        if self.runtime.cgroup_driver == CgroupDriver::Systemd && !systemd_is_running() {
+            return Err(value(
+                "runtime.cgroup_driver",
+                "\"systemd\" needs systemd as init, and it is not running here (no /run/systemd/system)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The handler that runs pods which name none.
+    pub fn default_runtime_handler(&self) -> &RuntimeHandler {
+        &self.runtime.handlers[&self.runtime.default_handler]
+    }
+}
+
+/// True when systemd is the init system (the test systemd itself uses).
+pub fn systemd_is_running() -> bool {
+    Path::new("/run/systemd/system").is_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(text, Path::new("/etc/berth/config.toml"))
+    }
+
+    #[test]
+    fn default_toml_round_trips() {
+        let text = Config::default_toml();
+        assert_eq!(parse(&text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn values_override_defaults() {
+        let cfg = parse("root = \"/srv/berth\"\n[runtime]\ndefault_handler = \"crun\"\n").unwrap();
+        assert_eq!(cfg.root, PathBuf::from("/srv/berth"));
+        assert_eq!(cfg.runtime.default_handler, "crun");
+        assert_eq!(cfg.state, PathBuf::from("/run/berth"));
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = parse("[runtime]\nno_such_key = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no_such_key"), "{err}");
+    }
+
+    #[test]
+    fn bad_value_names_the_key() {
+        let err = parse("[runtime]\ncgroup_driver = \"cgroupv3\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("runtime.cgroup_driver"), "{err}");
+        let err = parse("socket = 5\n").unwrap_err().to_string();
+        assert!(err.contains("`socket`"), "{err}");
+    }
+
+    #[test]
+    fn validate_names_the_key() {
+        let mut cfg = Config::default();
+        cfg.runtime.default_handler = "kata".into();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("runtime.default_handler"), "{err}");
+
+        let cfg = Config {
+            root: PathBuf::from("relative"),
+            ..Config::default()
+        };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("`root`"), "{err}");
+    }
+}

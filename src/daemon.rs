@@ -1,0 +1,183 @@
+//! Daemon start-up and shutdown: directories, the single-instance lock, the
+//! CRI socket, the gRPC server, and signals.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use cri_api::v1::image_service_server::ImageServiceServer;
+use cri_api::v1::runtime_service_server::RuntimeServiceServer;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_stream::wrappers::UnixListenerStream;
+
+use crate::config::Config;
+use crate::server::{Cri, ImageApi, RuntimeApi};
+
+/// gRPC message size limit, as kubelet's and containerd's (16 MiB).
+const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+
+/// How long in-flight calls may run on after SIGTERM or SIGINT.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    for dir in [&config.root, &config.state] {
+        make_dir(dir, 0o711)?;
+    }
+    let socket_dir = config
+        .socket
+        .parent()
+        .context("socket path has no parent directory")?;
+    make_dir(socket_dir, 0o711)?;
+
+    // Held for the life of the daemon: a second berth on the same socket or root refuses to start.
+    let _socket_lock = lock(&lock_path(&config.socket))?;
+    let _root_lock = lock(&config.root.join("berth.lock"))?;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("berth-worker")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = bind(&config.socket)?;
+    let socket = config.socket.clone();
+    let cri = Cri::new(config);
+
+    let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down");
+        let _ = stop_tx.send(true);
+    });
+    let mut server_stop = stop_rx.clone();
+    let shutdown = async move {
+        let _ = server_stop.wait_for(|stop| *stop).await;
+    };
+
+    let server = tonic::transport::Server::builder()
+        .add_service(
+            RuntimeServiceServer::new(RuntimeApi(cri.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+        )
+        .add_service(
+            ImageServiceServer::new(ImageApi(cri.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_SIZE)
+                .max_encoding_message_size(MAX_MESSAGE_SIZE),
+        )
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+    let server = tokio::spawn(server);
+
+    // Start-up work (recovery) runs here, while the gate answers Unavailable.
+    cri.gate.open();
+    tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
+
+    // Graceful: in-flight calls get SHUTDOWN_GRACE to finish, then berth exits anyway
+    // (a client that never closes its connection must not keep the daemon up).
+    let mut server = server;
+    let result = tokio::select! {
+        result = &mut server => Some(result),
+        _ = async {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => None,
+    };
+    remove_socket(&socket);
+    match result {
+        Some(result) => result
+            .context("server task failed")?
+            .context("serving CRI")?,
+        None => tracing::warn!(
+            grace_secs = SHUTDOWN_GRACE.as_secs(),
+            "connections still open after the shutdown grace period; exiting anyway"
+        ),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn lock_path(socket: &Path) -> PathBuf {
+    let mut name = socket.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+fn make_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .with_context(|| format!("creating directory {}", dir.display()))
+}
+
+/// Takes an exclusive lock on `path`, or says which live process holds it.
+fn lock(path: &Path) -> anyhow::Result<Flock<File>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("opening lock file {}", path.display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut locked) => {
+            locked.set_len(0)?;
+            writeln!(locked, "{}", std::process::id())?;
+            Ok(locked)
+        }
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            let holder = std::fs::read_to_string(path).unwrap_or_default();
+            bail!(
+                "another berth (pid {}) holds {}: refusing to start a second one",
+                holder.trim(),
+                path.display()
+            )
+        }
+        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
+    }
+}
+
+/// Binds the CRI socket, replacing a stale socket file of a dead daemon.
+fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            bail!("{} exists and is not a socket", path.display());
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "{} is served by a live process: refusing to start a second runtime on it",
+                path.display()
+            );
+        }
+        tracing::info!(socket = %path.display(), "removing stale socket");
+        std::fs::remove_file(path)
+            .with_context(|| format!("removing stale socket {}", path.display()))?;
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .with_context(|| format!("setting mode 0660 on {}", path.display()))?;
+    Ok(listener)
+}
+
+fn remove_socket(path: &Path) {
+    if let Err(e) = std::fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(socket = %path.display(), error = %e, "removing socket");
+        }
+    }
+}

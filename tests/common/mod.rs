@@ -1,0 +1,237 @@
+//! Test harness: starts the real berth daemon on a temporary socket, root and
+//! state dir, and connects CRI clients to it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use cri_api::v1::image_service_client::ImageServiceClient;
+use cri_api::v1::runtime_service_client::RuntimeServiceClient;
+use hyper_util::rt::TokioIo;
+use tempfile::TempDir;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// The berth binary under test.
+pub fn berth_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_berth")
+}
+
+/// A temporary directory with the paths one daemon uses.
+pub struct Sandbox {
+    pub dir: TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        Sandbox {
+            dir: tempfile::Builder::new()
+                .prefix("berth-test-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.path("run/berth.sock")
+    }
+    pub fn cni_dir(&self) -> PathBuf {
+        let dir = self.path("net.d");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+    /// Writes a config file: `extra` TOML appended to the paths of this sandbox.
+    pub fn write_config(&self, extra: &str) -> PathBuf {
+        let file = self.path("config.toml");
+        let text = format!(
+            "socket = {:?}\nroot = {:?}\nstate = {:?}\nlog_level = \"debug\"\n{extra}",
+            self.socket(),
+            self.path("root"),
+            self.path("state"),
+        );
+        std::fs::write(&file, text).unwrap();
+        file
+    }
+    /// Like [`Sandbox::write_config`], with the sandbox's own (empty) CNI dir.
+    pub fn write_test_config(&self, extra: &str) -> PathBuf {
+        let cni = self.cni_dir();
+        self.write_config(&format!("{extra}\n[cni]\nconf_dir = {cni:?}\n"))
+    }
+
+    /// The berth command with `--config` pointing at this sandbox's file.
+    pub fn command(&self, config: &Path) -> Command {
+        let mut cmd = Command::new(berth_bin());
+        cmd.arg("--config").arg(config);
+        cmd
+    }
+    /// The daemon's log file (its stderr when started by [`Daemon`]).
+    pub fn log_file(&self) -> PathBuf {
+        self.path("berth.log")
+    }
+}
+
+/// CNI config text that counts as a configured network.
+pub const CNI_CONFLIST: &str =
+    r#"{"cniVersion":"1.0.0","name":"berth-test","plugins":[{"type":"loopback"}]}"#;
+
+/// A running daemon, killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub sandbox: Sandbox,
+    config: PathBuf,
+    args: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts berth with this config text and waits until it answers calls.
+    pub async fn start(extra_config: &str) -> Daemon {
+        let sandbox = Sandbox::new();
+        let cni = sandbox.cni_dir();
+        let config = sandbox.write_config(&format!("{extra_config}\n[cni]\nconf_dir = {cni:?}\n"));
+        Daemon::start_in(sandbox, &config).await
+    }
+
+    /// Starts berth in `sandbox` with `config` and waits until its socket answers.
+    pub async fn start_in(sandbox: Sandbox, config: &Path) -> Daemon {
+        Daemon::start_with_args(sandbox, config, &[]).await
+    }
+
+    /// Like [`Daemon::start_in`], with extra command-line arguments.
+    pub async fn start_with_args(sandbox: Sandbox, config: &Path, args: &[&str]) -> Daemon {
+        let child = spawn_logged(&sandbox, config, args);
+        let mut daemon = Daemon {
+            child,
+            sandbox,
+            config: config.to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        daemon.wait_ready().await;
+        daemon
+    }
+
+    /// Starts the daemon again, with the same sandbox, config and arguments,
+    /// after the previous process has exited (killed or stopped).
+    pub async fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.child = spawn_logged(&self.sandbox, &self.config, &args);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("berth exited early ({status}): {}", self.stderr());
+            }
+            if self.sandbox.socket().exists() {
+                if let Ok(mut client) = connect_runtime(&self.sandbox.socket()).await {
+                    let req = cri_api::v1::VersionRequest::default();
+                    if client.version(req).await.is_ok() {
+                        return;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "berth did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        connect_runtime(&self.sandbox.socket())
+            .await
+            .expect("connect")
+    }
+
+    /// Calls Version, panicking unless it answers.
+    pub async fn version(&self) -> cri_api::v1::VersionResponse {
+        self.runtime()
+            .await
+            .version(cri_api::v1::VersionRequest::default())
+            .await
+            .expect("Version")
+            .into_inner()
+    }
+
+    pub async fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(channel(&self.sandbox.socket()).await.expect("connect"))
+    }
+
+    /// Sends `signal` and waits up to `timeout` for the daemon to exit.
+    pub async fn signal_and_wait(
+        &mut self,
+        signal: nix::sys::signal::Signal,
+        timeout: Duration,
+    ) -> ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+        wait_exit(&mut self.child, timeout).await
+    }
+
+    /// What the daemon has logged so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.sandbox.log_file()).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns berth with its stderr appended to the sandbox's log file.
+fn spawn_logged(sandbox: &Sandbox, config: &Path, args: &[&str]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(sandbox.log_file())
+        .expect("log file");
+    sandbox
+        .command(config)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn berth")
+}
+
+/// Waits for a child to exit, panicking after `timeout`.
+/// Async, so the test's own runtime keeps serving its client connections meanwhile.
+pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process did not exit in {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A gRPC channel over the unix socket at `path`.
+pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    Endpoint::try_from("http://[::]:50051")?
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
+pub async fn connect_runtime(
+    path: &Path,
+) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
+    Ok(RuntimeServiceClient::new(channel(path).await?))
+}

@@ -12,4 +12,12 @@ if [[ ${BERTH_SKIP_LINT:-0} != 1 ]]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
-cargo test --workspace --locked -- --test-threads "${BERTH_TEST_THREADS:-4}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked -- --test-threads "${BERTH_TEST_THREADS:-4}" 2>&1 | tee "$log" || status=$?
+
+# One closing line for the whole run: the sum over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "all tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit "$status"

@@ -10,9 +10,13 @@ PACKAGES=(
   containernetworking-plugins  # CNI plugins in /usr/lib/cni
   docker-registry              # local OCI registry for test images (127.0.0.1 only)
   busybox-static               # content of test images
+  apache2-utils                # htpasswd (bcrypt) for the test registry with auth
+  curl                         # hack/registry.sh health check
   iptables                     # CNI portmap / bridge plugins
   iproute2                     # ip, for tests and debugging
+  iputils-ping                 # ping, for the pod network tests
   containerd                   # benchmark peer only
+  libc6-dev                    # libc.a: the release berth-shim links glibc statically
   ca-certificates
   pkg-config
 )

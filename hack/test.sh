@@ -12,10 +12,13 @@ if [[ ${BERTH_SKIP_LINT:-0} != 1 ]]; then
   cargo clippy --workspace --all-targets --locked -- -D warnings
 fi
 
+# The daemon finds berth-shim next to its own binary: build every binary first.
+cargo build --workspace --bins --locked
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --locked -- --test-threads "${BERTH_TEST_THREADS:-4}" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast -- --test-threads "${BERTH_TEST_THREADS:-4}" 2>&1 | tee "$log" || status=$?
 
 # One closing line for the whole run: the sum over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }

@@ -43,6 +43,8 @@ pub struct Config {
     pub log_format: LogFormat,
     pub runtime: RuntimeConfig,
     pub cni: CniConfig,
+    /// Image registries: mirrors, plain-HTTP hosts, download limits.
+    pub registry: berth_oci_image::RegistryConfig,
 }
 
 /// Log output format.
@@ -63,6 +65,8 @@ pub struct RuntimeConfig {
     pub cgroup_driver: CgroupDriver,
     /// OCI runtime handlers by name (the pod's `runtime_handler`).
     pub handlers: BTreeMap<String, RuntimeHandler>,
+    /// The berth-shim executable; empty: next to the berth binary, else in PATH.
+    pub shim_binary: String,
 }
 
 /// One OCI runtime handler.
@@ -89,6 +93,20 @@ pub struct CniConfig {
     pub conf_dir: PathBuf,
     /// Directories searched for plugin binaries, in order.
     pub bin_dirs: Vec<PathBuf>,
+    /// The network to use, by name; empty: the first file in lexical order.
+    pub network_name: String,
+    /// Time limit of one plugin call, in seconds.
+    pub timeout_secs: u64,
+    /// Write berth's own network into `conf_dir` when it holds none.
+    pub write_default_network: bool,
+    /// Subnet of berth's default network (no masquerade, no route out).
+    pub default_subnet: String,
+    /// Bridge of berth's default network.
+    pub default_bridge: String,
+    /// Let portmap SNAT hostPort traffic from the node itself (127.0.0.1 and
+    /// hairpin), so a hostPort answers on 127.0.0.1. Pod traffic to the
+    /// outside is never masqueraded.
+    pub hostport_snat: bool,
 }
 
 impl Default for Config {
@@ -101,6 +119,7 @@ impl Default for Config {
             log_format: LogFormat::Text,
             runtime: RuntimeConfig::default(),
             cni: CniConfig::default(),
+            registry: berth_oci_image::RegistryConfig::default(),
         }
     }
 }
@@ -122,6 +141,7 @@ impl Default for RuntimeConfig {
             default_handler: "runc".into(),
             cgroup_driver: CgroupDriver::Cgroupfs,
             handlers,
+            shim_binary: String::new(),
         }
     }
 }
@@ -131,6 +151,12 @@ impl Default for CniConfig {
         CniConfig {
             conf_dir: PathBuf::from("/etc/cni/net.d"),
             bin_dirs: vec![PathBuf::from("/usr/lib/cni"), PathBuf::from("/opt/cni/bin")],
+            network_name: String::new(),
+            timeout_secs: 60,
+            write_default_network: true,
+            default_subnet: "10.88.0.0/16".into(),
+            default_bridge: "berth0".into(),
+            hostport_snat: false,
         }
     }
 }
@@ -185,6 +211,18 @@ impl Config {
                     format!("must be an absolute path, got {}", path.display()),
                 ));
             }
+        }
+        if self.cni.default_subnet.parse::<ipnet::IpNet>().is_err() {
+            return Err(value(
+                "cni.default_subnet",
+                format!("{:?} is not an IP network", self.cni.default_subnet),
+            ));
+        }
+        if let Err(e) = self.registry.validate() {
+            return Err(value("registry", e.to_string()));
+        }
+        if self.cni.timeout_secs == 0 {
+            return Err(value("cni.timeout_secs", "must be above 0".into()));
         }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             return Err(value("log_level", format!("{:?}: {e}", self.log_level)));
@@ -281,6 +319,19 @@ mod tests {
         assert!(err.contains("runtime.cgroup_driver"), "{err}");
         let err = parse("socket = 5\n").unwrap_err().to_string();
         assert!(err.contains("`socket`"), "{err}");
+    }
+
+    #[test]
+    fn registry_mirrors_in_the_operators_shape() {
+        let cfg = parse(
+            "[registry.mirrors.\"registry.k8s.io\"]\nendpoints = [\"http://127.0.0.1:5000\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.registry.mirrors["registry.k8s.io"].endpoints,
+            vec!["http://127.0.0.1:5000".to_string()]
+        );
+        cfg.validate().unwrap();
     }
 
     #[test]

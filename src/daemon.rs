@@ -49,7 +49,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = bind(&config.socket)?;
     let socket = config.socket.clone();
-    let cri = Cri::new(config);
+    let cri = Cri::new(config).await?;
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -82,6 +82,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let server = tokio::spawn(server);
 
     // Start-up work (recovery) runs here, while the gate answers Unavailable.
+    {
+        let cri = cri.clone();
+        tokio::task::spawn_blocking(move || cri.ensure_default_network())
+            .await
+            .context("start-up task failed")??;
+    }
+    cri.reconnect().await;
     cri.gate.open();
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
 

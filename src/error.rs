@@ -18,7 +18,15 @@ pub enum Error {
     #[error("{0} is not implemented by berth yet")]
     Unimplemented(&'static str),
     #[error("berth is starting up and not ready to serve calls yet")]
-    Unavailable,
+    Starting,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Unauthenticated(String),
+    #[error("{0}")]
+    PermissionDenied(String),
+    #[error("{0}")]
+    DataLoss(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -33,8 +41,31 @@ impl Error {
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
             Error::Unimplemented(_) => Code::Unimplemented,
-            Error::Unavailable => Code::Unavailable,
+            Error::Starting | Error::Unavailable(_) => Code::Unavailable,
+            Error::Unauthenticated(_) => Code::Unauthenticated,
+            Error::PermissionDenied(_) => Code::PermissionDenied,
+            Error::DataLoss(_) => Code::DataLoss,
             Error::Internal(_) => Code::Internal,
+        }
+    }
+}
+
+impl From<berth_oci_image::Error> for Error {
+    fn from(e: berth_oci_image::Error) -> Error {
+        use berth_oci_image::ErrorKind as K;
+        let message = e.to_string();
+        match e.kind() {
+            K::InvalidArgument => Error::InvalidArgument(message),
+            K::NotFound => Error::NotFound {
+                kind: "image",
+                id: message,
+            },
+            K::Unauthenticated => Error::Unauthenticated(message),
+            K::PermissionDenied => Error::PermissionDenied(message),
+            K::DeadlineExceeded => Error::DeadlineExceeded(message),
+            K::Unavailable => Error::Unavailable(message),
+            K::DataLoss => Error::DataLoss(message),
+            K::Internal => Error::Internal(message),
         }
     }
 }
@@ -61,7 +92,7 @@ mod tests {
         .into();
         assert_eq!(s.code(), Code::NotFound);
         assert_eq!(s.message(), "container \"abc\" not found");
-        let s: Status = Error::Unavailable.into();
+        let s: Status = Error::Starting.into();
         assert_eq!(s.code(), Code::Unavailable);
     }
 }

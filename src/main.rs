@@ -2,10 +2,14 @@
 
 mod cli;
 mod config;
+mod container;
 mod daemon;
 mod error;
 mod logging;
+mod objects;
+mod sandbox;
 mod server;
+mod undo;
 
 use std::process::ExitCode;
 

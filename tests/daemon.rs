@@ -68,7 +68,7 @@ async fn status_ready_with_runtime_and_network() {
 #[tokio::test]
 async fn status_not_ready_without_runtime_binary_or_network() {
     let daemon = Daemon::start(
-        "[runtime]\ndefault_handler = \"runc\"\n[runtime.handlers.runc]\nbinary = \"/nonexistent/runc\"\n",
+        "[runtime]\ndefault_handler = \"runc\"\n[runtime.handlers.runc]\nbinary = \"/nonexistent/runc\"\n[runtime.handlers.crun]\nbinary = \"crun\"\n",
     )
     .await;
     let resp = daemon
@@ -89,7 +89,7 @@ async fn status_not_ready_without_runtime_binary_or_network() {
         runtime.message
     );
     let network = &conds["NetworkReady"];
-    assert!(!network.status);
+    assert!(!network.status, "{network:?}");
     assert_eq!(network.reason, "NetworkPluginNotReady");
 }
 
@@ -135,27 +135,31 @@ async fn rpcs_not_built_yet_are_unimplemented() {
     let daemon = Daemon::start("").await;
     let mut rt = daemon.runtime().await;
     let err = rt
-        .run_pod_sandbox(v1::RunPodSandboxRequest::default())
+        .checkpoint_container(v1::CheckpointContainerRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
-    assert!(err.message().contains("RunPodSandbox"), "{}", err.message());
+    assert!(
+        err.message().contains("CheckpointContainer"),
+        "{}",
+        err.message()
+    );
 
     let err = rt
-        .get_container_events(v1::GetEventsRequest {})
+        .stream_containers(v1::StreamContainersRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
-    assert!(err.message().contains("GetContainerEvents"));
+    assert!(err.message().contains("StreamContainers"));
 
     let err = daemon
         .images()
         .await
-        .pull_image(v1::PullImageRequest::default())
+        .stream_images(v1::StreamImagesRequest::default())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
-    assert!(err.message().contains("PullImage"));
+    assert!(err.message().contains("StreamImages"));
 }
 
 #[tokio::test]

@@ -73,7 +73,7 @@ where
     async move {
         if !gate.is_open() {
             tracing::debug!("refused: still starting up");
-            return Err(Error::Unavailable.into());
+            return Err(Error::Starting.into());
         }
         let started = Instant::now();
         tracing::debug!("call");

@@ -2,9 +2,16 @@
 //! that only pass each call through [`instrument::call`] to its handler.
 //! Handlers live one file per RPC family beside this one.
 
+mod container_create;
+mod container_start;
+mod container_status;
 mod ids;
+mod image;
 pub mod instrument;
 mod runtime_config;
+mod sandbox_run;
+mod sandbox_status;
+mod sandbox_stop;
 mod status;
 mod version;
 
@@ -16,38 +23,177 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
+use crate::container::ContainerStore;
 use crate::error::Error;
+use crate::sandbox::SandboxStore;
 use instrument::{Gate, RequestIds};
 
 /// A stream of replies for the server-streaming RPCs.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// What all RPC handlers share.
-#[derive(Debug)]
 pub struct Cri {
     pub config: Config,
     /// Closed until start-up has finished.
     pub gate: Gate,
     /// The pod CIDR kubelet last gave through UpdateRuntimeConfig.
     pod_cidr: Mutex<String>,
+    pub sandboxes: SandboxStore,
+    pub containers: ContainerStore,
+    /// The CNI client for pod networks.
+    pub cni: berth_cni::Cni,
+    /// Images: content store, metadata and snapshots.
+    pub images: berth_oci_image::ImageStore,
 }
 
 impl Cri {
-    pub fn new(config: Config) -> Arc<Cri> {
-        Arc::new(Cri {
+    /// Opens the stores under the configured root. Records that cannot be
+    /// read are logged and left on disk.
+    pub async fn new(config: Config) -> Result<Arc<Cri>, Error> {
+        let images =
+            berth_oci_image::ImageStore::open(&config.root.join("images"), config.registry.clone())
+                .await?;
+        let dir = config.root.join("records/sandboxes");
+        let (sandboxes, broken) = SandboxStore::open(&dir).map_err(|e| {
+            Error::Internal(format!("opening sandbox records in {}: {e}", dir.display()))
+        })?;
+        for problem in broken {
+            tracing::error!(%problem, "skipping a sandbox record that cannot be loaded");
+        }
+        let dir = config.root.join("records/containers");
+        let (containers, broken) = ContainerStore::open(&dir).map_err(|e| {
+            Error::Internal(format!(
+                "opening container records in {}: {e}",
+                dir.display()
+            ))
+        })?;
+        for problem in broken {
+            tracing::error!(%problem, "skipping a container record that cannot be loaded");
+        }
+        let cni = berth_cni::Cni::new(berth_cni::CniOptions {
+            conf_dirs: vec![config.cni.conf_dir.clone()],
+            bin_dirs: config.cni.bin_dirs.clone(),
+            cache_dir: config.root.join("cni"),
+            network_name: Some(config.cni.network_name.clone()).filter(|n| !n.is_empty()),
+            timeout: std::time::Duration::from_secs(config.cni.timeout_secs),
+        });
+        Ok(Arc::new(Cri {
             config,
             gate: Gate::default(),
             pod_cidr: Mutex::new(String::new()),
-        })
+            sandboxes,
+            containers,
+            cni,
+            images,
+        }))
+    }
+
+    /// Writes berth's default CNI network when the config dir holds none.
+    pub fn ensure_default_network(&self) -> Result<(), Error> {
+        if !self.config.cni.write_default_network {
+            return Ok(());
+        }
+        let subnet = self.config.cni.default_subnet.parse().map_err(|e| {
+            Error::Internal(format!(
+                "cni.default_subnet {:?}: {e}",
+                self.config.cni.default_subnet
+            ))
+        })?;
+        let name = match self.config.cni.network_name.as_str() {
+            "" => "berth",
+            name => name,
+        };
+        let mut net = berth_cni::DefaultNetwork::new(name, subnet, &self.config.cni.default_bridge);
+        net.hostport_snat = self.config.cni.hostport_snat;
+        std::fs::create_dir_all(&self.config.cni.conf_dir).map_err(|e| {
+            Error::Internal(format!(
+                "creating {}: {e}",
+                self.config.cni.conf_dir.display()
+            ))
+        })?;
+        berth_cni::write_default_network(&self.config.cni.conf_dir, &net)
+            .map(|_| ())
+            .map_err(|e| Error::Internal(format!("writing the default CNI network: {e}")))
+    }
+
+    /// The files of a sandbox's pause container.
+    pub fn pause_paths(&self, id: &str) -> crate::sandbox::pause::PausePaths {
+        let files =
+            crate::sandbox::files::SandboxFiles::new(&self.config.root, &self.config.state, id);
+        crate::sandbox::pause::PausePaths {
+            id: id.to_string(),
+            bundle: files.bundle(),
+            shim_dir: self.shim_dir(id),
+            runtime_root: self.config.state.join("runtime"),
+            shim_binary: self.shim_binary(),
+        }
+    }
+
+    /// A shim's state dir: short, so its socket path fits a unix address.
+    pub fn shim_dir(&self, id: &str) -> std::path::PathBuf {
+        self.config.state.join("s").join(&id[..id.len().min(24)])
+    }
+
+    /// The berth-shim executable: from config, else next to this binary, else in PATH.
+    pub fn shim_binary(&self) -> std::path::PathBuf {
+        if !self.config.runtime.shim_binary.is_empty() {
+            return std::path::PathBuf::from(&self.config.runtime.shim_binary);
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("berth-shim")))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| std::path::PathBuf::from("berth-shim"))
+    }
+
+    /// Reconnects to the shims of containers that were running when berth
+    /// stopped, and records the exits of those that ended meanwhile.
+    pub async fn reconnect(self: &Arc<Self>) {
+        for container in self.containers.list() {
+            if container.status().state != crate::container::ContainerState::Running {
+                continue;
+            }
+            let id = container.meta.id.clone();
+            let paths = berth_shim::ShimPaths::new(self.shim_dir(&id));
+            match berth_shim::ShimClient::connect(paths.socket()).await {
+                Ok(client) => self.watch_exit(container, client),
+                Err(e) => match berth_shim::read_exit_file(&paths.exit_file()) {
+                    Ok(Some(info)) => {
+                        if let Err(e) = container_start::record_exit(&container, &info) {
+                            tracing::error!(container = %id, error = %e, "recording an exit");
+                        }
+                    }
+                    _ => {
+                        tracing::warn!(container = %id, error = %e, "shim gone and no exit file");
+                        let _ = container.update(|s| {
+                            s.state = crate::container::ContainerState::Unknown;
+                        });
+                    }
+                },
+            }
+        }
+    }
+
+    /// Cgroup version and the options the spec generator needs.
+    pub fn spec_options(&self) -> berth_spec::SpecOptions {
+        let mut opts = berth_spec::SpecOptions::detect();
+        opts.cgroup_driver_systemd =
+            self.config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
+        opts
+    }
+
+    /// Where pods' network namespaces are mounted.
+    pub fn netns_dir(&self) -> std::path::PathBuf {
+        self.config.state.join("netns")
     }
 }
 
 /// The tonic `RuntimeService`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeApi(pub Arc<Cri>);
 
 /// The tonic `ImageService`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ImageApi(pub Arc<Cri>);
 
 /// The body of one RPC: a handler method on [`Cri`], or `unimplemented`.
@@ -102,20 +248,20 @@ macro_rules! delegate {
 delegate! {
     impl v1::runtime_service_server::RuntimeService, for RuntimeApi {
         "Version" version(VersionRequest) -> VersionResponse => version;
-        "RunPodSandbox" run_pod_sandbox(RunPodSandboxRequest) -> RunPodSandboxResponse => unimplemented;
-        "StopPodSandbox" stop_pod_sandbox(StopPodSandboxRequest) -> StopPodSandboxResponse => unimplemented;
-        "RemovePodSandbox" remove_pod_sandbox(RemovePodSandboxRequest) -> RemovePodSandboxResponse => unimplemented;
-        "PodSandboxStatus" pod_sandbox_status(PodSandboxStatusRequest) -> PodSandboxStatusResponse => unimplemented;
-        "ListPodSandbox" list_pod_sandbox(ListPodSandboxRequest) -> ListPodSandboxResponse => unimplemented;
-        "CreateContainer" create_container(CreateContainerRequest) -> CreateContainerResponse => unimplemented;
-        "StartContainer" start_container(StartContainerRequest) -> StartContainerResponse => unimplemented;
-        "StopContainer" stop_container(StopContainerRequest) -> StopContainerResponse => unimplemented;
-        "RemoveContainer" remove_container(RemoveContainerRequest) -> RemoveContainerResponse => unimplemented;
-        "ListContainers" list_containers(ListContainersRequest) -> ListContainersResponse => unimplemented;
-        "ContainerStatus" container_status(ContainerStatusRequest) -> ContainerStatusResponse => unimplemented;
+        "RunPodSandbox" run_pod_sandbox(RunPodSandboxRequest) -> RunPodSandboxResponse => run_pod_sandbox;
+        "StopPodSandbox" stop_pod_sandbox(StopPodSandboxRequest) -> StopPodSandboxResponse => stop_pod_sandbox;
+        "RemovePodSandbox" remove_pod_sandbox(RemovePodSandboxRequest) -> RemovePodSandboxResponse => remove_pod_sandbox;
+        "PodSandboxStatus" pod_sandbox_status(PodSandboxStatusRequest) -> PodSandboxStatusResponse => pod_sandbox_status;
+        "ListPodSandbox" list_pod_sandbox(ListPodSandboxRequest) -> ListPodSandboxResponse => list_pod_sandbox;
+        "CreateContainer" create_container(CreateContainerRequest) -> CreateContainerResponse => create_container;
+        "StartContainer" start_container(StartContainerRequest) -> StartContainerResponse => start_container;
+        "StopContainer" stop_container(StopContainerRequest) -> StopContainerResponse => stop_container;
+        "RemoveContainer" remove_container(RemoveContainerRequest) -> RemoveContainerResponse => remove_container;
+        "ListContainers" list_containers(ListContainersRequest) -> ListContainersResponse => list_containers;
+        "ContainerStatus" container_status(ContainerStatusRequest) -> ContainerStatusResponse => container_status;
         "UpdateContainerResources" update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse => unimplemented;
         "ReopenContainerLog" reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse => unimplemented;
-        "ExecSync" exec_sync(ExecSyncRequest) -> ExecSyncResponse => unimplemented;
+        "ExecSync" exec_sync(ExecSyncRequest) -> ExecSyncResponse => exec_sync;
         "Exec" exec(ExecRequest) -> ExecResponse => unimplemented;
         "Attach" attach(AttachRequest) -> AttachResponse => unimplemented;
         "PortForward" port_forward(PortForwardRequest) -> PortForwardResponse => unimplemented;
@@ -143,11 +289,11 @@ delegate! {
 
 delegate! {
     impl v1::image_service_server::ImageService, for ImageApi {
-        "ListImages" list_images(ListImagesRequest) -> ListImagesResponse => unimplemented;
-        "ImageStatus" image_status(ImageStatusRequest) -> ImageStatusResponse => unimplemented;
-        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => unimplemented;
-        "RemoveImage" remove_image(RemoveImageRequest) -> RemoveImageResponse => unimplemented;
-        "ImageFsInfo" image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse => unimplemented;
+        "ListImages" list_images(ListImagesRequest) -> ListImagesResponse => list_images;
+        "ImageStatus" image_status(ImageStatusRequest) -> ImageStatusResponse => image_status;
+        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => pull_image;
+        "RemoveImage" remove_image(RemoveImageRequest) -> RemoveImageResponse => remove_image;
+        "ImageFsInfo" image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse => image_fs_info;
     }
     streams {
         "StreamImages" stream_images(StreamImagesRequest) -> StreamImagesStream<StreamImagesResponse> => unimplemented;

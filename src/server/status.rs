@@ -14,14 +14,23 @@ const NETWORK_READY: &str = "NetworkReady";
 impl Cri {
     pub async fn status(&self, req: v1::StatusRequest) -> Result<v1::StatusResponse, Error> {
         let config = self.config.clone();
-        let (runtime, network) = tokio::task::spawn_blocking(move || {
-            (
-                runtime_condition(&config),
-                network_condition(&config.cni.conf_dir),
-            )
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
+        let runtime = tokio::task::spawn_blocking(move || runtime_condition(&config))
+            .await
+            .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
+        let cni = self.cni.clone();
+        let ready = tokio::task::spawn_blocking(move || cni.network_ready())
+            .await
+            .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
+        let network = match ready {
+            Ok(_) => condition(NETWORK_READY, None),
+            Err(e) => condition(
+                NETWORK_READY,
+                Some((
+                    "NetworkPluginNotReady",
+                    format!("Network plugin returns error: cni plugin not initialized: {e}"),
+                )),
+            ),
+        };
 
         let mut info = HashMap::new();
         if req.verbose {
@@ -88,23 +97,6 @@ fn runtime_condition(config: &crate::config::Config) -> v1::RuntimeCondition {
     condition(RUNTIME_READY, None)
 }
 
-/// Ready when the CNI config dir holds at least one network configuration.
-fn network_condition(conf_dir: &Path) -> v1::RuntimeCondition {
-    match first_network_config(conf_dir) {
-        Some(_) => condition(NETWORK_READY, None),
-        None => condition(
-            NETWORK_READY,
-            Some((
-                "NetworkPluginNotReady",
-                format!(
-                    "Network plugin returns error: cni plugin not initialized: no network config found in {}",
-                    conf_dir.display()
-                ),
-            )),
-        ),
-    }
-}
-
 /// An absolute path, or a name looked up in `PATH`, that is an executable file.
 pub fn find_executable(binary: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
@@ -130,57 +122,9 @@ fn probe_writable(dir: &Path) -> std::io::Result<()> {
     std::fs::remove_file(&probe)
 }
 
-/// The first (in lexical order) parseable network configuration in `dir`.
-fn first_network_config(dir: &Path) -> Option<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            matches!(
-                p.extension().and_then(|e| e.to_str()),
-                Some("conf" | "conflist" | "json")
-            )
-        })
-        .collect();
-    files.sort();
-    files.into_iter().find(|p| {
-        let Ok(text) = std::fs::read_to_string(p) else {
-            return false;
-        };
-        let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-            return false;
-        };
-        let has_plugins = value
-            .get("plugins")
-            .and_then(|p| p.as_array())
-            .is_some_and(|a| !a.is_empty());
-        has_plugins || value.get("type").is_some_and(|t| t.is_string())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn network_config_detection() {
-        let dir = std::env::temp_dir().join(format!("berth-status-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        assert!(first_network_config(&dir).is_none());
-        std::fs::write(dir.join("00-broken.conflist"), "{not json").unwrap();
-        std::fs::write(dir.join("README"), "{}").unwrap();
-        assert!(first_network_config(&dir).is_none());
-        std::fs::write(
-            dir.join("10-net.conflist"),
-            r#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            first_network_config(&dir),
-            Some(dir.join("10-net.conflist"))
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn executable_lookup() {

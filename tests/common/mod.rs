@@ -2,6 +2,8 @@
 //! state dir, and connects CRI clients to it.
 #![allow(dead_code)]
 
+pub mod pods;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -54,10 +56,13 @@ impl Sandbox {
         std::fs::write(&file, text).unwrap();
         file
     }
-    /// Like [`Sandbox::write_config`], with the sandbox's own (empty) CNI dir.
+    /// Like [`Sandbox::write_config`], with the sandbox's own (empty) CNI
+    /// dir and no default network written into it.
     pub fn write_test_config(&self, extra: &str) -> PathBuf {
         let cni = self.cni_dir();
-        self.write_config(&format!("{extra}\n[cni]\nconf_dir = {cni:?}\n"))
+        self.write_config(&format!(
+            "{extra}\n[cni]\nconf_dir = {cni:?}\nwrite_default_network = false\n"
+        ))
     }
 
     /// The berth command with `--config` pointing at this sandbox's file.
@@ -88,8 +93,7 @@ impl Daemon {
     /// Starts berth with this config text and waits until it answers calls.
     pub async fn start(extra_config: &str) -> Daemon {
         let sandbox = Sandbox::new();
-        let cni = sandbox.cni_dir();
-        let config = sandbox.write_config(&format!("{extra_config}\n[cni]\nconf_dir = {cni:?}\n"));
+        let config = sandbox.write_test_config(extra_config);
         Daemon::start_in(sandbox, &config).await
     }
 
@@ -234,4 +238,65 @@ pub async fn connect_runtime(
     path: &Path,
 ) -> Result<RuntimeServiceClient<Channel>, tonic::transport::Error> {
     Ok(RuntimeServiceClient::new(channel(path).await?))
+}
+
+/// A registry on 127.0.0.1 with the test images, shared by the tests of one
+/// test binary; it stops by itself (`--max-lifetime`) after the run.
+pub struct TestRegistry {
+    pub addr: String,
+    _dir: TempDir,
+}
+
+impl TestRegistry {
+    /// `ADDR/berth-test/busybox:latest`.
+    pub fn busybox(&self) -> String {
+        format!("{}/berth-test/busybox:latest", self.addr)
+    }
+}
+
+/// Starts (once per test binary) the registry and pushes the test images.
+pub fn registry() -> &'static TestRegistry {
+    static REGISTRY: std::sync::OnceLock<TestRegistry> = std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = tempfile::Builder::new()
+            .prefix("berth-registry-")
+            .tempdir()
+            .unwrap();
+        let out = Command::new("bash")
+            .arg(repo.join("hack/registry.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .args(["--max-lifetime", "1800"])
+            .output()
+            .expect("hack/registry.sh");
+        assert!(
+            out.status.success(),
+            "registry.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let addr = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let out = Command::new("bash")
+            .arg(repo.join("hack/build-test-images.sh"))
+            .arg(&addr)
+            .output()
+            .expect("hack/build-test-images.sh");
+        assert!(
+            out.status.success(),
+            "build-test-images.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        TestRegistry { addr, _dir: dir }
+    })
+}
+
+/// Skips the test (returning early) unless running as root.
+#[macro_export]
+macro_rules! require_root {
+    () => {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipping: needs root");
+            return;
+        }
+    };
 }

@@ -1,0 +1,210 @@
+//! Root tests with real network namespaces and real mounts. Each test skips
+//! (with a note) when not run as root.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use berth_netns::{is_namespace, remove_path, run_in, Error, NetNs};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+macro_rules! skip_unless_root {
+    () => {
+        if !is_root() {
+            eprintln!("skipping: needs root");
+            return;
+        }
+    };
+}
+
+/// A temp dir that is unmounted (it becomes a bind mount of itself) before it
+/// is deleted, even when a test fails half-way.
+struct NsDir {
+    dir: tempfile::TempDir,
+}
+
+impl NsDir {
+    fn new() -> NsDir {
+        NsDir {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for NsDir {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Mount points listed in /proc/self/mountinfo, with their optional fields.
+fn mounts() -> Vec<(PathBuf, String)> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let end = fields.iter().position(|f| *f == "-").unwrap();
+            (PathBuf::from(fields[4]), fields[6..end].join(" "))
+        })
+        .collect()
+}
+
+fn is_mounted(path: &Path) -> bool {
+    mounts().iter().any(|(p, _)| p == path)
+}
+
+fn own_netns() -> PathBuf {
+    std::fs::read_link("/proc/thread-self/ns/net").unwrap()
+}
+
+/// Index and flags of an interface in the calling thread's namespace.
+fn interface(name: &str) -> Option<(i32, i16)> {
+    // SAFETY: plain socket/ioctl calls on values we own; results checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes()) {
+            *dst = *src as libc::c_char;
+        }
+        let found = libc::ioctl(fd, libc::SIOCGIFINDEX, &mut req) == 0;
+        let index = req.ifr_ifru.ifru_ifindex;
+        let flags_ok = found && libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) == 0;
+        libc::close(fd);
+        flags_ok.then_some((index, req.ifr_ifru.ifru_flags))
+    }
+}
+
+#[test]
+fn create_run_in_remove() {
+    skip_unless_root!();
+    let dir = NsDir::new();
+    let outside = own_netns();
+
+    let ns = NetNs::create(dir.path(), "pod1").unwrap();
+    assert_eq!(ns.path(), dir.path().join("pod1"));
+    assert!(is_namespace(ns.path()).unwrap());
+    assert!(is_mounted(ns.path()));
+    let dir_opts = mounts()
+        .into_iter()
+        .find(|(p, _)| p == dir.path())
+        .map(|(_, o)| o)
+        .expect("namespace dir is a mount point");
+    assert!(dir_opts.contains("shared:"), "dir not shared: {dir_opts}");
+
+    let (inside, lo, links, addrs) = ns
+        .run_in(|| {
+            let links = Command::new("ip").args(["-o", "link", "show"]).output();
+            let addrs = Command::new("ip")
+                .args(["-o", "addr", "show", "lo"])
+                .output();
+            (own_netns(), interface("lo"), links, addrs)
+        })
+        .unwrap();
+    assert_ne!(inside, outside, "closure did not run in the new namespace");
+    assert_eq!(own_netns(), outside, "caller's namespace changed");
+
+    let (_, flags) = lo.expect("no lo inside");
+    assert!(flags & libc::IFF_UP as i16 != 0, "lo is not up");
+    let links = String::from_utf8(links.unwrap().stdout).unwrap();
+    let names: Vec<&str> = links.lines().filter_map(|l| l.split(": ").nth(1)).collect();
+    assert_eq!(names, ["lo"], "interfaces inside: {links}");
+    let addrs = String::from_utf8(addrs.unwrap().stdout).unwrap();
+    assert!(addrs.contains("127.0.0.1/8"), "lo addresses: {addrs}");
+
+    // The same namespace is found again through open().
+    let again = NetNs::open(ns.path()).unwrap();
+    assert_eq!(again.run_in(own_netns).unwrap(), inside);
+
+    let path = ns.path().to_owned();
+    ns.remove().unwrap();
+    assert!(!path.exists());
+    assert!(!is_mounted(&path));
+    remove_path(&path).unwrap();
+    again.remove().unwrap();
+}
+
+#[test]
+fn same_name_twice_is_refused() {
+    skip_unless_root!();
+    let dir = NsDir::new();
+    let ns = NetNs::create(dir.path(), "dup").unwrap();
+    let err = NetNs::create(dir.path(), "dup").unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
+    assert!(is_namespace(ns.path()).unwrap(), "first one damaged");
+
+    // A stale plain file (e.g. after a crash) blocks creation until removed.
+    std::fs::write(dir.path().join("stale"), b"").unwrap();
+    assert!(matches!(
+        NetNs::create(dir.path(), "stale"),
+        Err(Error::AlreadyExists { .. })
+    ));
+    remove_path(&dir.path().join("stale")).unwrap();
+    NetNs::create(dir.path(), "stale")
+        .unwrap()
+        .remove()
+        .unwrap();
+    ns.remove().unwrap();
+}
+
+#[test]
+fn many_concurrent_creations() {
+    skip_unless_root!();
+    const N: usize = 32;
+    let dir = NsDir::new();
+    let created: Vec<NetNs> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..N)
+            .map(|i| {
+                let dir = dir.path();
+                s.spawn(move || NetNs::create(dir, &format!("c{i}")).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ids: Vec<PathBuf> = created
+        .iter()
+        .map(|ns| ns.run_in(own_netns).unwrap())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), N, "namespaces are not distinct");
+    // Only the directory itself is mounted once, not once per creation.
+    assert_eq!(mounts().iter().filter(|(p, _)| p == dir.path()).count(), 1);
+
+    std::thread::scope(|s| {
+        for ns in created.clone() {
+            s.spawn(move || ns.remove().unwrap());
+        }
+    });
+    for ns in &created {
+        assert!(!is_mounted(ns.path()));
+        assert!(!ns.path().exists());
+    }
+}
+
+#[test]
+fn run_in_survives_a_panic_and_bad_paths() {
+    skip_unless_root!();
+    let dir = NsDir::new();
+    let ns = NetNs::create(dir.path(), "p").unwrap();
+    let outside = own_netns();
+    let err = ns.run_in(|| panic!("inside")).unwrap_err();
+    assert!(matches!(err, Error::Panicked { .. }), "{err}");
+    assert_eq!(own_netns(), outside);
+
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").unwrap();
+    assert!(matches!(run_in(&plain, || ()), Err(Error::Os { .. })));
+    assert!(matches!(
+        run_in(&dir.path().join("missing"), || ()),
+        Err(Error::Os { .. })
+    ));
+    ns.remove().unwrap();
+}

@@ -1,0 +1,488 @@
+//! One layer in one pass, on a blocking thread: the compressed bytes (from
+//! the download, or from a blob already stored) are hashed, counted, written
+//! to a temp blob, decompressed (gzip, zstd or none, told by magic bytes),
+//! hashed again (the diff id) and applied onto an empty temp snapshot dir.
+//! Only when the digest, the size and the diff id all match are the blob and
+//! the snapshot renamed into place; on any failure both temp copies go.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::content::{self, Paths, Usage, TMP_PREFIX};
+use crate::error::Error;
+use crate::unpack::{Applier, UnpackError};
+
+/// What one layer must turn out to be.
+#[derive(Debug, Clone)]
+pub(crate) struct LayerJob {
+    /// The image reference, for errors.
+    pub reference: String,
+    /// Digest and size of the compressed blob, from the manifest.
+    pub digest: String,
+    pub size: u64,
+    /// Digest of the uncompressed tar, from the image config.
+    pub diff_id: String,
+    /// The snapshot to make.
+    pub chain_id: String,
+    /// chown entries to their owners (we are root).
+    pub same_owner: bool,
+}
+
+/// A message from the download to the unpacking thread.
+pub(crate) enum Msg {
+    Data(Bytes),
+    /// The download finished; without it a closed channel means "aborted".
+    End,
+}
+
+/// Time of the last byte seen by a pull, shared by its downloads and unpackers.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    start: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Progress {
+        Progress {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Something moved.
+    pub(crate) fn touch(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// Resolves once nothing moved for `timeout`.
+    pub(crate) async fn stalled(&self, timeout: std::time::Duration) {
+        loop {
+            let last = std::time::Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+            let deadline = self.start + last + timeout;
+            if Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep_until(deadline.into()).await;
+        }
+    }
+}
+
+/// Reads the download channel as a byte stream.
+pub(crate) struct ChannelReader {
+    rx: mpsc::Receiver<Msg>,
+    current: Bytes,
+    ended: bool,
+}
+
+impl ChannelReader {
+    pub(crate) fn new(rx: mpsc::Receiver<Msg>) -> ChannelReader {
+        ChannelReader {
+            rx,
+            current: Bytes::new(),
+            ended: false,
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if !self.current.is_empty() {
+                let n = buf.len().min(self.current.len());
+                buf[..n].copy_from_slice(&self.current.split_to(n));
+                return Ok(n);
+            }
+            if self.ended {
+                return Ok(0);
+            }
+            match self.rx.blocking_recv() {
+                Some(Msg::Data(bytes)) => self.current = bytes,
+                Some(Msg::End) => self.ended = true,
+                None => return Err(io::Error::other("download aborted")),
+            }
+        }
+    }
+}
+
+/// Hashes, counts and (optionally) stores the compressed bytes as they pass.
+struct BlobReader<'a, R> {
+    inner: R,
+    hasher: Sha256,
+    count: u64,
+    limit: u64,
+    too_big: bool,
+    failed: bool,
+    eof: bool,
+    sink: Option<&'a mut File>,
+    progress: &'a Progress,
+}
+
+impl<R: Read> Read for BlobReader<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = match self.inner.read(buf) {
+            Ok(n) => n,
+            Err(e) => {
+                self.failed = true;
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            self.eof = true;
+            return Ok(0);
+        }
+        self.count += n as u64;
+        if self.count > self.limit {
+            self.too_big = true;
+            return Err(io::Error::other("more bytes than the manifest says"));
+        }
+        self.hasher.update(&buf[..n]);
+        if let Some(sink) = self.sink.as_mut() {
+            sink.write_all(&buf[..n])?;
+        }
+        self.progress.touch();
+        Ok(n)
+    }
+}
+
+/// Hashes the uncompressed tar (the diff id).
+struct DiffReader<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for DiffReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Unpacks `src` into snapshot `job.chain_id`; with `store_blob`, also keeps
+/// the compressed bytes as blob `job.digest`. Returns the snapshot's usage.
+pub(crate) fn run(
+    job: &LayerJob,
+    src: impl Read,
+    store_blob: bool,
+    paths: &Paths,
+    progress: &Progress,
+) -> Result<Usage, Error> {
+    let io_err = |op, path: &Path| {
+        let path = path.to_path_buf();
+        move |e| Error::io(op, path, e)
+    };
+    let tmp_dir = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempdir_in(&paths.snapshots)
+        .map_err(io_err("create temp snapshot in", &paths.snapshots))?;
+    let fs_dir = tmp_dir.path().join("fs");
+    std::fs::create_dir(&fs_dir).map_err(io_err("create", &fs_dir))?;
+    let mut tmp_blob = if store_blob {
+        Some(
+            tempfile::Builder::new()
+                .prefix("layer-")
+                .tempfile_in(&paths.ingest)
+                .map_err(io_err("create temp blob in", &paths.ingest))?,
+        )
+    } else {
+        None
+    };
+
+    let mut blob = BlobReader {
+        inner: src,
+        hasher: Sha256::new(),
+        count: 0,
+        limit: job.size,
+        too_big: false,
+        failed: false,
+        eof: false,
+        sink: tmp_blob.as_mut().map(|t| t.as_file_mut()),
+        progress,
+    };
+    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner);
+    let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
+    if blob.failed {
+        return Err(Error::Internal(format!(
+            "{}: layer {}: download aborted",
+            job.reference, job.digest
+        )));
+    }
+    if blob.too_big {
+        return Err(bad(format!(
+            "blob is larger than the {} bytes the manifest says",
+            job.size
+        )));
+    }
+    if blob.eof && blob.count < job.size {
+        return Err(bad(format!(
+            "truncated: {} of {} bytes",
+            blob.count, job.size
+        )));
+    }
+    let diff_id = match unpacked {
+        Ok(diff_id) => diff_id,
+        Err(UnpackError::Io { entry, op, source }) => {
+            return Err(Error::io(op, fs_dir.join(entry), source));
+        }
+        Err(e) => return Err(bad(format!("layer refused: {e}"))),
+    };
+    let digest = content::finish_digest(std::mem::take(&mut blob.hasher));
+    if blob.count != job.size {
+        return Err(bad(format!(
+            "{} bytes, the manifest says {}",
+            blob.count, job.size
+        )));
+    }
+    if digest != job.digest {
+        return Err(bad(format!("digest mismatch: content hashes to {digest}")));
+    }
+    if diff_id != job.diff_id {
+        return Err(bad(format!(
+            "uncompressed content hashes to {diff_id}, the config says {}",
+            job.diff_id
+        )));
+    }
+
+    if let Some(tmp) = tmp_blob {
+        let dest = paths.blob(&job.digest);
+        content::persist(tmp, &dest).map_err(io_err("store blob", &dest))?;
+    }
+    let usage = content::measure(&fs_dir).map_err(io_err("measure", &fs_dir))?;
+    let usage_file = tmp_dir.path().join("usage.json");
+    std::fs::write(&usage_file, serde_json::to_vec(&usage).unwrap_or_default())
+        .map_err(io_err("write", &usage_file))?;
+    // One syncfs instead of an fsync per file: the snapshot is durable before
+    // it gets its name.
+    let dir = File::open(tmp_dir.path()).map_err(io_err("open", tmp_dir.path()))?;
+    nix::unistd::syncfs(&dir).map_err(|e| Error::io("syncfs", tmp_dir.path(), e.into()))?;
+    let dest = paths.snapshot(&job.chain_id);
+    let tmp_path = tmp_dir.keep();
+    if let Err(e) = std::fs::rename(&tmp_path, &dest) {
+        let _ = std::fs::remove_dir_all(&tmp_path);
+        return Err(Error::io("rename snapshot to", dest, e));
+    }
+    content::sync_dir(&paths.snapshots).map_err(io_err("fsync", &paths.snapshots))?;
+    Ok(usage)
+}
+
+/// Decompresses and applies the layer; returns its diff id. Reads the whole
+/// input to its end, so the caller's digest covers every byte.
+fn unpack_stream<R: Read>(
+    src: &mut R,
+    fs_dir: &Path,
+    same_owner: bool,
+) -> Result<String, UnpackError> {
+    let mut applier = Applier::new(fs_dir, same_owner).map_err(|e| UnpackError::Io {
+        entry: fs_dir.to_path_buf(),
+        op: "open snapshot root",
+        source: e,
+    })?;
+    let diff_id = {
+        let mut buffered = BufReader::with_capacity(256 * 1024, &mut *src);
+        let head = buffered.fill_buf().map_err(UnpackError::Read)?.to_vec();
+        let decoded: Box<dyn Read + '_> = if head.starts_with(&[0x1f, 0x8b]) {
+            Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            Box::new(zstd::stream::read::Decoder::with_buffer(buffered).map_err(UnpackError::Read)?)
+        } else {
+            Box::new(buffered)
+        };
+        let mut diff = DiffReader {
+            inner: decoded,
+            hasher: Sha256::new(),
+        };
+        {
+            let mut archive = tar::Archive::new(&mut diff);
+            applier.apply_all(&mut archive)?;
+        }
+        // The tar end blocks and any padding count for the diff id.
+        io::copy(&mut diff, &mut io::sink()).map_err(UnpackError::Read)?;
+        content::finish_digest(diff.hasher)
+    };
+    // Anything after the compressed stream still counts for the digest.
+    io::copy(src, &mut io::sink()).map_err(UnpackError::Read)?;
+    Ok(diff_id)
+}
+
+/// Counts unpacking threads of one pull, so a failed pull can wait for their
+/// cleanup before it answers.
+#[derive(Debug, Default)]
+pub(crate) struct Active {
+    count: std::sync::Mutex<usize>,
+    idle: tokio::sync::Notify,
+}
+
+/// Held by one unpacking thread.
+pub(crate) struct ActiveGuard(Arc<Active>);
+
+impl Active {
+    pub(crate) fn enter(self: &Arc<Self>) -> ActiveGuard {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        ActiveGuard(self.clone())
+    }
+
+    /// Waits until no unpacking thread runs, at most `limit`.
+    pub(crate) async fn wait_idle(&self, limit: std::time::Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let notified = self.idle.notified();
+                if *self.count.lock().unwrap_or_else(|p| p.into_inner()) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        let mut n = self.0.count.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn gz_tar(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, data) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_mtime(1);
+            h.set_uid(0);
+            h.set_gid(0);
+            b.append_data(&mut h, path, *data).unwrap();
+        }
+        let tar = b.into_inner().unwrap();
+        let diff_id = content::sha256_digest(&tar);
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&tar).unwrap();
+        (enc.finish().unwrap(), diff_id)
+    }
+
+    fn setup() -> (tempfile::TempDir, Paths) {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = Paths::new(dir.path());
+        paths.create_dirs().unwrap();
+        (dir, paths)
+    }
+
+    fn job(blob: &[u8], diff_id: &str) -> LayerJob {
+        LayerJob {
+            reference: "test".into(),
+            digest: content::sha256_digest(blob),
+            size: blob.len() as u64,
+            diff_id: diff_id.into(),
+            chain_id: diff_id.into(),
+            same_owner: false,
+        }
+    }
+
+    fn assert_empty(paths: &Paths) {
+        for dir in [&paths.snapshots, &paths.ingest, &paths.blobs] {
+            let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+            assert!(left.is_empty(), "{} not empty: {left:?}", dir.display());
+        }
+    }
+
+    #[test]
+    fn a_good_layer_becomes_a_blob_and_a_snapshot() {
+        let (_dir, paths) = setup();
+        let (blob, diff_id) = gz_tar(&[("etc/hostname", b"berth\n")]);
+        let j = job(&blob, &diff_id);
+        let usage = run(&j, &blob[..], true, &paths, &Progress::new()).unwrap();
+        assert!(usage.inodes >= 3);
+        assert_eq!(std::fs::read(paths.blob(&j.digest)).unwrap(), blob);
+        assert_eq!(
+            std::fs::read(paths.snapshot_fs(&j.chain_id).join("etc/hostname")).unwrap(),
+            b"berth\n"
+        );
+    }
+
+    #[test]
+    fn digest_size_and_diff_id_mismatches_leave_nothing() {
+        let (_dir, paths) = setup();
+        let (blob, diff_id) = gz_tar(&[("a", b"a")]);
+        let progress = Progress::new();
+
+        let mut j = job(&blob, &diff_id);
+        j.digest = content::sha256_digest(b"something else");
+        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        assert!(e.to_string().contains("digest mismatch"), "{e}");
+        assert_empty(&paths);
+
+        let mut j = job(&blob, &diff_id);
+        j.size -= 1;
+        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        assert!(e.to_string().contains("larger"), "{e}");
+        assert_empty(&paths);
+
+        let j = job(&blob, &diff_id);
+        let e = run(&j, &blob[..blob.len() - 5], true, &paths, &progress).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        assert_empty(&paths);
+
+        let j = job(&blob, &content::sha256_digest(b"other tar"));
+        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        assert!(e.to_string().contains("the config says"), "{e}");
+        assert_empty(&paths);
+    }
+
+    #[test]
+    fn a_hostile_layer_leaves_nothing() {
+        let (dir, paths) = setup();
+        // The tar crate refuses to build `..` paths, so write the name raw.
+        let mut h = tar::Header::new_gnu();
+        h.as_old_mut().name[..12].copy_from_slice(b"../../escape");
+        h.set_size(1);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1);
+        h.set_cksum();
+        let mut b = tar::Builder::new(Vec::new());
+        b.append(&h, &b"x"[..]).unwrap();
+        let tar = b.into_inner().unwrap();
+        let j = job(&tar, &content::sha256_digest(&tar));
+        let e = run(&j, &tar[..], true, &paths, &Progress::new()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        assert!(e.to_string().contains(".."), "{e}");
+        assert_empty(&paths);
+        assert!(!dir.path().join("escape").exists());
+        assert!(!dir.path().parent().unwrap().join("escape").exists());
+    }
+
+    #[test]
+    fn an_aborted_download_is_not_taken_for_the_end() {
+        let (_dir, paths) = setup();
+        let (blob, diff_id) = gz_tar(&[("a", b"a")]);
+        let j = job(&blob, &diff_id);
+        let (tx, rx) = mpsc::channel(4);
+        tx.try_send(Msg::Data(Bytes::copy_from_slice(&blob[..10])))
+            .unwrap();
+        drop(tx);
+        let e = run(&j, ChannelReader::new(rx), true, &paths, &Progress::new()).unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+        assert_empty(&paths);
+    }
+}

@@ -1,0 +1,34 @@
+//! berth's image side: pulls images from OCI registries (with mirrors,
+//! plain-HTTP registries and credentials), keeps their content by digest,
+//! their metadata as one record per image, and their layers unpacked into
+//! snapshot directories keyed by chain id, ready to be stacked as overlayfs
+//! lowerdirs. Hostile registries and tarballs are refused without a byte
+//! written outside the store.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), berth_oci_image::Error> {
+//! use berth_oci_image::{ImageStore, RegistryConfig};
+//! let store = ImageStore::open("/var/lib/berth/images".as_ref(), RegistryConfig::default()).await?;
+//! let image = store.pull("busybox", None).await?;
+//! let lowerdirs = store.lowerdirs(&image);
+//! # Ok(()) }
+//! ```
+
+mod auth;
+mod config;
+mod content;
+mod error;
+mod image;
+mod layer;
+mod reference;
+mod remote;
+mod store;
+mod unpack;
+
+pub use auth::Auth;
+pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};
+pub use error::{Error, ErrorKind};
+pub use image::{Image, ImageConfig, Layer};
+pub use reference::Reference;
+pub use store::{FsUsage, GcRoots, ImageStore};
+pub use unpack::get_xattr;

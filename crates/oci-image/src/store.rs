@@ -1,0 +1,767 @@
+//! The image store: pulls (single-flight, concurrent layers, no-progress
+//! timeout), image records, lookup, removal and garbage collection.
+//!
+//! Records are one JSON file per image (`images/<config-hex>.json`), written
+//! atomically before memory is changed. A node holds tens to hundreds of
+//! images, each record changes on its own, and a torn write can only ever
+//! lose the one record being written: an embedded database would add a
+//! dependency and a recovery story for no gain at this size.
+//!
+//! Blobs and snapshots are shared between images. A pull *leases* every
+//! digest and chain id it is about to use before it looks at the disk, and the
+//! garbage collector, which decides under the same lock, never takes a leased
+//! or referenced item. Victims are renamed away under the lock and deleted
+//! after it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::auth::Auth;
+use crate::config::RegistryConfig;
+use crate::content::{self, Paths, Usage, TMP_PREFIX};
+use crate::error::Error;
+use crate::image::{self, ConfigFile, Image, Layer};
+use crate::layer::{self, Active, ChannelReader, LayerJob, Msg, Progress};
+use crate::reference::{self, Reference};
+use crate::remote::{self, Remote};
+
+/// Disk used by the image store (blobs, snapshots and records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsUsage {
+    /// The store's root directory (CRI `FilesystemIdentifier.mountpoint`).
+    pub path: PathBuf,
+    /// Bytes allocated.
+    pub used_bytes: u64,
+    /// Inodes used.
+    pub inodes_used: u64,
+}
+
+/// Chain ids of snapshots the garbage collector must keep even when no image
+/// names them (e.g. the lowerdirs of running containers whose image was
+/// removed). Called under the store's lock: it must not call the store.
+pub type GcRoots = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+type PullFuture = Shared<BoxFuture<'static, Result<Image, Error>>>;
+
+/// Images on disk, and the way to get more.
+#[derive(Clone)]
+pub struct ImageStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    paths: Paths,
+    cfg: RegistryConfig,
+    same_owner: bool,
+    state: Mutex<State>,
+    pulls: Mutex<HashMap<String, (u64, PullFuture)>>,
+    next_pull: AtomicU64,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    gc_roots: RwLock<Option<GcRoots>>,
+}
+
+#[derive(Default)]
+struct State {
+    images: BTreeMap<String, Image>,
+    leases: HashMap<String, usize>,
+    usage: HashMap<String, Usage>,
+    generation: u64,
+}
+
+/// Keeps digests and chain ids from the garbage collector while held.
+struct Lease {
+    inner: Arc<Inner>,
+    keys: Vec<String>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut state = self.inner.lock();
+        for key in &self.keys {
+            if let Some(n) = state.leases.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    state.leases.remove(key);
+                }
+            }
+        }
+    }
+}
+
+fn join_err(e: tokio::task::JoinError) -> Error {
+    Error::Internal(format!("background task failed: {e}"))
+}
+
+impl ImageStore {
+    /// Opens (creating if needed) the store under `root`: loads the image
+    /// records, removes leftovers of interrupted pulls and collects garbage.
+    pub async fn open(root: &Path, cfg: RegistryConfig) -> Result<ImageStore, Error> {
+        cfg.validate()?;
+        let inner = Arc::new(Inner {
+            paths: Paths::new(root),
+            cfg,
+            same_owner: nix::unistd::geteuid().is_root(),
+            state: Mutex::new(State::default()),
+            pulls: Mutex::new(HashMap::new()),
+            next_pull: AtomicU64::new(0),
+            locks: Mutex::new(HashMap::new()),
+            gc_roots: RwLock::new(None),
+        });
+        let loader = inner.clone();
+        tokio::task::spawn_blocking(move || loader.load())
+            .await
+            .map_err(join_err)??;
+        Ok(ImageStore { inner })
+    }
+
+    /// The store's root directory.
+    pub fn root(&self) -> &Path {
+        &self.inner.paths.root
+    }
+
+    /// The registry configuration in use.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.cfg
+    }
+
+    /// Sets the callback that names snapshots to keep beyond the images'.
+    pub fn set_gc_roots(&self, roots: GcRoots) {
+        *self
+            .inner
+            .gc_roots
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(roots);
+    }
+
+    /// Pulls `reference` (normalised: `busybox` is
+    /// `docker.io/library/busybox:latest`) and returns the image. Concurrent
+    /// pulls of one reference with the same credentials share one download;
+    /// the pull runs on its own task, so a caller that goes away does not
+    /// cut it short for the others.
+    pub async fn pull(&self, reference: &str, auth: Option<Auth>) -> Result<Image, Error> {
+        let parsed = Reference::parse(reference)?;
+        let key = format!("{parsed}\n{}", Auth::fingerprint(auth.as_ref()));
+        let fut = {
+            let mut pulls = self.inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+            match pulls.get(&key) {
+                Some((_, f)) => f.clone(),
+                None => {
+                    let id = self.inner.next_pull.fetch_add(1, Ordering::Relaxed);
+                    let (inner, task_key) = (self.inner.clone(), key.clone());
+                    // The task forgets itself when done, whoever still waits.
+                    let task = tokio::spawn(async move {
+                        let result = inner.clone().pull(parsed, auth).await;
+                        let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+                        if pulls.get(&task_key).is_some_and(|(i, _)| *i == id) {
+                            pulls.remove(&task_key);
+                        }
+                        result
+                    });
+                    let f = async move { task.await.map_err(join_err)? }
+                        .boxed()
+                        .shared();
+                    pulls.insert(key, (id, f.clone()));
+                    f
+                }
+            }
+        };
+        fut.await
+    }
+
+    /// The image named by `reference_or_id`: a full id (`sha256:…`), a
+    /// reference (tag or digest, normalised), or a unique id prefix.
+    pub fn get(&self, reference_or_id: &str) -> Option<Image> {
+        let state = self.inner.lock();
+        find(&state, reference_or_id).cloned()
+    }
+
+    /// Every image, ordered by id.
+    pub fn list(&self) -> Vec<Image> {
+        self.inner.lock().images.values().cloned().collect()
+    }
+
+    /// Removes the image named by `reference_or_id` with all its tags, then
+    /// the blobs and snapshots no image uses any more. `Ok(false)` when there
+    /// was no such image.
+    pub async fn remove(&self, reference_or_id: &str) -> Result<bool, Error> {
+        let inner = self.inner.clone();
+        let query = reference_or_id.to_string();
+        tokio::task::spawn_blocking(move || inner.remove(&query))
+            .await
+            .map_err(join_err)?
+    }
+
+    /// Sets the pinned flag of an image; `Ok(false)` when there is no such image.
+    pub async fn set_pinned(&self, reference_or_id: &str, pinned: bool) -> Result<bool, Error> {
+        let inner = self.inner.clone();
+        let query = reference_or_id.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut state = inner.lock();
+            let Some(mut image) = find(&state, &query).cloned() else {
+                return Ok(false);
+            };
+            image.pinned = pinned;
+            inner.write_records(&mut state, vec![image])?;
+            Ok(true)
+        })
+        .await
+        .map_err(join_err)?
+    }
+
+    /// Collects unused blobs and snapshots now (also done by `remove`).
+    pub async fn gc(&self) -> Result<(), Error> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let victims = inner.collect_garbage(&mut inner.lock())?;
+            inner.delete(victims);
+            Ok(())
+        })
+        .await
+        .map_err(join_err)?
+    }
+
+    /// The overlay lowerdirs of `image`, top layer first (overlayfs order).
+    pub fn lowerdirs(&self, image: &Image) -> Vec<PathBuf> {
+        image
+            .layers
+            .iter()
+            .rev()
+            .map(|l| self.inner.paths.snapshot_fs(&l.chain_id))
+            .collect()
+    }
+
+    /// Bytes and inodes used by the store.
+    pub fn fs_info(&self) -> FsUsage {
+        let mut used = {
+            let state = self.inner.lock();
+            state.usage.values().fold(Usage::default(), |a, u| Usage {
+                bytes: a.bytes + u.bytes,
+                inodes: a.inodes + u.inodes,
+            })
+        };
+        for dir in [&self.inner.paths.blobs, &self.inner.paths.images] {
+            if let Ok(u) = content::measure(dir) {
+                used.bytes += u.bytes;
+                used.inodes += u.inodes;
+            }
+        }
+        FsUsage {
+            path: self.inner.paths.root.clone(),
+            used_bytes: used.bytes,
+            inodes_used: used.inodes,
+        }
+    }
+}
+
+/// Lookup: id, then reference, then unique id prefix.
+fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
+    if let Some(hex) = query.strip_prefix("sha256:") {
+        if reference::is_sha256_hex(hex) {
+            return state.images.get(query);
+        }
+    }
+    if let Ok(r) = Reference::parse(query) {
+        let found = match r.digest() {
+            Some(d) => {
+                let wanted = r.with_digest(d);
+                state
+                    .images
+                    .values()
+                    .find(|i| i.repo_digests.contains(&wanted))
+            }
+            None => r
+                .tagged()
+                .and_then(|t| state.images.values().find(|i| i.repo_tags.contains(&t))),
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    let hex = query.strip_prefix("sha256:").unwrap_or(query);
+    if hex.is_empty()
+        || !hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let mut matches = state
+        .images
+        .values()
+        .filter(|i| i.id_hex().starts_with(hex));
+    match (matches.next(), matches.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lease(self: &Arc<Self>, keys: Vec<String>) -> Lease {
+        let mut state = self.lock();
+        for key in &keys {
+            *state.leases.entry(key.clone()).or_default() += 1;
+        }
+        Lease {
+            inner: self.clone(),
+            keys,
+        }
+    }
+
+    fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(key.to_string()).or_default().clone()
+    }
+
+    /// Start-up: directories, leftovers, records, usage, garbage.
+    fn load(&self) -> Result<(), Error> {
+        let p = &self.paths;
+        p.create_dirs()
+            .map_err(|e| Error::io("create dirs under", &p.root, e))?;
+        for entry in read_dir(&p.ingest)? {
+            let _ = std::fs::remove_file(entry.path());
+        }
+        let mut state = self.lock();
+        for entry in read_dir(&p.snapshots)? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(TMP_PREFIX) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            } else if reference::is_sha256_hex(&name) {
+                let chain_id = format!("sha256:{name}");
+                let usage = std::fs::read(entry.path().join("usage.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .or_else(|| content::measure(&entry.path().join("fs")).ok())
+                    .unwrap_or_default();
+                state.usage.insert(chain_id, usage);
+            }
+        }
+        for entry in read_dir(&p.images)? {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let parsed = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Image>(&b).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(image) => {
+                    state.generation = state.generation.max(image.generation);
+                    state.images.insert(image.id.clone(), image);
+                }
+                Err(e) => {
+                    // Kept aside for a human; its content is collected.
+                    tracing::error!(path = %path.display(), error = %e, "unreadable image record set aside");
+                    let _ = std::fs::rename(&path, path.with_extension("json.corrupt"));
+                }
+            }
+        }
+        // A crash between two record writes can leave a tag on two images:
+        // the newer record keeps it.
+        let mut owner: HashMap<String, (u64, String)> = HashMap::new();
+        for image in state.images.values() {
+            for tag in &image.repo_tags {
+                let e = owner
+                    .entry(tag.clone())
+                    .or_insert((image.generation, image.id.clone()));
+                if image.generation > e.0 {
+                    *e = (image.generation, image.id.clone());
+                }
+            }
+        }
+        let mut fixed = Vec::new();
+        for image in state.images.values() {
+            let keep: Vec<String> = image
+                .repo_tags
+                .iter()
+                .filter(|t| owner.get(*t).is_some_and(|(_, id)| id == &image.id))
+                .cloned()
+                .collect();
+            if keep != image.repo_tags {
+                let mut image = image.clone();
+                image.repo_tags = keep;
+                fixed.push(image);
+            }
+        }
+        if !fixed.is_empty() {
+            self.write_records(&mut state, fixed)?;
+        }
+        let victims = self.collect_garbage(&mut state)?;
+        drop(state);
+        self.delete(victims);
+        Ok(())
+    }
+
+    /// Writes records (persist, then memory).
+    fn write_records(&self, state: &mut State, images: Vec<Image>) -> Result<(), Error> {
+        for mut image in images {
+            state.generation += 1;
+            image.generation = state.generation;
+            let path = self.paths.image_record(&image.id);
+            let bytes = serde_json::to_vec_pretty(&image)
+                .map_err(|e| Error::Internal(format!("encoding image record: {e}")))?;
+            content::write_atomic(&path, &bytes).map_err(|e| Error::io("write", &path, e))?;
+            state.images.insert(image.id.clone(), image);
+        }
+        Ok(())
+    }
+
+    fn remove(&self, query: &str) -> Result<bool, Error> {
+        let mut state = self.lock();
+        let Some(id) = find(&state, query).map(|i| i.id.clone()) else {
+            return Ok(false);
+        };
+        let path = self.paths.image_record(&id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove", &path, e)),
+        }
+        content::sync_dir(&self.paths.images)
+            .map_err(|e| Error::io("fsync", &self.paths.images, e))?;
+        state.images.remove(&id);
+        let victims = self.collect_garbage(&mut state)?;
+        drop(state);
+        self.delete(victims);
+        Ok(true)
+    }
+
+    /// Decides, under the lock, what no image, lease or root uses; removes
+    /// such blobs and renames such snapshots away (deleted by [`Inner::delete`]).
+    fn collect_garbage(&self, state: &mut State) -> Result<Vec<PathBuf>, Error> {
+        let mut keep: HashSet<String> = state.leases.keys().cloned().collect();
+        for image in state.images.values() {
+            keep.insert(image.id.clone());
+            keep.extend(image.manifests.iter().cloned());
+            for layer in &image.layers {
+                keep.insert(layer.digest.clone());
+                keep.insert(layer.chain_id.clone());
+            }
+        }
+        let roots = self
+            .gc_roots
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(roots) = roots {
+            keep.extend(roots());
+        }
+        for entry in read_dir(&self.paths.blobs)? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !keep.contains(&format!("sha256:{name}")) {
+                let path = entry.path();
+                std::fs::remove_file(&path).map_err(|e| Error::io("remove blob", &path, e))?;
+            }
+        }
+        let mut victims = Vec::new();
+        for entry in read_dir(&self.paths.snapshots)? {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let chain_id = format!("sha256:{name}");
+            if keep.contains(&chain_id) {
+                continue;
+            }
+            let away = self.paths.snapshots.join(format!("{TMP_PREFIX}gc-{name}"));
+            std::fs::rename(entry.path(), &away)
+                .map_err(|e| Error::io("move away snapshot", entry.path(), e))?;
+            state.usage.remove(&chain_id);
+            victims.push(away);
+        }
+        Ok(victims)
+    }
+
+    fn delete(&self, victims: Vec<PathBuf>) {
+        for dir in victims {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(path = %dir.display(), error = %e, "removing an unused snapshot failed; retried at next start");
+            }
+        }
+    }
+
+    /// One pull, with the no-progress watchdog around it.
+    async fn pull(
+        self: Arc<Self>,
+        reference: Reference,
+        auth: Option<Auth>,
+    ) -> Result<Image, Error> {
+        let progress = Arc::new(Progress::new());
+        let active = Arc::new(Active::default());
+        let timeout = self.cfg.progress_timeout;
+        let work = self
+            .clone()
+            .pull_work(&reference, auth, progress.clone(), active.clone());
+        let result = if timeout.is_zero() {
+            work.await
+        } else {
+            tokio::select! {
+                r = work => r,
+                _ = progress.stalled(timeout) => Err(Error::ProgressTimeout {
+                    reference: reference.to_string(),
+                    timeout,
+                }),
+            }
+        };
+        if result.is_err() {
+            // Unpacking threads see their input vanish and clean up; wait so
+            // that nothing of a failed pull is left when it answers.
+            active.wait_idle(std::time::Duration::from_secs(60)).await;
+        }
+        match &result {
+            Ok(image) => tracing::info!(image = %reference, id = %image.id, "pulled"),
+            Err(e) => tracing::warn!(image = %reference, error = %e, "pull failed"),
+        }
+        result
+    }
+
+    async fn pull_work(
+        self: Arc<Self>,
+        reference: &Reference,
+        auth: Option<Auth>,
+        progress: Arc<Progress>,
+        active: Arc<Active>,
+    ) -> Result<Image, Error> {
+        let name = reference.to_string();
+        let (remote, resolved) =
+            Remote::resolve(&self.cfg, reference, auth.as_ref(), &progress).await?;
+        let bad = |digest: &str, reason: String| Error::bad(&name, digest, reason);
+        let check = |digest: &str| reference::check_digest(digest).map_err(|r| bad(digest, r));
+        check(&resolved.config.digest)?;
+        let manifest_digests: Vec<String> =
+            resolved.documents.iter().map(|(d, _)| d.clone()).collect();
+        let _manifest_lease = self.lease(manifest_digests.clone());
+        for (digest, bytes) in &resolved.documents {
+            let path = self.paths.blob(digest);
+            content::store_blob(&self.paths, digest, bytes)
+                .map_err(|e| Error::io("store blob", &path, e))?;
+        }
+
+        let config_desc = &resolved.config;
+        let _config_lease = self.lease(vec![config_desc.digest.clone()]);
+        let config_bytes = remote
+            .small_blob(
+                config_desc,
+                &resolved.manifest_digest,
+                remote::MAX_CONFIG,
+                &progress,
+            )
+            .await?;
+        let config: ConfigFile = serde_json::from_slice(&config_bytes)
+            .map_err(|e| bad(&config_desc.digest, format!("bad image config: {e}")))?;
+        let config_path = self.paths.blob(&config_desc.digest);
+        content::store_blob(&self.paths, &config_desc.digest, &config_bytes)
+            .map_err(|e| Error::io("store blob", &config_path, e))?;
+
+        let diff_ids = &config.rootfs.diff_ids;
+        if diff_ids.len() != resolved.layers.len() {
+            return Err(bad(
+                &config_desc.digest,
+                format!(
+                    "config lists {} diff ids, the manifest {} layers",
+                    diff_ids.len(),
+                    resolved.layers.len()
+                ),
+            ));
+        }
+        for d in diff_ids {
+            check(d)?;
+        }
+        let chain_ids = image::chain_ids(diff_ids);
+        let mut layers = Vec::with_capacity(resolved.layers.len());
+        for ((desc, diff_id), chain_id) in resolved.layers.iter().zip(diff_ids).zip(&chain_ids) {
+            check(&desc.digest)?;
+            if !desc.media_type.is_empty()
+                && (!desc.media_type.contains("tar") || desc.media_type.contains("encrypted"))
+            {
+                return Err(bad(
+                    &desc.digest,
+                    format!("unsupported layer media type {:?}", desc.media_type),
+                ));
+            }
+            layers.push(Layer {
+                digest: desc.digest.clone(),
+                media_type: desc.media_type.clone(),
+                size: remote.size_of(desc, &resolved.manifest_digest)?,
+                diff_id: diff_id.clone(),
+                chain_id: chain_id.clone(),
+            });
+        }
+        let mut keys: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
+        keys.extend(chain_ids.iter().cloned());
+        let _layer_lease = self.lease(keys);
+
+        let downloads = Semaphore::new(self.cfg.max_concurrent_downloads);
+        let jobs = layers.iter().map(|l| {
+            let job = LayerJob {
+                reference: name.clone(),
+                digest: l.digest.clone(),
+                size: l.size,
+                diff_id: l.diff_id.clone(),
+                chain_id: l.chain_id.clone(),
+                same_owner: self.same_owner,
+            };
+            self.ensure_layer(&remote, job, &l.media_type, &progress, &active, &downloads)
+        });
+        futures_util::future::try_join_all(jobs).await?;
+
+        let user = config.image_config();
+        let (uid, username) = image::split_user(&user.user);
+        let size = config_bytes.len() as u64 + layers.iter().map(|l| l.size).sum::<u64>();
+        let id = config_desc.digest.clone();
+        let tag = reference.tagged();
+        let repo_digest = reference.with_digest(&resolved.top_digest);
+        let fresh = Image {
+            id: id.clone(),
+            repo_tags: Vec::new(),
+            repo_digests: Vec::new(),
+            size,
+            uid,
+            username,
+            pinned: false,
+            config: user,
+            layers,
+            manifests: Vec::new(),
+            generation: 0,
+        };
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut state = inner.lock();
+            let mut image = state.images.get(&id).cloned().unwrap_or(fresh);
+            if let Some(tag) = &tag {
+                if !image.repo_tags.contains(tag) {
+                    image.repo_tags.push(tag.clone());
+                }
+            }
+            if !image.repo_digests.contains(&repo_digest) {
+                image.repo_digests.push(repo_digest);
+            }
+            for d in manifest_digests {
+                if !image.manifests.contains(&d) {
+                    image.manifests.push(d);
+                }
+            }
+            // The tag moves: older images lose it (they stay, untagged,
+            // until removed, as in containerd).
+            let mut changed = Vec::new();
+            if state.images.get(&image.id) != Some(&image) {
+                changed.push(image.clone());
+            }
+            if let Some(tag) = &tag {
+                for other in state.images.values() {
+                    if other.id != image.id && other.repo_tags.contains(tag) {
+                        let mut other = other.clone();
+                        other.repo_tags.retain(|t| t != tag);
+                        changed.push(other);
+                    }
+                }
+            }
+            inner.write_records(&mut state, changed)?;
+            Ok(state.images.get(&image.id).cloned().unwrap_or(image))
+        })
+        .await
+        .map_err(join_err)?
+    }
+
+    /// Makes sure snapshot `job.chain_id` exists: from the stored blob if
+    /// there is one, else downloaded and unpacked in one pass.
+    async fn ensure_layer(
+        self: &Arc<Self>,
+        remote: &Remote,
+        job: LayerJob,
+        media_type: &str,
+        progress: &Arc<Progress>,
+        active: &Arc<Active>,
+        downloads: &Semaphore,
+    ) -> Result<(), Error> {
+        let lock = self.key_lock(&job.chain_id);
+        let _guard = lock.lock().await;
+        if self.paths.snapshot(&job.chain_id).is_dir() {
+            return Ok(());
+        }
+        let blob_path = self.paths.blob(&job.digest);
+        if blob_path.is_file() {
+            let (inner, progress, guard) = (self.clone(), progress.clone(), active.enter());
+            let chain_id = job.chain_id.clone();
+            let usage = tokio::task::spawn_blocking(move || {
+                let _guard = guard;
+                let file = File::open(&blob_path).map_err(|e| Error::io("open", &blob_path, e))?;
+                layer::run(&job, file, false, &inner.paths, &progress)
+            })
+            .await
+            .map_err(join_err)??;
+            self.lock().usage.insert(chain_id, usage);
+            return Ok(());
+        }
+
+        let _permit = downloads
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("download semaphore closed".into()))?;
+        let mut stream = remote
+            .blob_stream(&job.digest, job.size, media_type)
+            .await?;
+        progress.touch();
+        let (tx, rx) = mpsc::channel::<Msg>(16);
+        let (inner, progress2, guard) = (self.clone(), progress.clone(), active.enter());
+        let job2 = job.clone();
+        let unpack = tokio::task::spawn_blocking(move || {
+            let _guard = guard;
+            layer::run(
+                &job2,
+                ChannelReader::new(rx),
+                true,
+                &inner.paths,
+                &progress2,
+            )
+        });
+        let mut received = 0u64;
+        let download: Result<(), Error> = loop {
+            match stream.next().await {
+                Some(Ok(bytes)) => {
+                    received += bytes.len() as u64;
+                    progress.touch();
+                    if received > job.size {
+                        break Err(Error::bad(
+                            &job.reference,
+                            &job.digest,
+                            "more bytes than the manifest says",
+                        ));
+                    }
+                    if tx.send(Msg::Data(bytes)).await.is_err() {
+                        break Ok(()); // the unpacker stopped: its error tells why
+                    }
+                }
+                Some(Err(e)) => break Err(remote.stream_err(&job.digest, e, received >= job.size)),
+                None => {
+                    let _ = tx.send(Msg::End).await;
+                    break Ok(());
+                }
+            }
+        };
+        drop(tx);
+        let unpacked = unpack.await.map_err(join_err)?;
+        download?;
+        let usage = unpacked?;
+        tracing::debug!(image = %job.reference, layer = %job.digest, from = remote.host(), "layer unpacked");
+        self.lock().usage.insert(job.chain_id, usage);
+        Ok(())
+    }
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, Error> {
+    std::fs::read_dir(dir)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| Error::io("read dir", dir, e))
+}

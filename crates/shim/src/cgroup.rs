@@ -1,0 +1,174 @@
+//! Finding a container's memory cgroup and reading its OOM-kill counter, on
+//! cgroup v1 (`memory.oom_control`: `oom_kill N`) and v2 (`memory.events`:
+//! `oom_kill N`). Which one is used follows `/proc/<pid>/cgroup` and
+//! `/proc/self/mountinfo`, so hybrid hosts work too.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The file holding a container's OOM-kill counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OomCounter {
+    file: PathBuf,
+}
+
+impl OomCounter {
+    /// The counter of the memory cgroup process `pid` is in (read while it lives).
+    pub fn for_pid(pid: u32) -> io::Result<Option<OomCounter>> {
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        Ok(locate(&cgroups, &mountinfo).map(|file| OomCounter { file }))
+    }
+
+    /// The file the counter is read from.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// How many processes the OOM killer has killed in the cgroup.
+    pub fn read(&self) -> io::Result<u64> {
+        let text = std::fs::read_to_string(&self.file)?;
+        Ok(parse_oom_kill(&text).unwrap_or(0))
+    }
+}
+
+/// The counter file for the cgroups in `cgroups` (the text of
+/// `/proc/<pid>/cgroup`) given the mounts in `mountinfo`.
+fn locate(cgroups: &str, mountinfo: &str) -> Option<PathBuf> {
+    let mut v1 = None;
+    let mut v2 = None;
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory") {
+            v1 = Some(path);
+        } else if controllers.is_empty() {
+            v2 = Some(path);
+        }
+    }
+    // A memory controller on v1 wins: on hybrid hosts v2 has no memory controller.
+    if let Some(path) = v1 {
+        let dir = mount_for(
+            mountinfo,
+            |fstype, opts| fstype == "cgroup" && opts.split(',').any(|o| o == "memory"),
+            path,
+        )?;
+        return Some(dir.join("memory.oom_control"));
+    }
+    let path = v2?;
+    let dir = mount_for(mountinfo, |fstype, _| fstype == "cgroup2", path)?;
+    Some(dir.join("memory.events"))
+}
+
+/// The directory of cgroup `path` under the first mount matching `wanted`
+/// (given the filesystem type and super options).
+fn mount_for(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool, path: &str) -> Option<PathBuf> {
+    for line in mountinfo.lines() {
+        // id parent major:minor root mountpoint options [optional…] - fstype source superoptions
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let tail: Vec<&str> = right.split(' ').collect();
+        if fields.len() < 5 || tail.len() < 3 || !wanted(tail[0], tail[2]) {
+            continue;
+        }
+        let (root, mountpoint) = (unescape(fields[3]), unescape(fields[4]));
+        let rel = path.strip_prefix(root.as_str()).unwrap_or(path);
+        let rel = rel.trim_start_matches('/');
+        let mut dir = PathBuf::from(mountpoint);
+        if !rel.is_empty() {
+            dir.push(rel);
+        }
+        return Some(dir);
+    }
+    None
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `oom_kill` value of a `memory.oom_control` or `memory.events` text.
+fn parse_oom_kill(text: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == "oom_kill").then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID_MOUNTS: &str = "\
+25 1 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+30 25 0:26 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate
+33 25 0:29 / /sys/fs/cgroup/memory rw,nosuid shared:14 - cgroup cgroup rw,memory
+34 25 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+";
+    const V2_MOUNTS: &str = "\
+29 1 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate,memory_recursiveprot
+";
+
+    #[test]
+    fn v1_memory_controller() {
+        let cg = "12:cpu,cpuacct:/x\n4:memory:/berth-test/c1\n0::/\n";
+        assert_eq!(
+            locate(cg, HYBRID_MOUNTS),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/memory/berth-test/c1/memory.oom_control"
+            ))
+        );
+    }
+
+    #[test]
+    fn v2_unified() {
+        assert_eq!(
+            locate("0::/kubepods/pod1/c1\n", V2_MOUNTS),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/kubepods/pod1/c1/memory.events"
+            ))
+        );
+        assert_eq!(locate("0::/x\n", ""), None);
+    }
+
+    #[test]
+    fn mount_root_is_stripped() {
+        let mounts = "40 1 0:26 /outer /mnt/cg rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            locate("0::/outer/inner\n", mounts),
+            Some(PathBuf::from("/mnt/cg/inner/memory.events"))
+        );
+        assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+
+    #[test]
+    fn counters() {
+        assert_eq!(
+            parse_oom_kill("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"),
+            Some(3)
+        );
+        assert_eq!(
+            parse_oom_kill("low 0\nhigh 0\nmax 4\noom 2\noom_kill 1\n"),
+            Some(1)
+        );
+        assert_eq!(parse_oom_kill("oom 2\n"), None);
+    }
+}

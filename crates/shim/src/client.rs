@@ -1,0 +1,759 @@
+//! The daemon's side of a shim (async, tokio): start one for a bundle, find
+//! one again by its socket after a restart, and call it.
+//!
+//! Every call opens its own connection ([`crate::protocol`]). Short calls
+//! are bounded by the client's request timeout; [`ShimClient::wait`] and the
+//! streams are not (wrap them in `tokio::time::timeout` where needed).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+
+use crate::error::Error;
+use crate::options::ShimOptions;
+use crate::protocol::{
+    self, AttachRequest, Control, ExecRequest, ExitInfo, FrameKind, Request, Response, ShimState,
+};
+
+/// Bound on short calls unless [`ShimClient::set_request_timeout`] says otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Most bytes of each stream [`ShimClient::exec_sync`] keeps (the rest is
+/// read and dropped): CRI's message limit.
+pub const MAX_EXEC_OUTPUT: usize = 16 << 20;
+
+/// Largest stdin frame sent at once.
+const STDIN_CHUNK: usize = 64 * 1024;
+
+/// How to start a shim.
+#[derive(Debug, Clone)]
+pub struct SpawnOptions {
+    /// The `berth-shim` executable.
+    pub shim_binary: PathBuf,
+    /// What the shim is told.
+    pub shim: ShimOptions,
+    /// Bound on the shim's start-up answer (it includes `runtime create`);
+    /// by default the runtime timeout plus 10 s.
+    pub start_timeout: Option<Duration>,
+}
+
+impl SpawnOptions {
+    /// Start `shim_binary` with `shim`.
+    pub fn new(shim_binary: impl Into<PathBuf>, shim: ShimOptions) -> SpawnOptions {
+        SpawnOptions {
+            shim_binary: shim_binary.into(),
+            shim,
+            start_timeout: None,
+        }
+    }
+}
+
+/// A process to run in the container, with a stream of its stdio.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Unique per container while it runs: `[A-Za-z0-9_.-]`, up to 64 bytes.
+    pub exec_id: String,
+    /// The process (its `terminal` is set from `tty`).
+    pub process: oci_spec::runtime::Process,
+    pub tty: bool,
+    pub stdin: bool,
+    /// The shim kills the process after this long and reports `timed_out`.
+    pub timeout: Option<Duration>,
+}
+
+/// Which of the container's streams to attach to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttachOptions {
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+}
+
+/// What [`ShimClient::exec_sync`] collected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The exit code (137 when the timeout killed it).
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The timeout killed the process.
+    pub timed_out: bool,
+}
+
+/// Something that came down a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    /// The process (exec) or the container (attach) exited; the stream ends.
+    Exit {
+        exit_code: i32,
+        timed_out: bool,
+    },
+}
+
+/// A live exec or attach stream; [`IoStream::split`] to drive both
+/// directions from different tasks.
+#[derive(Debug)]
+pub struct IoStream {
+    pid: Option<u32>,
+    reader: StreamReader,
+    writer: StreamWriter,
+}
+
+/// The receiving half of an [`IoStream`].
+#[derive(Debug)]
+pub struct StreamReader {
+    id: String,
+    inner: OwnedReadHalf,
+    done: bool,
+}
+
+/// The sending half of an [`IoStream`].
+#[derive(Debug)]
+pub struct StreamWriter {
+    id: String,
+    inner: OwnedWriteHalf,
+}
+
+impl IoStream {
+    /// The exec'd process's pid (none for an attach).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The two halves.
+    pub fn split(self) -> (StreamReader, StreamWriter) {
+        (self.reader, self.writer)
+    }
+
+    /// See [`StreamReader::next`].
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
+        self.reader.next().await
+    }
+
+    /// See [`StreamWriter::stdin`].
+    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), Error> {
+        self.writer.stdin(data).await
+    }
+
+    /// See [`StreamWriter::close_stdin`].
+    pub async fn close_stdin(&mut self) -> Result<(), Error> {
+        self.writer.close_stdin().await
+    }
+
+    /// See [`StreamWriter::resize`].
+    pub async fn resize(&mut self, width: u16, height: u16) -> Result<(), Error> {
+        self.writer.resize(width, height).await
+    }
+}
+
+impl StreamReader {
+    /// The next event; `None` after [`StreamEvent::Exit`] (or if the shim
+    /// hung up without one).
+    pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
+        if self.done {
+            return Ok(None);
+        }
+        let frame = read_frame(&mut self.inner)
+            .await
+            .map_err(|e| Error::Protocol {
+                id: self.id.clone(),
+                message: format!("reading the stream: {e}"),
+            })?;
+        let Some((kind, payload)) = frame else {
+            self.done = true;
+            return Ok(None);
+        };
+        Ok(Some(match kind {
+            FrameKind::Stdout => StreamEvent::Stdout(payload),
+            FrameKind::Stderr => StreamEvent::Stderr(payload),
+            kind => match protocol::decode::<Control>(kind, &payload) {
+                Ok(Control::Exit {
+                    exit_code,
+                    timed_out,
+                }) => {
+                    self.done = true;
+                    StreamEvent::Exit {
+                        exit_code,
+                        timed_out,
+                    }
+                }
+                other => {
+                    return Err(Error::Protocol {
+                        id: self.id.clone(),
+                        message: format!("unexpected message in the stream: {other:?}"),
+                    })
+                }
+            },
+        }))
+    }
+}
+
+impl StreamWriter {
+    /// Sends bytes to the process's stdin.
+    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), Error> {
+        for chunk in data.chunks(STDIN_CHUNK) {
+            write_frame(&mut self.inner, FrameKind::Stdin, chunk)
+                .await
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Closes the process's stdin (for an attach: only with `stdin_once`).
+    pub async fn close_stdin(&mut self) -> Result<(), Error> {
+        self.control(&Control::CloseStdin).await
+    }
+
+    /// Resizes the terminal.
+    pub async fn resize(&mut self, width: u16, height: u16) -> Result<(), Error> {
+        self.control(&Control::Resize { width, height }).await
+    }
+
+    async fn control(&mut self, c: &Control) -> Result<(), Error> {
+        let payload = serde_json::to_vec(c).map_err(|e| self.err(e.into()))?;
+        write_frame(&mut self.inner, FrameKind::Json, &payload)
+            .await
+            .map_err(|e| self.err(e))
+    }
+
+    fn err(&self, e: std::io::Error) -> Error {
+        Error::Protocol {
+            id: self.id.clone(),
+            message: format!("writing to the stream: {e}"),
+        }
+    }
+}
+
+/// A connection to one shim. Cheap to clone; holds no connection itself.
+#[derive(Debug, Clone)]
+pub struct ShimClient {
+    id: String,
+    socket: PathBuf,
+    exit_file: PathBuf,
+    shim_pid: u32,
+    pid: u32,
+    request_timeout: Duration,
+}
+
+impl ShimClient {
+    /// Starts a shim, which creates the container (`runtime create`); returns
+    /// once it is created, or with the runtime's error.
+    pub async fn spawn(opts: &SpawnOptions) -> Result<ShimClient, Error> {
+        let shim = &opts.shim;
+        let id = shim.id.clone();
+        shim.validate().map_err(|message| Error::Invalid {
+            id: id.clone(),
+            message,
+        })?;
+        let paths = shim.paths();
+        let io_err = |what: &'static str, path: &Path| {
+            let (id, path) = (id.clone(), path.to_path_buf());
+            move |source| Error::Io {
+                id,
+                what,
+                path,
+                source,
+            }
+        };
+        tokio::fs::create_dir_all(paths.dir())
+            .await
+            .map_err(io_err("creating", paths.dir()))?;
+        // The shim's stderr until it opens the log itself: start-up errors land there too.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(paths.shim_log())
+            .map_err(io_err("opening", &paths.shim_log()))?;
+        let mut child = tokio::process::Command::new(&opts.shim_binary)
+            .args(shim.to_args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(io_err("starting", &opts.shim_binary))?;
+        let mut stdout = child.stdout.take().ok_or_else(|| Error::Protocol {
+            id: id.clone(),
+            message: "the shim's stdout is not a pipe".into(),
+        })?;
+        let timeout = opts
+            .start_timeout
+            .unwrap_or(shim.runtime_timeout + Duration::from_secs(10));
+        let answer = tokio::time::timeout(timeout, read_frame(&mut stdout)).await;
+        // The first process forks the shim and exits at once: reap it.
+        let first = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+        let answer = answer.map_err(|_| Error::Timeout {
+            id: id.clone(),
+            what: "shim start-up",
+            timeout,
+        })?;
+        let frame = answer.map_err(|e| Error::Protocol {
+            id: id.clone(),
+            message: format!("reading the shim's answer: {e}"),
+        })?;
+        let Some((kind, payload)) = frame else {
+            let status = match first {
+                Ok(Ok(status)) => status.to_string(),
+                _ => "still running".into(),
+            };
+            return Err(Error::Protocol {
+                id: id.clone(),
+                message: format!(
+                    "the shim ended without answering (first process: {status}); {}",
+                    log_tail(&paths.shim_log())
+                ),
+            });
+        };
+        match decode_response(&id, kind, &payload)? {
+            Response::Created { pid, shim_pid } => Ok(ShimClient {
+                id,
+                socket: paths.socket(),
+                exit_file: paths.exit_file(),
+                shim_pid,
+                pid,
+                request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            }),
+            other => Err(unexpected(&id, other)),
+        }
+    }
+
+    /// Finds a running shim by its socket (after a daemon restart).
+    pub async fn connect(socket: impl AsRef<Path>) -> Result<ShimClient, Error> {
+        let mut client = ShimClient {
+            id: String::new(),
+            socket: socket.as_ref().to_path_buf(),
+            exit_file: PathBuf::new(),
+            shim_pid: 0,
+            pid: 0,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        };
+        let state = client.state().await?;
+        client.id = state.id;
+        client.exit_file = state.exit_file;
+        client.shim_pid = state.shim_pid;
+        client.pid = state.pid;
+        Ok(client)
+    }
+
+    /// The container id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The shim's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The exit file ([`crate::read_exit_file`]).
+    pub fn exit_file(&self) -> &Path {
+        &self.exit_file
+    }
+
+    /// The shim process's pid.
+    pub fn shim_pid(&self) -> u32 {
+        self.shim_pid
+    }
+
+    /// The container's init pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Bounds short calls (everything but wait and streams) by `timeout`.
+    pub fn set_request_timeout(&mut self, timeout: Duration) {
+        self.request_timeout = timeout;
+    }
+
+    /// The shim's view of the container.
+    pub async fn state(&self) -> Result<ShimState, Error> {
+        match self.call(&Request::State).await? {
+            Response::State(state) => Ok(state),
+            other => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    /// Starts the container; returns its pid.
+    pub async fn start(&self) -> Result<u32, Error> {
+        match self.call(&Request::Start).await? {
+            Response::Started { pid } => Ok(pid),
+            other => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    /// Signals the container's init (`all`: every process in it).
+    pub async fn kill(&self, signal: i32, all: bool) -> Result<(), Error> {
+        self.call_ok(&Request::Kill { signal, all }).await
+    }
+
+    /// Waits (without bound) until the container has exited.
+    pub async fn wait(&self) -> Result<ExitInfo, Error> {
+        let resp = self.exchange(&Request::Wait).await?;
+        match resp {
+            Response::Exited(info) => Ok(info),
+            other => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    /// Resizes the container's terminal.
+    pub async fn resize(&self, width: u16, height: u16) -> Result<(), Error> {
+        self.call_ok(&Request::Resize { width, height }).await
+    }
+
+    /// Reopens the container's log file (after kubelet rotated it).
+    pub async fn reopen_log(&self) -> Result<(), Error> {
+        self.call_ok(&Request::ReopenLog).await
+    }
+
+    /// Updates the container's resources (`runtime update`).
+    pub async fn update(&self, resources: &oci_spec::runtime::LinuxResources) -> Result<(), Error> {
+        let resources = serde_json::to_value(resources).map_err(|e| Error::Invalid {
+            id: self.id.clone(),
+            message: format!("encoding resources: {e}"),
+        })?;
+        self.call_ok(&Request::Update { resources }).await
+    }
+
+    /// Freezes the container.
+    pub async fn pause(&self) -> Result<(), Error> {
+        self.call_ok(&Request::Pause).await
+    }
+
+    /// Thaws the container.
+    pub async fn resume(&self) -> Result<(), Error> {
+        self.call_ok(&Request::Resume).await
+    }
+
+    /// Deletes the container (`runtime delete`); the shim then exits. The
+    /// exit file stays.
+    pub async fn delete(&self, force: bool) -> Result<(), Error> {
+        self.call_ok(&Request::Delete { force }).await
+    }
+
+    /// Runs `process` in the container and collects its output (ExecSync).
+    /// The shim kills it after `timeout` and says so in `timed_out`.
+    pub async fn exec_sync(
+        &self,
+        process: &oci_spec::runtime::Process,
+        timeout: Option<Duration>,
+    ) -> Result<ExecOutput, Error> {
+        let opts = ExecOptions {
+            exec_id: new_exec_id(),
+            process: process.clone(),
+            tty: false,
+            stdin: false,
+            timeout,
+        };
+        let mut stream = self.exec(&opts).await?;
+        let mut out = ExecOutput::default();
+        let collect = async {
+            while let Some(event) = stream.next().await? {
+                match event {
+                    StreamEvent::Stdout(data) => append_capped(&mut out.stdout, &data),
+                    StreamEvent::Stderr(data) => append_capped(&mut out.stderr, &data),
+                    StreamEvent::Exit {
+                        exit_code,
+                        timed_out,
+                    } => {
+                        out.exit_code = exit_code;
+                        out.timed_out = timed_out;
+                        return Ok(true);
+                    }
+                }
+            }
+            Ok::<bool, Error>(false)
+        };
+        // The shim enforces the timeout; this only guards against a shim
+        // that stopped answering.
+        let guard = timeout.map(|t| t + self.request_timeout);
+        let exited = match guard {
+            Some(g) => tokio::time::timeout(g, collect)
+                .await
+                .map_err(|_| Error::Timeout {
+                    id: self.id.clone(),
+                    what: "exec",
+                    timeout: g,
+                })??,
+            None => collect.await?,
+        };
+        if !exited {
+            return Err(Error::Protocol {
+                id: self.id.clone(),
+                message: "the exec stream ended without an exit status".into(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Starts a process in the container and streams its stdio.
+    pub async fn exec(&self, opts: &ExecOptions) -> Result<IoStream, Error> {
+        let process = serde_json::to_value(&opts.process).map_err(|e| Error::Invalid {
+            id: self.id.clone(),
+            message: format!("encoding the process: {e}"),
+        })?;
+        let req = Request::Exec(ExecRequest {
+            exec_id: opts.exec_id.clone(),
+            process,
+            tty: opts.tty,
+            stdin: opts.stdin,
+            timeout_ms: opts
+                .timeout
+                .map(|t| t.as_millis().min(u64::MAX as u128) as u64),
+        });
+        match self.open_stream(&req).await? {
+            (Response::Started { pid }, mut stream) => {
+                stream.pid = Some(pid);
+                Ok(stream)
+            }
+            (other, _) => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    /// Streams the container's live output and, if asked, feeds its stdin.
+    pub async fn attach(&self, opts: AttachOptions) -> Result<IoStream, Error> {
+        let req = Request::Attach(AttachRequest {
+            stdin: opts.stdin,
+            stdout: opts.stdout,
+            stderr: opts.stderr,
+        });
+        match self.open_stream(&req).await? {
+            (Response::Ok, stream) => Ok(stream),
+            (other, _) => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    async fn open_stream(&self, req: &Request) -> Result<(Response, IoStream), Error> {
+        let fut = async {
+            let mut conn = self.send(req).await?;
+            let resp = self.read_response(&mut conn).await?;
+            Ok::<_, Error>((resp, conn))
+        };
+        let (resp, conn) = self.bounded(fut).await?;
+        let (r, w) = conn.into_split();
+        let stream = IoStream {
+            pid: None,
+            reader: StreamReader {
+                id: self.id.clone(),
+                inner: r,
+                done: false,
+            },
+            writer: StreamWriter {
+                id: self.id.clone(),
+                inner: w,
+            },
+        };
+        Ok((resp, stream))
+    }
+
+    async fn call_ok(&self, req: &Request) -> Result<(), Error> {
+        match self.call(req).await? {
+            Response::Ok => Ok(()),
+            other => Err(unexpected(&self.id, other)),
+        }
+    }
+
+    /// One request, bounded by the request timeout.
+    async fn call(&self, req: &Request) -> Result<Response, Error> {
+        self.bounded(self.exchange(req)).await
+    }
+
+    async fn bounded<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout(self.request_timeout, fut)
+            .await
+            .map_err(|_| Error::Timeout {
+                id: self.id.clone(),
+                what: "shim request",
+                timeout: self.request_timeout,
+            })?
+    }
+
+    /// One request and its answer, unbounded.
+    async fn exchange(&self, req: &Request) -> Result<Response, Error> {
+        let mut conn = self.send(req).await?;
+        self.read_response(&mut conn).await
+    }
+
+    async fn send(&self, req: &Request) -> Result<UnixStream, Error> {
+        let io_err = |what: &'static str| {
+            move |source| Error::Io {
+                id: self.id.clone(),
+                what,
+                path: self.socket.clone(),
+                source,
+            }
+        };
+        let mut conn = UnixStream::connect(&self.socket)
+            .await
+            .map_err(io_err("connecting to"))?;
+        let payload = serde_json::to_vec(req).map_err(|e| io_err("encoding for")(e.into()))?;
+        write_frame(&mut conn, FrameKind::Json, &payload)
+            .await
+            .map_err(io_err("writing to"))?;
+        Ok(conn)
+    }
+
+    async fn read_response(&self, conn: &mut UnixStream) -> Result<Response, Error> {
+        let frame = read_frame(conn).await.map_err(|e| Error::Io {
+            id: self.id.clone(),
+            what: "reading from",
+            path: self.socket.clone(),
+            source: e,
+        })?;
+        let Some((kind, payload)) = frame else {
+            return Err(Error::Protocol {
+                id: self.id.clone(),
+                message: "the shim hung up without answering".into(),
+            });
+        };
+        decode_response(&self.id, kind, &payload)
+    }
+}
+
+fn decode_response(id: &str, kind: FrameKind, payload: &[u8]) -> Result<Response, Error> {
+    match protocol::decode::<Response>(kind, payload) {
+        Ok(Response::Error(source)) => Err(Error::Remote {
+            id: id.to_string(),
+            source,
+        }),
+        Ok(resp) => Ok(resp),
+        Err(e) => Err(Error::Protocol {
+            id: id.to_string(),
+            message: e.to_string(),
+        }),
+    }
+}
+
+fn unexpected(id: &str, resp: Response) -> Error {
+    Error::Protocol {
+        id: id.to_string(),
+        message: format!("unexpected answer {resp:?}"),
+    }
+}
+
+fn append_capped(into: &mut Vec<u8>, data: &[u8]) {
+    let room = MAX_EXEC_OUTPUT.saturating_sub(into.len());
+    into.extend_from_slice(&data[..data.len().min(room)]);
+}
+
+/// A fresh exec id: pid, time and a counter.
+fn new_exec_id() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "sync-{}-{nanos:x}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The last lines of the shim's log, for an error message.
+fn log_tail(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
+            format!("{}: {tail}", path.display())
+        }
+        Err(e) => format!("{}: {e}", path.display()),
+    }
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: FrameKind,
+    payload: &[u8],
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(5 + payload.len());
+    buf.extend_from_slice(&protocol::frame_header(kind, payload.len())?);
+    buf.extend_from_slice(payload);
+    w.write_all(&buf).await?;
+    w.flush().await
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+) -> std::io::Result<Option<(FrameKind, Vec<u8>)>> {
+    let mut h = [0u8; 5];
+    let mut got = 0;
+    while got < h.len() {
+        match r.read(&mut h[got..]).await? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
+        }
+    }
+    let (kind, len) = protocol::parse_header(h)?;
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload).await?;
+    Ok(Some((kind, payload)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn async_frames_match_blocking_ones() {
+        let mut buf = Vec::new();
+        protocol::write_json(&mut buf, &Response::Started { pid: 3 }).unwrap();
+        let mut r = &buf[..];
+        let (kind, payload) = read_frame(&mut r).await.unwrap().unwrap();
+        assert_eq!(
+            decode_response("c", kind, &payload).unwrap(),
+            Response::Started { pid: 3 }
+        );
+        let mut out = Vec::new();
+        write_frame(&mut out, FrameKind::Stdin, b"abc")
+            .await
+            .unwrap();
+        let mut r = &out[..];
+        assert_eq!(
+            protocol::read_frame(&mut r).unwrap(),
+            Some((FrameKind::Stdin, b"abc".to_vec()))
+        );
+    }
+
+    #[tokio::test]
+    async fn remote_errors_are_typed() {
+        let err = protocol::RemoteError {
+            kind: protocol::ErrorKind::Runtime,
+            message: "runc start c: exit status 1".into(),
+            exit_status: Some(1),
+            stderr: Some("container \"c\" does not exist".into()),
+        };
+        let payload = serde_json::to_vec(&Response::Error(err)).unwrap();
+        let e = decode_response("c", FrameKind::Json, &payload).unwrap_err();
+        assert_eq!(e.runtime_exit_status(), Some(1));
+        assert!(e.is_not_found());
+        assert!(e.to_string().contains("exit status 1"));
+    }
+
+    #[tokio::test]
+    async fn connect_to_nothing_is_shim_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ShimClient::connect(dir.path().join("none.sock"))
+            .await
+            .unwrap_err();
+        assert!(err.is_shim_gone(), "{err}");
+    }
+
+    #[test]
+    fn exec_ids_are_valid_and_unique() {
+        let (a, b) = (new_exec_id(), new_exec_id());
+        assert_ne!(a, b);
+        assert!(crate::options::valid_exec_id(&a), "{a}");
+    }
+}

@@ -1,0 +1,304 @@
+//! What one shim is started with ([`ShimOptions`], passed as its command line)
+//! and where its files live in its state directory ([`ShimPaths`]).
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Longest path a unix socket address holds (sun_path, minus the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Everything one shim needs to create and look after one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimOptions {
+    /// The container id, as the OCI runtime knows it.
+    pub id: String,
+    /// The OCI bundle (absolute).
+    pub bundle: PathBuf,
+    /// The shim's own directory (absolute): socket, exit file, pid file, logs.
+    pub state_dir: PathBuf,
+    /// The OCI runtime binary (`runc`, `crun`, or a path).
+    pub runtime: PathBuf,
+    /// The runtime's `--root`.
+    pub runtime_root: PathBuf,
+    /// Pass `--systemd-cgroup` to the runtime.
+    pub systemd_cgroup: bool,
+    /// More global options for the runtime, before the command (e.g. crun's
+    /// `--cgroup-manager=disabled`).
+    pub runtime_args: Vec<String>,
+    /// The CRI log file for the container's output; `None` discards it.
+    pub log_path: Option<PathBuf>,
+    /// Keep the container's stdin open for attach.
+    pub stdin: bool,
+    /// Close the container's stdin when the first attach that used it ends.
+    pub stdin_once: bool,
+    /// Give the container a terminal (the bundle's `process.terminal` must agree).
+    pub tty: bool,
+    /// Bound on each runtime invocation.
+    pub runtime_timeout: Duration,
+}
+
+impl ShimOptions {
+    /// Options for container `id` from `bundle`, with the shim's files in
+    /// `state_dir`; runtime `runc` with root `/run/runc`, no stdin, no TTY.
+    pub fn new(
+        id: impl Into<String>,
+        bundle: impl Into<PathBuf>,
+        state_dir: impl Into<PathBuf>,
+    ) -> ShimOptions {
+        ShimOptions {
+            id: id.into(),
+            bundle: bundle.into(),
+            state_dir: state_dir.into(),
+            runtime: PathBuf::from("runc"),
+            runtime_root: PathBuf::from("/run/runc"),
+            systemd_cgroup: false,
+            runtime_args: Vec::new(),
+            log_path: None,
+            stdin: false,
+            stdin_once: false,
+            tty: false,
+            runtime_timeout: crate::runc::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The shim's files.
+    pub fn paths(&self) -> ShimPaths {
+        ShimPaths::new(&self.state_dir)
+    }
+
+    /// Checks what a shim could not work with: a bad id, relative paths, a
+    /// socket path too long for a unix address.
+    pub fn validate(&self) -> Result<(), String> {
+        validate_id(&self.id)?;
+        for (name, path) in [
+            ("bundle", Some(&self.bundle)),
+            ("state dir", Some(&self.state_dir)),
+            ("log path", self.log_path.as_ref()),
+        ] {
+            if let Some(path) = path {
+                if !path.is_absolute() {
+                    return Err(format!("{name} {} is not an absolute path", path.display()));
+                }
+            }
+        }
+        let socket = self.paths().socket();
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(format!(
+                "socket path {} is longer than {MAX_SOCKET_PATH} bytes",
+                socket.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The shim's command line for these options.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = Vec::new();
+        let mut pair = |k: &str, v: &OsStr| {
+            args.push(k.into());
+            args.push(v.to_os_string());
+        };
+        pair("--id", OsStr::new(&self.id));
+        pair("--bundle", self.bundle.as_os_str());
+        pair("--state-dir", self.state_dir.as_os_str());
+        pair("--runtime", self.runtime.as_os_str());
+        pair("--runtime-root", self.runtime_root.as_os_str());
+        let timeout = self.runtime_timeout.as_millis().to_string();
+        pair("--runtime-timeout-ms", OsStr::new(&timeout));
+        if let Some(log) = &self.log_path {
+            pair("--log-path", log.as_os_str());
+        }
+        for arg in &self.runtime_args {
+            pair("--runtime-arg", OsStr::new(arg));
+        }
+        for (flag, on) in [
+            ("--systemd-cgroup", self.systemd_cgroup),
+            ("--stdin", self.stdin),
+            ("--stdin-once", self.stdin_once),
+            ("--tty", self.tty),
+        ] {
+            if on {
+                args.push(flag.into());
+            }
+        }
+        args
+    }
+
+    /// Parses the shim's command line (without the program name).
+    pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<ShimOptions, String> {
+        let mut opts = ShimOptions::new("", "", "");
+        let mut seen_id = false;
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let flag = arg.to_string_lossy().into_owned();
+            let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--id" => {
+                    opts.id = value()?
+                        .into_string()
+                        .map_err(|_| "--id is not UTF-8".to_string())?;
+                    seen_id = true;
+                }
+                "--bundle" => opts.bundle = value()?.into(),
+                "--state-dir" => opts.state_dir = value()?.into(),
+                "--runtime" => opts.runtime = value()?.into(),
+                "--runtime-root" => opts.runtime_root = value()?.into(),
+                "--runtime-timeout-ms" => {
+                    let v = value()?;
+                    let ms: u64 = v
+                        .to_str()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| format!("--runtime-timeout-ms {v:?} is not a number"))?;
+                    opts.runtime_timeout = Duration::from_millis(ms);
+                }
+                "--log-path" => opts.log_path = Some(value()?.into()),
+                "--runtime-arg" => opts.runtime_args.push(
+                    value()?
+                        .into_string()
+                        .map_err(|_| "--runtime-arg is not UTF-8".to_string())?,
+                ),
+                "--systemd-cgroup" => opts.systemd_cgroup = true,
+                "--stdin" => opts.stdin = true,
+                "--stdin-once" => opts.stdin_once = true,
+                "--tty" => opts.tty = true,
+                _ => return Err(format!("unknown argument {flag:?}")),
+            }
+        }
+        if !seen_id {
+            return Err("--id is required".into());
+        }
+        for (name, path) in [("--bundle", &opts.bundle), ("--state-dir", &opts.state_dir)] {
+            if path.as_os_str().is_empty() {
+                return Err(format!("{name} is required"));
+            }
+        }
+        opts.validate()?;
+        Ok(opts)
+    }
+}
+
+/// Checks a container id the way runc does: letters, digits, `_`, `+`, `-`, `.`.
+pub fn validate_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > 1024 {
+        return Err(format!("container id {id:?} is empty or too long"));
+    }
+    if id == "." || id == ".." {
+        return Err(format!("container id {id:?} is not allowed"));
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'))
+    {
+        return Err(format!(
+            "container id {id:?} has characters other than [A-Za-z0-9_+.-]"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a shim's files are, in its state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimPaths {
+    dir: PathBuf,
+}
+
+impl ShimPaths {
+    /// The files of the shim whose state directory is `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> ShimPaths {
+        ShimPaths { dir: dir.into() }
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The socket the shim serves on.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("shim.sock")
+    }
+
+    /// The exit file ([`crate::read_exit_file`]).
+    pub fn exit_file(&self) -> PathBuf {
+        self.dir.join("exit.json")
+    }
+
+    /// The shim's own diagnostics.
+    pub fn shim_log(&self) -> PathBuf {
+        self.dir.join("shim.log")
+    }
+
+    /// The container's init pid, as the runtime wrote it.
+    pub fn pid_file(&self) -> PathBuf {
+        self.dir.join("init.pid")
+    }
+
+    /// The runtime's JSON log for `create` (and `exec`s, with their own names).
+    pub fn runtime_log(&self, what: &str) -> PathBuf {
+        self.dir.join(format!("{what}.runtime.log"))
+    }
+
+    /// A console socket the runtime sends a pty master to.
+    pub fn console_socket(&self, what: &str) -> PathBuf {
+        self.dir.join(format!("{what}.tty.sock"))
+    }
+
+    /// A file of exec `exec_id` (`json`: its process spec, `pid`: its pid).
+    pub fn exec_file(&self, exec_id: &str, ext: &str) -> PathBuf {
+        self.dir.join(format!("exec-{exec_id}.{ext}"))
+    }
+}
+
+/// Whether `bytes` is a safe exec id for file names: `[A-Za-z0-9_.-]`, 1 to 64.
+pub fn valid_exec_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && OsStr::new(id)
+            .as_bytes()
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_round_trip() {
+        let mut opts = ShimOptions::new("c1", "/b", "/s");
+        opts.runtime = "crun".into();
+        opts.runtime_args = vec!["--cgroup-manager=disabled".into(), "--debug".into()];
+        opts.log_path = Some("/l/0.log".into());
+        opts.stdin = true;
+        opts.tty = true;
+        opts.runtime_timeout = Duration::from_millis(1500);
+        assert_eq!(ShimOptions::from_args(opts.to_args()).unwrap(), opts);
+        let plain = ShimOptions::new("c2", "/b", "/s");
+        assert_eq!(ShimOptions::from_args(plain.to_args()).unwrap(), plain);
+    }
+
+    #[test]
+    fn bad_args() {
+        let parse = |a: &[&str]| ShimOptions::from_args(a.iter().map(OsString::from));
+        assert!(parse(&["--bundle", "/b", "--state-dir", "/s"]).is_err());
+        assert!(parse(&["--id", "c", "--bundle", "/b"]).is_err());
+        assert!(parse(&["--id", "c", "--bundle", "rel", "--state-dir", "/s"]).is_err());
+        assert!(parse(&["--id", "../x", "--bundle", "/b", "--state-dir", "/s"]).is_err());
+        assert!(parse(&["--id", "c", "--bundle", "/b", "--state-dir", "/s", "--what"]).is_err());
+        assert!(parse(&["--id"]).is_err());
+        let long = format!("/{}", "d".repeat(120));
+        assert!(parse(&["--id", "c", "--bundle", "/b", "--state-dir", &long]).is_err());
+    }
+
+    #[test]
+    fn exec_ids() {
+        assert!(valid_exec_id("abc-1_2.x"));
+        assert!(!valid_exec_id(""));
+        assert!(!valid_exec_id("../x"));
+        assert!(!valid_exec_id(".hidden"));
+        assert!(!valid_exec_id(&"a".repeat(65)));
+    }
+}

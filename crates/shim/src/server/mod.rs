@@ -1,0 +1,747 @@
+//! The shim process itself (the `berth-shim` binary calls [`main`]).
+//!
+//! Start-up: parse the options, fork (the parent exits at once, so the daemon
+//! only waits for that short-lived process) and `setsid`, so the shim
+//! outlives the daemon and no signal to the daemon's group or session reaches
+//! it; become child subreaper; block SIGCHLD for the reaper; bind the socket;
+//! `runtime create` with the container's stdio; then answer on stdout (a pipe
+//! the daemon reads) with [`Response::Created`] or [`Response::Error`], point
+//! stdout at /dev/null, and serve one request per connection, a thread each.
+//!
+//! Threads of an idle shim: the accept loop, the reaper, the exit monitor,
+//! and one copier per output stream. No async runtime: an idle shim stays
+//! well under 2 MiB of RSS (see the crate README).
+
+mod exec;
+mod io;
+mod reaper;
+
+use std::fmt;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::cgroup::OomCounter;
+use crate::crilog::{format_timestamp, Stream};
+use crate::options::ShimOptions;
+use crate::protocol::{
+    self, AttachRequest, ContainerStatus, ErrorKind, ExitInfo, RemoteError, Request, Response,
+    ShimState,
+};
+use crate::runc::{CreateOptions, ProcessIo, Runtime};
+use crate::sys;
+use crate::ShimPaths;
+
+use self::io::{ConsoleSocket, ContainerIo, StdinSink};
+use self::reaper::{Reaper, ReaperSpawner, Subscription};
+
+/// How long the exit monitor waits for the output to reach EOF before it
+/// records the exit anyway (a process outside the container's PID namespace
+/// may hold the pipes).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// How long a forced delete waits for the killed init's exit to be recorded.
+const DELETE_EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a new connection may take to send its request.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How often a silent attach looks whether its client hung up.
+const ATTACH_HANGUP_CHECK: Duration = Duration::from_secs(1);
+
+/// How long to wait for the pty master after a successful create.
+const CONSOLE_WAIT: Duration = Duration::from_secs(5);
+
+/// Writes a line to the shim's log (its stderr, redirected to `shim.log`).
+pub(crate) fn log(args: fmt::Arguments<'_>) {
+    let line = format!(
+        "{} berth-shim[{}]: {args}\n",
+        format_timestamp(SystemTime::now()),
+        std::process::id()
+    );
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The entry point of the `berth-shim` binary.
+pub fn main() -> ! {
+    close_inherited_fds();
+    let mut args = std::env::args_os().skip(1).peekable();
+    match args.peek().and_then(|a| a.to_str()) {
+        Some("--version") => {
+            println!("berth-shim {}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(0);
+        }
+        Some("--help") | Some("-h") | None => {
+            eprintln!(
+                "usage: berth-shim --id ID --bundle DIR --state-dir DIR [--runtime BIN] \
+                 [--runtime-root DIR] [--runtime-timeout-ms N] [--log-path FILE] \
+                 [--systemd-cgroup] [--runtime-arg ARG]... [--stdin] [--stdin-once] [--tty]\n\
+                 Started by the berth daemon, one per container; answers on stdout."
+            );
+            std::process::exit(2);
+        }
+        _ => {}
+    }
+    let opts = match ShimOptions::from_args(args) {
+        Ok(opts) => opts,
+        Err(msg) => {
+            eprintln!("berth-shim: {msg}");
+            std::process::exit(2);
+        }
+    };
+    detach();
+    let shim = match setup(opts) {
+        Ok(shim) => shim,
+        Err(err) => {
+            log(format_args!("start-up failed: {}", err.message));
+            answer(&Response::Error(err));
+            std::process::exit(1);
+        }
+    };
+    answer(&Response::Created {
+        pid: shim.pid,
+        shim_pid: std::process::id(),
+    });
+    serve(shim)
+}
+
+/// Closes every descriptor above stderr the daemon let us inherit: the shim
+/// must not keep the daemon's files (or pass them on to runtimes).
+fn close_inherited_fds() {
+    // SAFETY: close_range on descriptors nothing in this fresh process uses.
+    let done = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } == 0;
+    if done {
+        return;
+    }
+    let fds: Vec<i32> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|fd| *fd > 2)
+            .collect(),
+        Err(_) => return,
+    };
+    for fd in fds {
+        // SAFETY: as above (the directory's own descriptor is closed already
+        // and close fails harmlessly on it).
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Forks; the parent exits at once and the child leads a new session.
+fn detach() {
+    // SAFETY: no thread has been started yet, so the child may do anything.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Parent { .. }) => {
+            // SAFETY: _exit ends the process without touching shared state.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(nix::unistd::ForkResult::Child) => {
+            let _ = nix::unistd::setsid();
+        }
+        Err(e) => {
+            eprintln!("berth-shim: fork: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Sends the start-up answer on stdout and points stdout at /dev/null, so
+/// the daemon's pipe sees EOF.
+fn answer(resp: &Response) {
+    let mut out = std::io::stdout().lock();
+    let _ = protocol::write_json(&mut out, resp);
+    let _ = out.flush();
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto fd 1 (stdout), which we own.
+        unsafe { libc::dup2(null.as_raw_fd(), 1) };
+    }
+}
+
+fn internal(what: impl fmt::Display, e: impl fmt::Display) -> RemoteError {
+    RemoteError::new(ErrorKind::Internal, format!("{what}: {e}"))
+}
+
+/// The container's life as the shim sees it.
+struct Life {
+    status: ContainerStatus,
+    exit: Option<ExitInfo>,
+}
+
+/// One shim: its container, its runtime, its stdio.
+pub(crate) struct Shim {
+    opts: ShimOptions,
+    paths: ShimPaths,
+    runtime: Runtime,
+    reaper: Arc<Reaper>,
+    io: Arc<ContainerIo>,
+    pid: u32,
+    life: Mutex<Life>,
+    changed: Condvar,
+    seq: AtomicU64,
+    listener: UnixListener,
+}
+
+/// Undoes start-up steps when a later one fails.
+struct Undo<'a> {
+    runtime: &'a Runtime,
+    id: &'a str,
+    socket: &'a Path,
+    created: bool,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.created {
+            if let Err(e) = self.runtime.delete(self.id, true) {
+                log(format_args!("cleaning up after a failed start: {e}"));
+            }
+        }
+        let _ = std::fs::remove_file(self.socket);
+    }
+}
+
+fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
+    let paths = opts.paths();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(paths.dir())
+        .map_err(|e| internal(format_args!("creating {}", paths.dir().display()), e))?;
+    redirect_stdio(&paths);
+
+    // Before any thread exists, so every thread inherits the mask.
+    reaper::sigchld_set()
+        .thread_block()
+        .map_err(|e| internal("blocking SIGCHLD", e))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| internal("becoming child subreaper", e))?;
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator. One arena: fewer pages for
+    // the shim's few threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+    let reaper = Reaper::start().map_err(|e| internal("starting the reaper", e))?;
+    let runtime = Runtime::new(&opts.runtime, &opts.runtime_root)
+        .with_timeout(opts.runtime_timeout)
+        .with_systemd_cgroup(opts.systemd_cgroup)
+        .with_global_args(opts.runtime_args.clone())
+        .with_spawner(Arc::new(ReaperSpawner(reaper.clone())));
+
+    let socket = paths.socket();
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket)
+        .and_then(|l| {
+            // Only root talks to a shim.
+            std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
+            Ok(l)
+        })
+        .map_err(|e| internal(format_args!("binding {}", socket.display()), e))?;
+    let mut undo = Undo {
+        runtime: &runtime,
+        id: &opts.id,
+        socket: &socket,
+        created: false,
+        armed: true,
+    };
+
+    let io = Arc::new(
+        ContainerIo::new(opts.log_path.as_deref())
+            .map_err(|e| internal("opening the container log", e))?,
+    );
+    let pipe = || sys::pipe().map_err(|e| internal("creating a pipe", e));
+    let mut process_io = ProcessIo::default();
+    let mut outputs = Vec::new();
+    let mut stdin_writer = None;
+    let console = if opts.tty {
+        let path = paths.console_socket("init");
+        Some(ConsoleSocket::bind(&path).map_err(|e| internal("binding the console socket", e))?)
+    } else {
+        if opts.stdin {
+            let (r, w) = pipe()?;
+            process_io.stdin = Some(r);
+            stdin_writer = Some(std::fs::File::from(w));
+        }
+        let (r, w) = pipe()?;
+        process_io.stdout = Some(w);
+        outputs.push((std::fs::File::from(r), Stream::Stdout));
+        let (r, w) = pipe()?;
+        process_io.stderr = Some(w);
+        outputs.push((std::fs::File::from(r), Stream::Stderr));
+        None
+    };
+
+    let pid_file = paths.pid_file();
+    let _ = std::fs::remove_file(&pid_file);
+    let create_log = paths.runtime_log("create");
+    let create = CreateOptions {
+        bundle: &opts.bundle,
+        pid_file: &pid_file,
+        console_socket: console.as_ref().map(|c| c.path()),
+        log_file: &create_log,
+        io: process_io,
+    };
+    undo.created = true;
+    runtime.create(&opts.id, create).map_err(|e| {
+        // A create that failed cleaned up after itself (and may have failed
+        // because another container has this id: leave that one alone); one
+        // killed at its timeout may have left a container behind.
+        undo.created = e.is_timeout();
+        RemoteError::from(e)
+    })?;
+    let pid = read_pid_file(&pid_file).map_err(|e| internal("reading the pid file", e))?;
+    let init = reaper
+        .watch(pid)
+        .map_err(|e| internal("watching the container's init", e))?;
+
+    if let Some(console) = console {
+        let master = console
+            .receive(CONSOLE_WAIT)
+            .map_err(|e| internal("receiving the container's terminal", e))?;
+        let clone = || {
+            master
+                .try_clone()
+                .map_err(|e| internal("duplicating the terminal", e))
+        };
+        if opts.stdin {
+            stdin_writer = Some(clone()?);
+        }
+        io.set_terminal(clone()?);
+        outputs.push((master, Stream::Stdout));
+    }
+    if let Some(w) = stdin_writer {
+        io.set_stdin(w);
+    }
+    for (source, stream) in outputs {
+        io.start_copier(source, stream)
+            .map_err(|e| internal("starting an output copier", e))?;
+    }
+    // The counter before the container runs, to tell a later OOM kill apart.
+    let oom = match OomCounter::for_pid(pid) {
+        Ok(Some(counter)) => counter.read().ok().map(|base| (counter, base)),
+        Ok(None) => None,
+        Err(e) => {
+            log(format_args!("no memory cgroup for pid {pid}: {e}"));
+            None
+        }
+    };
+
+    undo.armed = false;
+    drop(undo);
+    let shim = Arc::new(Shim {
+        paths,
+        runtime,
+        reaper,
+        io,
+        pid,
+        life: Mutex::new(Life {
+            status: ContainerStatus::Created,
+            exit: None,
+        }),
+        changed: Condvar::new(),
+        seq: AtomicU64::new(0),
+        listener,
+        opts,
+    });
+    let s = shim.clone();
+    std::thread::Builder::new()
+        .name("monitor".into())
+        .stack_size(64 * 1024)
+        .spawn(move || s.monitor(init, oom))
+        .map_err(|e| {
+            let _ = shim.runtime.delete(&shim.opts.id, true);
+            internal("starting the exit monitor", e)
+        })?;
+    log(format_args!("created {} (pid {pid})", shim.opts.id));
+    Ok(shim)
+}
+
+/// stdin from /dev/null, stderr to `shim.log`, working directory `/`.
+fn redirect_stdio(paths: &ShimPaths) {
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        // SAFETY: dup2 onto fd 0, which we own.
+        unsafe { libc::dup2(null.as_raw_fd(), 0) };
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.shim_log());
+    if let Ok(log) = log {
+        // SAFETY: dup2 onto fd 2, which we own.
+        unsafe { libc::dup2(log.as_raw_fd(), 2) };
+    }
+    let _ = std::env::set_current_dir("/");
+}
+
+/// The pid a runtime wrote to `path`.
+pub(crate) fn read_pid_file(path: &Path) -> std::io::Result<u32> {
+    let text = std::fs::read_to_string(path)?;
+    text.trim().parse().map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} holds {text:?}, not a pid", path.display()),
+        )
+    })
+}
+
+/// Serves connections until a delete ends the process.
+fn serve(shim: Arc<Shim>) -> ! {
+    loop {
+        match shim.listener.accept() {
+            Ok((conn, _)) => {
+                let s = shim.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("conn".into())
+                    .stack_size(256 * 1024)
+                    .spawn(move || s.handle(conn));
+                if let Err(e) = spawned {
+                    log(format_args!("cannot start a connection thread: {e}"));
+                }
+            }
+            Err(e) => {
+                log(format_args!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+impl Shim {
+    fn life(&self) -> MutexGuard<'_, Life> {
+        self.life.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn require_running(&self, what: &str) -> Result<(), RemoteError> {
+        let life = self.life();
+        if life.status != ContainerStatus::Running {
+            return Err(RemoteError::new(
+                ErrorKind::FailedPrecondition,
+                format!(
+                    "cannot {what} container {}: it is {:?}",
+                    self.opts.id, life.status
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits for the container's init and records how it ended: exit file
+    /// first, then everyone waiting is told.
+    fn monitor(&self, init: Subscription, oom: Option<(OomCounter, u64)>) {
+        let exit = loop {
+            if let Some(exit) = init.wait(None) {
+                break exit;
+            }
+        };
+        drop(init);
+        self.io.wait_copiers(OUTPUT_DRAIN);
+        let oom_killed = oom.is_some_and(|(counter, base)| match counter.read() {
+            Ok(n) => n > base,
+            Err(e) => {
+                log(format_args!("reading {}: {e}", counter.file().display()));
+                false
+            }
+        });
+        let exited_at_ns = exit
+            .at
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+            .unwrap_or(0);
+        let info = ExitInfo {
+            pid: self.pid,
+            exit_code: sys::exit_code(exit.status),
+            exited_at_ns,
+            oom_killed,
+        };
+        let exit_file = self.paths.exit_file();
+        if let Err(e) = crate::write_exit_file(&exit_file, &info) {
+            log(format_args!("writing {}: {e}", exit_file.display()));
+        }
+        {
+            let mut life = self.life();
+            life.exit = Some(info);
+            life.status = ContainerStatus::Stopped;
+        }
+        self.changed.notify_all();
+        self.io.broadcast_exit(info.exit_code);
+        log(format_args!(
+            "{} exited with {} (oom killed: {oom_killed})",
+            self.opts.id, info.exit_code
+        ));
+    }
+
+    /// Waits up to `timeout` (`None`: for ever) for the recorded exit.
+    fn wait_exit(&self, timeout: Option<Duration>) -> Option<ExitInfo> {
+        let mut life = self.life();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            if let Some(exit) = life.exit {
+                return Some(exit);
+            }
+            life = match deadline {
+                None => self.changed.wait(life).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.changed
+                        .wait_timeout(life, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    fn state(&self) -> ShimState {
+        let life = self.life();
+        ShimState {
+            id: self.opts.id.clone(),
+            pid: self.pid,
+            shim_pid: std::process::id(),
+            status: life.status,
+            exit: life.exit,
+            exit_file: self.paths.exit_file(),
+        }
+    }
+
+    /// Sets the status after a runtime call succeeded, unless the container
+    /// has exited meanwhile.
+    fn set_status(&self, status: ContainerStatus) {
+        let mut life = self.life();
+        if life.exit.is_none() {
+            life.status = status;
+        }
+    }
+
+    fn start(&self) -> Result<Response, RemoteError> {
+        if self.life().status != ContainerStatus::Created {
+            return Err(RemoteError::new(
+                ErrorKind::FailedPrecondition,
+                format!("container {} is not in the created state", self.opts.id),
+            ));
+        }
+        self.runtime.start(&self.opts.id)?;
+        self.set_status(ContainerStatus::Running);
+        Ok(Response::Started { pid: self.pid })
+    }
+
+    fn kill(&self, signal: i32, all: bool) -> Result<Response, RemoteError> {
+        if !(1..=64).contains(&signal) {
+            return Err(RemoteError::new(
+                ErrorKind::InvalidRequest,
+                format!("{signal} is not a signal number"),
+            ));
+        }
+        if !all && self.life().exit.is_some() {
+            return Ok(Response::Ok);
+        }
+        match self.runtime.kill(&self.opts.id, signal, all) {
+            Ok(()) => Ok(Response::Ok),
+            // It exited between our look and the runtime's.
+            Err(_) if !all && self.wait_exit(Some(Duration::from_millis(200))).is_some() => {
+                Ok(Response::Ok)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn delete(&self, force: bool) -> Result<Response, RemoteError> {
+        match self.runtime.delete(&self.opts.id, force) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e.into()),
+        }
+        // A forced delete killed the init: record its exit before going.
+        if self.wait_exit(Some(DELETE_EXIT_WAIT)).is_none() {
+            log(format_args!(
+                "{} deleted before its exit was seen",
+                self.opts.id
+            ));
+        }
+        Ok(Response::Ok)
+    }
+
+    fn handle(&self, mut conn: UnixStream) {
+        let _ = conn.set_read_timeout(Some(REQUEST_READ_TIMEOUT));
+        let req = match protocol::read_frame(&mut conn) {
+            Ok(Some((kind, payload))) => protocol::decode::<Request>(kind, &payload),
+            Ok(None) => return,
+            Err(e) => Err(e),
+        };
+        let _ = conn.set_read_timeout(None);
+        let req = match req {
+            Ok(req) => req,
+            Err(e) => {
+                let err = RemoteError::new(ErrorKind::InvalidRequest, e.to_string());
+                let _ = protocol::write_json(&mut conn, &Response::Error(err));
+                return;
+            }
+        };
+        let id = &self.opts.id;
+        let resp = match req {
+            Request::State => Ok(Response::State(self.state())),
+            Request::Start => self.start(),
+            Request::Kill { signal, all } => self.kill(signal, all),
+            Request::Wait => Ok(self.wait_exit(None).map_or(Response::Ok, Response::Exited)),
+            Request::Exec(req) => {
+                if let Err(e) = exec::exec(self, conn, req) {
+                    log(format_args!("exec: {e}"));
+                }
+                return;
+            }
+            Request::Attach(req) => {
+                self.attach(conn, req);
+                return;
+            }
+            Request::Resize { width, height } => self
+                .io
+                .resize(width, height)
+                .map(|()| Response::Ok)
+                .map_err(|e| RemoteError::new(ErrorKind::FailedPrecondition, e.to_string())),
+            Request::ReopenLog => self
+                .io
+                .reopen_log()
+                .map(|()| Response::Ok)
+                .map_err(|e| internal("reopening the log", e)),
+            Request::Update { resources } => self
+                .runtime
+                .update(id, &resources)
+                .map(|()| Response::Ok)
+                .map_err(RemoteError::from),
+            Request::Pause => self.runtime.pause(id).map_err(RemoteError::from).map(|()| {
+                self.set_status(ContainerStatus::Paused);
+                Response::Ok
+            }),
+            Request::Resume => self
+                .runtime
+                .resume(id)
+                .map_err(RemoteError::from)
+                .map(|()| {
+                    self.set_status(ContainerStatus::Running);
+                    Response::Ok
+                }),
+            Request::Delete { force } => match self.delete(force) {
+                Ok(resp) => {
+                    let _ = protocol::write_json(&mut conn, &resp);
+                    let _ = conn.flush();
+                    self.exit_after_delete();
+                }
+                Err(e) => Err(e),
+            },
+        };
+        let resp = resp.unwrap_or_else(Response::Error);
+        let _ = protocol::write_json(&mut conn, &resp);
+    }
+
+    /// Removes the shim's own files (not the exit file: the daemon reads it)
+    /// and ends the process.
+    fn exit_after_delete(&self) -> ! {
+        let _ = std::fs::remove_file(self.paths.socket());
+        let _ = std::fs::remove_file(self.paths.pid_file());
+        log(format_args!("{} deleted; shim exits", self.opts.id));
+        std::process::exit(0)
+    }
+
+    fn attach(&self, mut conn: UnixStream, req: AttachRequest) {
+        if req.stdin && !self.io.has_stdin() {
+            let err = RemoteError::new(
+                ErrorKind::FailedPrecondition,
+                format!("container {} has no open stdin", self.opts.id),
+            );
+            let _ = protocol::write_json(&mut conn, &Response::Error(err));
+            return;
+        }
+        // With a terminal everything comes as stdout.
+        let (sub_id, rx) = self.io.subscribe(req.stdout, req.stderr && !self.opts.tty);
+        if protocol::write_json(&mut conn, &Response::Ok).is_err() {
+            self.io.unsubscribe(sub_id);
+            return;
+        }
+        let reader = conn.try_clone().ok().and_then(|c| {
+            let io = self.io.clone();
+            let close_on_end = req.stdin && self.opts.stdin_once;
+            let stdin = req.stdin;
+            std::thread::Builder::new()
+                .name("attach-stdin".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut sink = AttachSink {
+                        io: &io,
+                        stdin,
+                        close_on_end,
+                    };
+                    io::read_client_frames(c, &mut sink)
+                })
+                .ok()
+        });
+        loop {
+            let event = match rx.recv_timeout(ATTACH_HANGUP_CHECK) {
+                Ok(event) => event,
+                // A silent container: look whether the client is still there.
+                Err(RecvTimeoutError::Timeout) if !io::peer_gone(&conn) => continue,
+                Err(_) => break,
+            };
+            let sent = match event {
+                io::OutEvent::Data(stream, data) => io::send_output(&mut conn, stream, &data),
+                io::OutEvent::Exit(exit_code) => {
+                    let _ = protocol::write_json(
+                        &mut conn,
+                        &protocol::Control::Exit {
+                            exit_code,
+                            timed_out: false,
+                        },
+                    );
+                    break;
+                }
+            };
+            if sent.is_err() {
+                break;
+            }
+        }
+        self.io.unsubscribe(sub_id);
+        let _ = conn.shutdown(std::net::Shutdown::Both);
+        if let Some(reader) = reader {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// An attach client's stdin and resizes, for the container.
+struct AttachSink<'a> {
+    io: &'a ContainerIo,
+    stdin: bool,
+    close_on_end: bool,
+}
+
+impl StdinSink for AttachSink<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if !self.stdin {
+            return Ok(());
+        }
+        self.io.write_stdin(data)
+    }
+    fn close(&mut self) {
+        if self.close_on_end {
+            self.io.close_stdin();
+        }
+    }
+    fn resize(&mut self, width: u16, height: u16) -> std::io::Result<()> {
+        self.io.resize(width, height)
+    }
+}

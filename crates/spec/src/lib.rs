@@ -1,0 +1,454 @@
+//! OCI runtime spec generation for CRI containers.
+//!
+//! [`container_spec`] turns a CRI v1 `ContainerConfig`, the pod's
+//! `PodSandboxConfig`, what berth knows of the running sandbox
+//! ([`SandboxInfo`]) and the image's config ([`ImageInfo`]) into the
+//! `config.json` runc or crun runs, behaving as kubelet expects of a CRI
+//! runtime (containerd's CRI plugin is the reference): command and args over
+//! the image's Entrypoint/Cmd, environment, working directory, user and
+//! groups resolved in the container's rootfs, mounts, devices, namespaces of
+//! the pod, capabilities, privileged mode, seccomp (berth's own RuntimeDefault
+//! profile), masked and read-only paths, sysctls, OOM score and cgroup
+//! resources, annotations.
+//!
+//! The pieces are public too, for the RPCs that need one of them:
+//! [`linux_resources`] for UpdateContainerResources, [`stop_signal`] for
+//! StopContainer, [`resolve_user`], [`anonymous_volumes`], [`cgroups_path`].
+//!
+//! Nothing here changes the host: the only I/O is reading (the rootfs's
+//! /etc/passwd and /etc/group, host paths and devices, /proc/self, seccomp
+//! profile files).
+
+mod caps;
+mod devices;
+mod error;
+mod mounts;
+mod namespaces;
+mod process;
+mod resources;
+mod seccomp;
+mod signal;
+mod user;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use cri_api::v1;
+use oci_spec::runtime::{
+    get_default_maskedpaths, get_default_readonly_paths, Capability, Linux, Process, Root, Spec,
+    User,
+};
+
+pub use caps::{
+    capabilities_from_mask, capability_name, current_capabilities, parse_capability,
+    DEFAULT_CAPABILITIES,
+};
+pub use devices::{device_from_path, host_devices};
+pub use error::{Error, ErrorKind};
+pub use mounts::{anonymous_volumes, clean_path, AnonymousVolume};
+pub use process::{merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
+pub use resources::{cgroups_path, current_oom_score_adj, linux_resources, oom_score_adj};
+pub use seccomp::{
+    default_profile as default_seccomp_profile, load_profile as load_seccomp_profile,
+    seccomp_available,
+};
+pub use signal::{cri_signal_number, parse_signal, stop_signal};
+pub use user::{resolve_user, ResolvedUser};
+
+/// Annotation keys berth sets on every container, as containerd does.
+pub mod annotations {
+    /// `container` for an application container.
+    pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+    pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+    pub const SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
+    pub const SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
+    pub const SANDBOX_UID: &str = "io.kubernetes.cri.sandbox-uid";
+    pub const CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
+    pub const IMAGE_NAME: &str = "io.kubernetes.cri.image-name";
+}
+
+/// The parts of the image config a container's spec uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// The image's name for the `image-name` annotation, used when the config
+    /// has no `user_specified_image`.
+    pub name: String,
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: String,
+    /// `uid`, `uid:gid`, `name` or `name:group`; empty for root.
+    pub user: String,
+    /// VOLUME paths.
+    pub volumes: Vec<String>,
+    /// `SIGTERM`, `TERM`, `15`, ...; empty for the default.
+    pub stop_signal: String,
+}
+
+/// What berth knows of the pod a container joins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxInfo {
+    pub id: String,
+    /// The pause process, whose IPC, UTS and PID namespaces are joined
+    /// through /proc/<pid>/ns/*.
+    pub pid: u32,
+    /// The pod's network namespace; `None` for host network (then the UTS
+    /// namespace is the host's too).
+    pub netns: Option<PathBuf>,
+    /// The pod uses the host's IPC namespace.
+    pub host_ipc: bool,
+    /// The pod uses the host's PID namespace.
+    pub host_pid: bool,
+    /// The pod's hostname (for `HOSTNAME` and, with a pod UTS namespace, the
+    /// spec's hostname); empty takes the config's, then the host's.
+    pub hostname: String,
+    /// Files bind-mounted at /etc/hostname, /etc/hosts and
+    /// /etc/resolv.conf; one that is empty or missing is not mounted.
+    pub hostname_file: PathBuf,
+    pub hosts_file: PathBuf,
+    pub resolv_conf: PathBuf,
+    /// The pod's /dev/shm (or the host's /dev/shm for host IPC); empty or
+    /// missing leaves the container a private tmpfs.
+    pub shm: PathBuf,
+    /// The cgroup parent (cgroupfs path, or a systemd slice).
+    pub cgroup_parent: String,
+}
+
+/// How berth is set up on this host: what the host supports and the
+/// configured policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecOptions {
+    /// Cgroups are managed by systemd: paths become `slice:berth:id`.
+    pub cgroup_driver_systemd: bool,
+    /// The host runs cgroup v2 (unified): `unified` resources work and
+    /// containers get a cgroup namespace.
+    pub cgroup_v2: bool,
+    /// The host accounts swap (memory.memsw / memory.swap.max).
+    pub swap_available: bool,
+    /// The hugetlb controller is there.
+    pub hugetlb_available: bool,
+    /// The kernel (and runtime) can make recursive read-only mounts.
+    pub rro_supported: bool,
+    /// The kernel can filter syscalls.
+    pub seccomp_available: bool,
+    /// Containers that name no seccomp profile get RuntimeDefault
+    /// (otherwise they run unconfined, as containerd's default).
+    pub default_seccomp: bool,
+    /// The pids limit of every container.
+    pub pids_limit: Option<i64>,
+    /// The lowest `oomScoreAdj` to ask for; `None` reads this process's own
+    /// /proc/self/oom_score_adj when a container asks for one.
+    pub oom_score_adj_floor: Option<i32>,
+    /// What "ALL" and privileged mean; `None` reads this process's bounding
+    /// set when needed.
+    pub all_capabilities: Option<Vec<Capability>>,
+}
+
+impl Default for SpecOptions {
+    /// Nothing detected: cgroupfs on v1, no swap or hugetlb accounting, no
+    /// recursive read-only mounts, seccomp available, the live OOM floor and
+    /// bounding set.
+    fn default() -> Self {
+        SpecOptions {
+            cgroup_driver_systemd: false,
+            cgroup_v2: false,
+            swap_available: false,
+            hugetlb_available: false,
+            rro_supported: false,
+            seccomp_available: true,
+            default_seccomp: false,
+            pids_limit: None,
+            oom_score_adj_floor: None,
+            all_capabilities: None,
+        }
+    }
+}
+
+impl SpecOptions {
+    /// Looks at this host: cgroup version, swap and hugetlb controllers,
+    /// kernel version (recursive read-only mounts from 5.12), seccomp, this
+    /// process's bounding set. Policies (driver, pids limit, default seccomp)
+    /// stay at their defaults for the caller to set.
+    pub fn detect() -> SpecOptions {
+        let cgroup_v2 = nix::sys::statfs::statfs("/sys/fs/cgroup")
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+        let (swap_available, hugetlb_available) = if cgroup_v2 {
+            let own = std::fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+                })
+                .unwrap_or_default();
+            let dir = Path::new("/sys/fs/cgroup").join(own.trim_start_matches('/'));
+            (
+                dir.join("memory.swap.max").exists(),
+                std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+                    .is_ok_and(|c| c.split_whitespace().any(|c| c == "hugetlb")),
+            )
+        } else {
+            (
+                Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists(),
+                Path::new("/sys/fs/cgroup/hugetlb").is_dir(),
+            )
+        };
+        SpecOptions {
+            cgroup_v2,
+            swap_available,
+            hugetlb_available,
+            rro_supported: kernel_at_least(5, 12),
+            seccomp_available: seccomp::seccomp_available(),
+            all_capabilities: current_capabilities().ok(),
+            ..SpecOptions::default()
+        }
+    }
+}
+
+/// Whether the running kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let a: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let b: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (a, b) >= (major, minor)
+}
+
+/// Everything one container's spec is made of.
+#[derive(Debug, Clone)]
+pub struct SpecRequest<'a> {
+    /// The container id.
+    pub id: &'a str,
+    pub config: &'a v1::ContainerConfig,
+    pub sandbox_config: &'a v1::PodSandboxConfig,
+    pub sandbox: &'a SandboxInfo,
+    pub image: &'a ImageInfo,
+    /// The container's rootfs, mounted: the spec's `root.path`, and where
+    /// users and groups are looked up.
+    pub rootfs: &'a Path,
+    /// The image's VOLUMEs to mount (see [`anonymous_volumes`]); their
+    /// directories must exist before the container starts.
+    pub volumes: Vec<AnonymousVolume>,
+    /// Image volumes (`Mount.image`): the directory holding each image's
+    /// content, by `ImageSpec.image`.
+    pub image_mounts: BTreeMap<String, PathBuf>,
+    /// The pid of the container named by `namespace_options.target_id`, for
+    /// PID namespace mode TARGET.
+    pub target_pid: Option<u32>,
+}
+
+impl<'a> SpecRequest<'a> {
+    /// A request with no volumes, image volumes or target.
+    pub fn new(
+        id: &'a str,
+        config: &'a v1::ContainerConfig,
+        sandbox_config: &'a v1::PodSandboxConfig,
+        sandbox: &'a SandboxInfo,
+        image: &'a ImageInfo,
+        rootfs: &'a Path,
+    ) -> Self {
+        SpecRequest {
+            id,
+            config,
+            sandbox_config,
+            sandbox,
+            image,
+            rootfs,
+            volumes: Vec::new(),
+            image_mounts: BTreeMap::new(),
+            target_pid: None,
+        }
+    }
+}
+
+/// The pod's hostname as configured, if any.
+fn pod_hostname(req: &SpecRequest<'_>) -> Option<String> {
+    [
+        req.sandbox.hostname.as_str(),
+        req.sandbox_config.hostname.as_str(),
+    ]
+    .into_iter()
+    .find(|h| !h.is_empty())
+    .map(str::to_string)
+}
+
+/// The hostname a container sees in `HOSTNAME`: the pod's, else the host's.
+fn hostname(req: &SpecRequest<'_>) -> String {
+    pod_hostname(req)
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
+        .unwrap_or_default()
+}
+
+/// The annotations: the config's, then berth's (which win).
+fn annotations(req: &SpecRequest<'_>) -> HashMap<String, String> {
+    let mut out: HashMap<String, String> = req.config.annotations.clone();
+    let meta = req.sandbox_config.metadata.clone().unwrap_or_default();
+    let image_name = req
+        .config
+        .image
+        .as_ref()
+        .map(|i| i.user_specified_image.as_str())
+        .filter(|n| !n.is_empty())
+        .or(Some(req.image.name.as_str()).filter(|n| !n.is_empty()))
+        .or(req.config.image.as_ref().map(|i| i.image.as_str()))
+        .unwrap_or_default();
+    let name = req
+        .config
+        .metadata
+        .as_ref()
+        .map(|m| m.name.as_str())
+        .unwrap_or_default();
+    for (k, v) in [
+        (annotations::CONTAINER_TYPE, "container"),
+        (annotations::SANDBOX_ID, req.sandbox.id.as_str()),
+        (annotations::SANDBOX_NAME, meta.name.as_str()),
+        (annotations::SANDBOX_NAMESPACE, meta.namespace.as_str()),
+        (annotations::SANDBOX_UID, meta.uid.as_str()),
+        (annotations::CONTAINER_NAME, name),
+        (annotations::IMAGE_NAME, image_name),
+    ] {
+        out.insert(k.to_string(), v.to_string());
+    }
+    out
+}
+
+/// Builds the OCI runtime spec of a container.
+///
+/// Errors of kind [`ErrorKind::InvalidArgument`] mean the request cannot be
+/// run as asked (bad user, missing host path, unknown capability, signal or
+/// seccomp profile, privileged container in an unprivileged pod, ...);
+/// [`ErrorKind::Internal`] that reading the host failed.
+pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec, Error> {
+    let id = req.id;
+    let config = req.config;
+    let sc = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref());
+    let privileged = sc.is_some_and(|s| s.privileged);
+    let pod_privileged = req
+        .sandbox_config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .is_some_and(|s| s.privileged);
+    if privileged && !pod_privileged {
+        return Err(error::invalid(
+            id,
+            "linux.security_context.privileged",
+            "a privileged container needs a privileged pod",
+        ));
+    }
+    let readonly_rootfs = sc.is_some_and(|s| s.readonly_rootfs);
+
+    let user = resolve_user(id, req.rootfs, sc, &req.image.user)?;
+    let all = caps::all_capabilities(id, opts.all_capabilities.as_deref())?;
+    let capabilities = caps::capabilities(id, sc, &all)?;
+    let bounding: HashSet<Capability> = capabilities.bounding().clone().unwrap_or_default();
+
+    let mut process = Process::default();
+    process.set_terminal(Some(config.tty));
+    process.set_args(Some(process_args(id, config, req.image)?));
+    process.set_env(Some(process_env(config, req.image, &hostname(req))));
+    process.set_cwd(PathBuf::from(working_dir(config, req.image)));
+    let mut u = User::default();
+    u.set_uid(user.uid);
+    u.set_gid(user.gid);
+    u.set_additional_gids(Some(user.additional_gids));
+    process.set_user(u);
+    process.set_capabilities(Some(capabilities));
+    process.set_no_new_privileges(Some(sc.is_some_and(|s| s.no_new_privs)));
+    process.set_rlimits(None);
+    process.set_apparmor_profile(None);
+    process.set_selinux_label(None);
+    let resources = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.resources.clone())
+        .unwrap_or_default();
+    process.set_oom_score_adj(oom_score_adj(
+        id,
+        resources.oom_score_adj,
+        opts.oom_score_adj_floor,
+    )?);
+
+    let (mounts, rootfs_propagation) = mounts::mounts(&mounts::MountInputs {
+        id,
+        config,
+        sandbox: req.sandbox,
+        volumes: &req.volumes,
+        image_mounts: &req.image_mounts,
+        privileged,
+        readonly_rootfs,
+        rro_supported: opts.rro_supported,
+        mountinfo: None,
+    })?;
+
+    let (devices, device_rules) = devices::devices(id, config, privileged)?;
+    let mut cgroup_resources = linux_resources(id, &resources, opts)?;
+    cgroup_resources.set_devices(Some(device_rules));
+
+    let (masked, readonly) = match (privileged, sc) {
+        (true, _) => (Vec::new(), Vec::new()),
+        (false, Some(sc)) => (sc.masked_paths.clone(), sc.readonly_paths.clone()),
+        (false, None) => {
+            let mut masked = get_default_maskedpaths();
+            masked.push("/sys/devices/virtual/powercap".to_string());
+            (masked, get_default_readonly_paths())
+        }
+    };
+
+    let mut linux = Linux::default();
+    linux.set_namespaces(Some(namespaces::namespaces(
+        id,
+        req.sandbox,
+        sc.and_then(|s| s.namespace_options.as_ref()),
+        req.target_pid,
+        opts.cgroup_v2 && !privileged,
+    )?));
+    linux.set_resources(Some(cgroup_resources));
+    linux.set_cgroups_path(Some(PathBuf::from(cgroups_path(
+        &req.sandbox.cgroup_parent,
+        id,
+        opts.cgroup_driver_systemd,
+    ))));
+    linux.set_devices(Some(devices));
+    linux.set_seccomp(seccomp::seccomp(
+        id,
+        sc,
+        &bounding,
+        opts.seccomp_available,
+        opts.default_seccomp,
+    )?);
+    linux.set_rootfs_propagation(rootfs_propagation);
+    linux.set_masked_paths(Some(masked));
+    linux.set_readonly_paths(Some(readonly));
+    let sysctls = req
+        .sandbox_config
+        .linux
+        .as_ref()
+        .map(|l| l.sysctls.clone())
+        .unwrap_or_default();
+    linux.set_sysctl((!sysctls.is_empty()).then_some(sysctls));
+
+    let mut root = Root::default();
+    root.set_path(req.rootfs.to_owned());
+    root.set_readonly(Some(readonly_rootfs));
+
+    let mut spec = Spec::default();
+    spec.set_process(Some(process));
+    spec.set_root(Some(root));
+    spec.set_mounts(Some(mounts));
+    // Only with the pod's own UTS namespace (joined, where the pause set the
+    // same name already); host network keeps the host's.
+    spec.set_hostname(req.sandbox.netns.as_ref().and_then(|_| pod_hostname(req)));
+    spec.set_annotations(Some(annotations(req)));
+    spec.set_linux(Some(linux));
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests;

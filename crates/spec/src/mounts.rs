@@ -1,0 +1,749 @@
+//! The container's mounts: the runtime's defaults (proc, dev, devpts,
+//! mqueue, sysfs, cgroup), the pod's /etc/hostname, /etc/hosts,
+//! /etc/resolv.conf and /dev/shm, the image's VOLUMEs, and the CRI config's
+//! mounts — host paths and image volumes — which win over all the others at
+//! the same destination.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+
+use cri_api::v1;
+use oci_spec::runtime::Mount;
+
+use crate::error::{invalid, invalid_path, io_error, path_error, Error};
+use crate::{ImageInfo, SandboxInfo};
+
+/// An image VOLUME with no CRI mount over it: the caller creates
+/// `host_path` (and may copy the image's content there) before the container
+/// starts; the spec bind-mounts it read-write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnonymousVolume {
+    /// Absolute, clean path in the container.
+    pub container_path: String,
+    /// The directory on the host.
+    pub host_path: PathBuf,
+}
+
+/// Cleans an absolute container path lexically: no `.`, `..` or doubled
+/// slashes; `..` stops at `/`.
+pub fn clean_path(p: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in p.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+fn depth(dest: &str) -> usize {
+    dest.matches('/').count() - usize::from(dest == "/")
+}
+
+/// The image's VOLUMEs that no CRI mount covers, each given a directory
+/// under `dir` (`00-var-lib-data` for the first, `/var/lib/data`).
+pub fn anonymous_volumes(
+    config: &v1::ContainerConfig,
+    image: &ImageInfo,
+    dir: &Path,
+) -> Vec<AnonymousVolume> {
+    let covered: HashSet<String> = config
+        .mounts
+        .iter()
+        .map(|m| clean_path(&m.container_path))
+        .collect();
+    let mut seen = HashSet::new();
+    image
+        .volumes
+        .iter()
+        .map(|v| clean_path(v))
+        .filter(|v| v != "/" && !covered.contains(v) && seen.insert(v.clone()))
+        .enumerate()
+        .map(|(i, v)| AnonymousVolume {
+            host_path: dir.join(format!("{i:02}{}", v.replace('/', "-"))),
+            container_path: v,
+        })
+        .collect()
+}
+
+fn mount(dest: &str, typ: &str, source: &Path, options: &[&str]) -> Mount {
+    let mut m = Mount::default();
+    m.set_destination(PathBuf::from(dest));
+    m.set_typ(Some(typ.to_string()));
+    m.set_source(Some(source.to_owned()));
+    m.set_options(Some(options.iter().map(|o| o.to_string()).collect()));
+    m
+}
+
+/// The runtime's own mounts: destination, type (also the source), options.
+const DEFAULT_MOUNTS: &[(&str, &str, &[&str])] = &[
+    ("/proc", "proc", &["nosuid", "noexec", "nodev"]),
+    (
+        "/dev",
+        "tmpfs",
+        &["nosuid", "strictatime", "mode=755", "size=65536k"],
+    ),
+    (
+        "/dev/pts",
+        "devpts",
+        &[
+            "nosuid",
+            "noexec",
+            "newinstance",
+            "ptmxmode=0666",
+            "mode=0620",
+            "gid=5",
+        ],
+    ),
+    (
+        "/dev/shm",
+        "tmpfs",
+        &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+    ),
+    ("/dev/mqueue", "mqueue", &["nosuid", "noexec", "nodev"]),
+    ("/sys", "sysfs", &["nosuid", "noexec", "nodev"]),
+    (
+        "/sys/fs/cgroup",
+        "cgroup",
+        &["nosuid", "noexec", "nodev", "relatime"],
+    ),
+];
+
+/// The runtime's own mounts. sysfs and the cgroup tree are read-only unless
+/// the container is privileged.
+fn default_mounts(privileged: bool) -> Vec<Mount> {
+    DEFAULT_MOUNTS
+        .iter()
+        .map(|(dest, typ, options)| {
+            let mut options = options.to_vec();
+            if matches!(*typ, "sysfs" | "cgroup") {
+                options.push(if privileged { "rw" } else { "ro" });
+            }
+            mount(dest, typ, Path::new(typ), &options)
+        })
+        .collect()
+}
+
+/// How the mount holding a path propagates, from /proc/self/mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MountPropagation {
+    pub mount_point: PathBuf,
+    pub shared: bool,
+    pub slave: bool,
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The mount `path` lies on (the deepest mount point above it; of stacked
+/// mounts, the last).
+pub(crate) fn propagation_of(mountinfo: &str, path: &Path) -> Option<MountPropagation> {
+    let mut best: Option<MountPropagation> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if fields.len() < 7 {
+            continue;
+        }
+        let mount_point = PathBuf::from(unescape_mountinfo(fields[4]));
+        if !path.starts_with(&mount_point) {
+            continue;
+        }
+        let optional = fields[6..].iter().take_while(|f| **f != "-");
+        let (mut shared, mut slave) = (false, false);
+        for f in optional {
+            shared |= f.starts_with("shared:");
+            slave |= f.starts_with("master:");
+        }
+        let deeper = best
+            .as_ref()
+            .is_none_or(|b| mount_point.components().count() >= b.mount_point.components().count());
+        if deeper {
+            best = Some(MountPropagation {
+                mount_point,
+                shared,
+                slave,
+            });
+        }
+    }
+    best
+}
+
+/// Everything that decides the mounts besides the config.
+pub(crate) struct MountInputs<'a> {
+    pub id: &'a str,
+    pub config: &'a v1::ContainerConfig,
+    pub sandbox: &'a SandboxInfo,
+    pub volumes: &'a [AnonymousVolume],
+    pub image_mounts: &'a BTreeMap<String, PathBuf>,
+    pub privileged: bool,
+    pub readonly_rootfs: bool,
+    pub rro_supported: bool,
+    /// /proc/self/mountinfo, read when a mount asks for propagation; `None`
+    /// reads the live one.
+    pub mountinfo: Option<&'a str>,
+}
+
+/// /proc/self/mountinfo (or the test's stand-in), read once when first needed.
+struct MountInfo<'a> {
+    id: &'a str,
+    given: Option<&'a str>,
+    live: Option<String>,
+}
+
+impl MountInfo<'_> {
+    /// How the mount holding `path` propagates.
+    fn propagation(&mut self, path: &Path) -> Result<Option<MountPropagation>, Error> {
+        if self.given.is_none() && self.live.is_none() {
+            let file = Path::new("/proc/self/mountinfo");
+            let text =
+                std::fs::read_to_string(file).map_err(|e| io_error(self.id, "reading", file, e))?;
+            self.live = Some(text);
+        }
+        let text = self.given.or(self.live.as_deref()).unwrap_or_default();
+        Ok(propagation_of(text, path))
+    }
+}
+
+/// The propagation option of a host-path mount, after checking that the
+/// host mount can propagate that way (as containerd does). Raises the
+/// rootfs propagation to `rslave` / `rshared` as needed.
+fn host_propagation(
+    id: &str,
+    field: &str,
+    m: &v1::Mount,
+    src: &Path,
+    mountinfo: &mut MountInfo<'_>,
+    rootfs_propagation: &mut Option<String>,
+) -> Result<&'static str, Error> {
+    let prop = v1::MountPropagation::try_from(m.propagation).map_err(|_| {
+        invalid(
+            id,
+            format!("{field}.propagation"),
+            format!("unknown propagation {}", m.propagation),
+        )
+    })?;
+    let (option, ok, need) = match prop {
+        v1::MountPropagation::PropagationPrivate => return Ok("rprivate"),
+        v1::MountPropagation::PropagationHostToContainer => {
+            let p = mountinfo.propagation(src)?;
+            (
+                "rslave",
+                p.is_some_and(|p| p.shared || p.slave),
+                "a shared or slave",
+            )
+        }
+        v1::MountPropagation::PropagationBidirectional => {
+            let p = mountinfo.propagation(src)?;
+            ("rshared", p.is_some_and(|p| p.shared), "a shared")
+        }
+    };
+    if !ok {
+        return Err(invalid_path(
+            id,
+            format!("{field}.host_path"),
+            src,
+            format!(
+                "is not on {need} mount, as {} propagation needs",
+                prop.as_str_name()
+            ),
+        ));
+    }
+    if rootfs_propagation.as_deref() != Some("rshared") {
+        *rootfs_propagation = Some(option.to_string());
+    }
+    Ok(option)
+}
+
+/// One CRI mount as a bind mount.
+fn cri_mount(
+    inp: &MountInputs<'_>,
+    field: &str,
+    m: &v1::Mount,
+    mountinfo: &mut MountInfo<'_>,
+    rootfs_propagation: &mut Option<String>,
+) -> Result<Mount, Error> {
+    let id = inp.id;
+    let dest = &m.container_path;
+    if !dest.starts_with('/') {
+        return Err(invalid(
+            id,
+            format!("{field}.container_path"),
+            format!("{dest:?} is not an absolute path"),
+        ));
+    }
+    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
+        return Err(invalid(
+            id,
+            format!("{field}.uidMappings"),
+            "idmapped mounts are not supported",
+        ));
+    }
+    let image = m.image.as_ref().filter(|i| !i.image.is_empty());
+    let (source, propagation) = match image {
+        Some(_) if !m.host_path.is_empty() => {
+            return Err(invalid(
+                id,
+                format!("{field}.host_path"),
+                "must be empty for an image volume",
+            ));
+        }
+        Some(img) => (
+            image_source(id, field, img, &m.image_sub_path, inp.image_mounts)?,
+            "rprivate",
+        ),
+        None if m.host_path.is_empty() => {
+            return Err(invalid(id, format!("{field}.host_path"), "is empty"));
+        }
+        None => {
+            let host = Path::new(&m.host_path);
+            let src = std::fs::canonicalize(host)
+                .map_err(|e| path_error(id, &format!("{field}.host_path"), "resolving", host, e))?;
+            let p = host_propagation(id, field, m, &src, mountinfo, rootfs_propagation)?;
+            (src, p)
+        }
+    };
+    // An image volume is read-only whatever the config says.
+    let readonly = m.readonly || image.is_some();
+    let access = if !m.recursive_read_only {
+        if readonly {
+            "ro"
+        } else {
+            "rw"
+        }
+    } else {
+        let refuse = |why: &str| Err(invalid(id, format!("{field}.recursive_read_only"), why));
+        if !readonly {
+            return refuse("needs readonly");
+        }
+        if propagation != "rprivate" {
+            return refuse("needs private propagation");
+        }
+        if !inp.rro_supported {
+            return refuse("recursive read-only mounts are not supported on this host");
+        }
+        "rro"
+    };
+    Ok(mount(
+        dest,
+        "bind",
+        &source,
+        &["rbind", propagation, access],
+    ))
+}
+
+/// The mounts, and the rootfs propagation they need (`rslave` or `rshared`).
+pub(crate) fn mounts(inp: &MountInputs<'_>) -> Result<(Vec<Mount>, Option<String>), Error> {
+    let mut mountinfo = MountInfo {
+        id: inp.id,
+        given: inp.mountinfo,
+        live: None,
+    };
+    let mut rootfs_propagation: Option<String> = None;
+    let mut supplied: Vec<(String, Mount)> = Vec::new();
+    for (i, m) in inp.config.mounts.iter().enumerate() {
+        let bind = cri_mount(
+            inp,
+            &format!("mounts[{i}]"),
+            m,
+            &mut mountinfo,
+            &mut rootfs_propagation,
+        )?;
+        supplied.push((clean_path(&m.container_path), bind));
+    }
+
+    // The pod's files, the image's volumes: unless a CRI mount (or an earlier
+    // one of these) has the destination.
+    let mut taken: HashSet<String> = supplied.iter().map(|(d, _)| d.clone()).collect();
+    let file_mode = if inp.readonly_rootfs { "ro" } else { "rw" };
+    let sb = inp.sandbox;
+    let mut extra: Vec<(&str, &Path, &str)> = vec![
+        ("/etc/hostname", &sb.hostname_file, file_mode),
+        ("/etc/hosts", &sb.hosts_file, file_mode),
+        ("/etc/resolv.conf", &sb.resolv_conf, file_mode),
+        ("/dev/shm", &sb.shm, "rw"),
+    ];
+    extra.retain(|(_, src, _)| !src.as_os_str().is_empty() && src.exists());
+    for v in inp.volumes {
+        extra.push((&v.container_path, &v.host_path, "rw"));
+    }
+    for (dest, src, mode) in extra {
+        let dest = clean_path(dest);
+        if taken.insert(dest.clone()) {
+            supplied.push((
+                dest.clone(),
+                mount(&dest, "bind", src, &["rbind", "rprivate", mode]),
+            ));
+        }
+    }
+    supplied.sort_by_key(|(d, _)| depth(d));
+
+    let dests: HashSet<&str> = supplied.iter().map(|(d, _)| d.as_str()).collect();
+    let dev_supplied = dests.contains("/dev");
+    let mut out: Vec<Mount> = default_mounts(inp.privileged)
+        .into_iter()
+        .filter(|m| {
+            let d = m.destination().to_string_lossy();
+            let overridden = dests.contains(d.as_ref());
+            let under_supplied_dev = dev_supplied && d.starts_with("/dev/");
+            !overridden && !under_supplied_dev
+        })
+        .collect();
+    out.extend(supplied.into_iter().map(|(_, m)| m));
+    Ok((out, rootfs_propagation))
+}
+
+/// Where an image volume's content is: the caller's directory for that
+/// image, or `sub_path` inside it (which must not lead out of it).
+fn image_source(
+    id: &str,
+    field: &str,
+    image: &v1::ImageSpec,
+    sub_path: &str,
+    image_mounts: &BTreeMap<String, PathBuf>,
+) -> Result<PathBuf, Error> {
+    let root = image_mounts.get(&image.image).ok_or_else(|| {
+        invalid(
+            id,
+            format!("{field}.image"),
+            format!("image {:?} is not prepared for mounting", image.image),
+        )
+    })?;
+    let root = std::fs::canonicalize(root).map_err(|e| io_error(id, "resolving", root, e))?;
+    if sub_path.is_empty() {
+        return Ok(root);
+    }
+    let sub = Path::new(sub_path);
+    if sub.is_absolute() || sub.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(invalid(
+            id,
+            format!("{field}.image_sub_path"),
+            format!("{sub_path:?} must be relative, without .."),
+        ));
+    }
+    let full = root.join(sub);
+    let real = std::fs::canonicalize(&full).map_err(|e| {
+        path_error(
+            id,
+            &format!("{field}.image_sub_path"),
+            "resolving",
+            &full,
+            e,
+        )
+    })?;
+    if !real.starts_with(&root) {
+        return Err(invalid_path(
+            id,
+            format!("{field}.image_sub_path"),
+            &full,
+            "leads out of the image",
+        ));
+    }
+    Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+30 27 0:40 / /mnt/shared rw,relatime shared:5 - tmpfs tmpfs rw
+31 27 0:41 / /mnt/slave rw,relatime master:5 - tmpfs tmpfs rw
+32 27 0:42 / /mnt/with\\040space rw,relatime shared:9 - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn clean_paths() {
+        assert_eq!(clean_path("/a//b/./c/"), "/a/b/c");
+        assert_eq!(clean_path("/a/../../b"), "/b");
+        assert_eq!(clean_path("data"), "/data");
+        assert_eq!(clean_path("/"), "/");
+        assert_eq!(depth("/"), 0);
+        assert_eq!(depth("/a"), 1);
+        assert_eq!(depth("/a/b"), 2);
+    }
+
+    #[test]
+    fn mountinfo_propagation() {
+        let p = propagation_of(MOUNTINFO, Path::new("/mnt/shared/x/y")).unwrap();
+        assert_eq!(p.mount_point, PathBuf::from("/mnt/shared"));
+        assert!(p.shared && !p.slave);
+        let p = propagation_of(MOUNTINFO, Path::new("/mnt/slave")).unwrap();
+        assert!(p.slave && !p.shared);
+        let p = propagation_of(MOUNTINFO, Path::new("/mnt/sharedness")).unwrap();
+        assert_eq!(p.mount_point, PathBuf::from("/"));
+        assert!(!p.shared && !p.slave);
+        let p = propagation_of(MOUNTINFO, Path::new("/mnt/with space/a")).unwrap();
+        assert!(p.shared);
+    }
+
+    fn inputs<'a>(
+        config: &'a v1::ContainerConfig,
+        sandbox: &'a SandboxInfo,
+        image_mounts: &'a BTreeMap<String, PathBuf>,
+        mountinfo: &'a str,
+    ) -> MountInputs<'a> {
+        MountInputs {
+            id: "c",
+            config,
+            sandbox,
+            volumes: &[],
+            image_mounts,
+            privileged: false,
+            readonly_rootfs: false,
+            rro_supported: true,
+            mountinfo: Some(mountinfo),
+        }
+    }
+
+    fn host_mount(host: &Path, dest: &str, prop: v1::MountPropagation) -> v1::Mount {
+        v1::Mount {
+            container_path: dest.into(),
+            host_path: host.to_str().unwrap().into(),
+            propagation: prop as i32,
+            ..Default::default()
+        }
+    }
+
+    /// A mountinfo where `dir` is a mount point with `tag` (shared:N, master:N or nothing).
+    fn mountinfo_with(dir: &Path, tag: &str) -> String {
+        format!(
+            "27 1 254:0 / / rw - ext4 /dev/vda rw\n40 27 0:50 / {} rw {tag} - tmpfs tmpfs rw\n",
+            dir.display()
+        )
+    }
+
+    fn at<'a>(mounts: &'a [Mount], dest: &str) -> &'a Mount {
+        mounts
+            .iter()
+            .find(|m| m.destination() == Path::new(dest))
+            .unwrap_or_else(|| panic!("no mount at {dest}"))
+    }
+
+    fn options_of(mounts: &[Mount], dest: &str) -> Vec<String> {
+        at(mounts, dest).options().clone().unwrap()
+    }
+
+    #[test]
+    fn propagation_modes_and_rootfs_propagation() {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = SandboxInfo::default();
+        let none = BTreeMap::new();
+        let cfg = |prop| v1::ContainerConfig {
+            mounts: vec![host_mount(dir.path(), "/data", prop)],
+            ..Default::default()
+        };
+        let shared = mountinfo_with(dir.path(), "shared:3");
+        let slave = mountinfo_with(dir.path(), "master:3");
+        let private = mountinfo_with(dir.path(), "");
+
+        let c = cfg(v1::MountPropagation::PropagationPrivate);
+        let (m, p) = mounts(&inputs(&c, &sb, &none, &private)).unwrap();
+        assert_eq!(options_of(&m, "/data"), vec!["rbind", "rprivate", "rw"]);
+        assert_eq!(p, None);
+
+        let c = cfg(v1::MountPropagation::PropagationHostToContainer);
+        let (m, p) = mounts(&inputs(&c, &sb, &none, &slave)).unwrap();
+        assert_eq!(options_of(&m, "/data"), vec!["rbind", "rslave", "rw"]);
+        assert_eq!(p.as_deref(), Some("rslave"));
+        assert!(mounts(&inputs(&c, &sb, &none, &shared)).is_ok());
+        let e = mounts(&inputs(&c, &sb, &none, &private)).unwrap_err();
+        assert!(e.to_string().contains("shared or slave"), "{e}");
+
+        let c = cfg(v1::MountPropagation::PropagationBidirectional);
+        let (m, p) = mounts(&inputs(&c, &sb, &none, &shared)).unwrap();
+        assert_eq!(options_of(&m, "/data"), vec!["rbind", "rshared", "rw"]);
+        assert_eq!(p.as_deref(), Some("rshared"));
+        let e = mounts(&inputs(&c, &sb, &none, &slave)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+
+        // rshared wins over rslave whatever the order.
+        let c = v1::ContainerConfig {
+            mounts: vec![
+                host_mount(
+                    dir.path(),
+                    "/a",
+                    v1::MountPropagation::PropagationBidirectional,
+                ),
+                host_mount(
+                    dir.path(),
+                    "/b",
+                    v1::MountPropagation::PropagationHostToContainer,
+                ),
+            ],
+            ..Default::default()
+        };
+        let (_, p) = mounts(&inputs(&c, &sb, &none, &shared)).unwrap();
+        assert_eq!(p.as_deref(), Some("rshared"));
+    }
+
+    #[test]
+    fn readonly_and_recursive_readonly() {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = SandboxInfo::default();
+        let none = BTreeMap::new();
+        let mut m = host_mount(
+            dir.path(),
+            "/data",
+            v1::MountPropagation::PropagationPrivate,
+        );
+        m.readonly = true;
+        let c = v1::ContainerConfig {
+            mounts: vec![m.clone()],
+            ..Default::default()
+        };
+        let (ms, _) = mounts(&inputs(&c, &sb, &none, "")).unwrap();
+        assert_eq!(options_of(&ms, "/data"), vec!["rbind", "rprivate", "ro"]);
+
+        m.recursive_read_only = true;
+        let c = v1::ContainerConfig {
+            mounts: vec![m.clone()],
+            ..Default::default()
+        };
+        let (ms, _) = mounts(&inputs(&c, &sb, &none, "")).unwrap();
+        assert_eq!(options_of(&ms, "/data"), vec!["rbind", "rprivate", "rro"]);
+        let mut inp = inputs(&c, &sb, &none, "");
+        inp.rro_supported = false;
+        assert!(mounts(&inp)
+            .unwrap_err()
+            .to_string()
+            .contains("not supported"));
+
+        m.readonly = false;
+        let c = v1::ContainerConfig {
+            mounts: vec![m.clone()],
+            ..Default::default()
+        };
+        assert!(mounts(&inputs(&c, &sb, &none, ""))
+            .unwrap_err()
+            .to_string()
+            .contains("needs readonly"));
+
+        m.readonly = true;
+        m.propagation = v1::MountPropagation::PropagationHostToContainer as i32;
+        let c = v1::ContainerConfig {
+            mounts: vec![m],
+            ..Default::default()
+        };
+        let slave = mountinfo_with(dir.path(), "master:1");
+        assert!(mounts(&inputs(&c, &sb, &none, &slave))
+            .unwrap_err()
+            .to_string()
+            .contains("private propagation"));
+    }
+
+    #[test]
+    fn image_volumes_are_bound_read_only() {
+        let img = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(img.path().join("share/data")).unwrap();
+        std::os::unix::fs::symlink("/etc", img.path().join("escape")).unwrap();
+        let mut image_mounts = BTreeMap::new();
+        image_mounts.insert("sha256:abc".to_string(), img.path().to_owned());
+        let sb = SandboxInfo::default();
+        let vol = |sub: &str| v1::Mount {
+            container_path: "/models".into(),
+            image: Some(v1::ImageSpec {
+                image: "sha256:abc".into(),
+                ..Default::default()
+            }),
+            image_sub_path: sub.into(),
+            ..Default::default()
+        };
+        let c = v1::ContainerConfig {
+            mounts: vec![vol("")],
+            ..Default::default()
+        };
+        let (ms, _) = mounts(&inputs(&c, &sb, &image_mounts, "")).unwrap();
+        let m = at(&ms, "/models");
+        assert_eq!(
+            m.source().as_deref(),
+            Some(std::fs::canonicalize(img.path()).unwrap().as_path())
+        );
+        assert_eq!(options_of(&ms, "/models"), vec!["rbind", "rprivate", "ro"]);
+
+        let c = v1::ContainerConfig {
+            mounts: vec![vol("share/data")],
+            ..Default::default()
+        };
+        let (ms, _) = mounts(&inputs(&c, &sb, &image_mounts, "")).unwrap();
+        let m = at(&ms, "/models");
+        assert!(m.source().as_ref().unwrap().ends_with("share/data"));
+
+        for bad in ["../x", "/abs", "escape", "missing"] {
+            let c = v1::ContainerConfig {
+                mounts: vec![vol(bad)],
+                ..Default::default()
+            };
+            let e = mounts(&inputs(&c, &sb, &image_mounts, "")).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{bad}: {e}");
+        }
+        let mut other = vol("");
+        other.image.as_mut().unwrap().image = "sha256:other".into();
+        let c = v1::ContainerConfig {
+            mounts: vec![other],
+            ..Default::default()
+        };
+        assert!(mounts(&inputs(&c, &sb, &image_mounts, ""))
+            .unwrap_err()
+            .to_string()
+            .contains("not prepared"));
+    }
+
+    #[test]
+    fn anonymous_volumes_skip_covered_paths() {
+        let image = ImageInfo {
+            volumes: vec![
+                "/data".into(),
+                "/var/lib/db/".into(),
+                "logs".into(),
+                "/data".into(),
+            ],
+            ..Default::default()
+        };
+        let config = v1::ContainerConfig {
+            mounts: vec![v1::Mount {
+                container_path: "/var/lib/db".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let v = anonymous_volumes(&config, &image, Path::new("/vols"));
+        assert_eq!(
+            v,
+            vec![
+                AnonymousVolume {
+                    container_path: "/data".into(),
+                    host_path: "/vols/00-data".into()
+                },
+                AnonymousVolume {
+                    container_path: "/logs".into(),
+                    host_path: "/vols/01-logs".into()
+                },
+            ]
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! The namespaces of a container: a new mount namespace; the pod's network,
+//! IPC and UTS namespaces joined through the pause process (or the host's);
+//! the PID namespace by the container's `NamespaceOption.pid`; a new cgroup
+//! namespace on cgroup v2 (not privileged).
+
+use std::path::PathBuf;
+
+use cri_api::v1;
+use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
+
+use crate::error::{invalid, Error};
+use crate::SandboxInfo;
+
+fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> LinuxNamespace {
+    let mut n = LinuxNamespace::default();
+    n.set_typ(typ);
+    n.set_path(path);
+    n
+}
+
+/// `/proc/<pid>/ns/<name>` of a live process.
+fn proc_ns(id: &str, pid: u32, name: &str, field: &str) -> Result<PathBuf, Error> {
+    if pid == 0 {
+        return Err(invalid(
+            id,
+            field,
+            format!("no process to join the {name} namespace of"),
+        ));
+    }
+    Ok(PathBuf::from(format!("/proc/{pid}/ns/{name}")))
+}
+
+/// The container's namespaces. `target_pid` is the pid of the container
+/// named by `target_id`, needed for PID mode TARGET.
+pub(crate) fn namespaces(
+    id: &str,
+    sandbox: &SandboxInfo,
+    options: Option<&v1::NamespaceOption>,
+    target_pid: Option<u32>,
+    cgroup_ns: bool,
+) -> Result<Vec<LinuxNamespace>, Error> {
+    const FIELD: &str = "linux.security_context.namespace_options";
+    let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    if let Some(netns) = &sandbox.netns {
+        out.push(ns(LinuxNamespaceType::Network, Some(netns.clone())));
+        // The pod has its own UTS namespace only with its own network.
+        out.push(ns(
+            LinuxNamespaceType::Uts,
+            Some(proc_ns(id, sandbox.pid, "uts", "sandbox pid")?),
+        ));
+    }
+    if !sandbox.host_ipc {
+        out.push(ns(
+            LinuxNamespaceType::Ipc,
+            Some(proc_ns(id, sandbox.pid, "ipc", "sandbox pid")?),
+        ));
+    }
+
+    let mode = options.map(|o| o.pid).unwrap_or_default();
+    let mode = v1::NamespaceMode::try_from(mode)
+        .map_err(|_| invalid(id, format!("{FIELD}.pid"), format!("unknown mode {mode}")))?;
+    match mode {
+        v1::NamespaceMode::Pod if sandbox.host_pid => {}
+        v1::NamespaceMode::Pod => out.push(ns(
+            LinuxNamespaceType::Pid,
+            Some(proc_ns(id, sandbox.pid, "pid", "sandbox pid")?),
+        )),
+        v1::NamespaceMode::Container => out.push(ns(LinuxNamespaceType::Pid, None)),
+        v1::NamespaceMode::Node => {}
+        v1::NamespaceMode::Target => {
+            let target = options.map(|o| o.target_id.as_str()).unwrap_or("");
+            let pid = target_pid.ok_or_else(|| {
+                invalid(
+                    id,
+                    format!("{FIELD}.target_id"),
+                    format!("target container {target:?} is not running"),
+                )
+            })?;
+            out.push(ns(
+                LinuxNamespaceType::Pid,
+                Some(proc_ns(id, pid, "pid", &format!("{FIELD}.target_id"))?),
+            ));
+        }
+    }
+
+    if let Some(userns) = options.and_then(|o| o.userns_options.as_ref()) {
+        if userns.mode != v1::NamespaceMode::Node as i32 {
+            return Err(invalid(
+                id,
+                format!("{FIELD}.userns_options"),
+                "user namespaces are not supported; only NODE mode",
+            ));
+        }
+    }
+    if cgroup_ns {
+        out.push(ns(LinuxNamespaceType::Cgroup, None));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sandbox() -> SandboxInfo {
+        SandboxInfo {
+            id: "pod".into(),
+            pid: 42,
+            netns: Some("/run/berth/netns/pod".into()),
+            ..Default::default()
+        }
+    }
+
+    fn pid_mode(mode: v1::NamespaceMode) -> v1::NamespaceOption {
+        v1::NamespaceOption {
+            pid: mode as i32,
+            target_id: "other".into(),
+            ..Default::default()
+        }
+    }
+
+    fn find(nss: &[LinuxNamespace], t: LinuxNamespaceType) -> Option<Option<PathBuf>> {
+        nss.iter().find(|n| n.typ() == t).map(|n| n.path().clone())
+    }
+
+    #[test]
+    fn pod_namespaces_are_joined() {
+        let nss = namespaces("c", &sandbox(), None, None, false).unwrap();
+        assert_eq!(find(&nss, LinuxNamespaceType::Mount), Some(None));
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Network),
+            Some(Some(PathBuf::from("/run/berth/netns/pod")))
+        );
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Uts),
+            Some(Some("/proc/42/ns/uts".into()))
+        );
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Ipc),
+            Some(Some("/proc/42/ns/ipc".into()))
+        );
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Pid),
+            Some(Some("/proc/42/ns/pid".into()))
+        );
+        assert_eq!(find(&nss, LinuxNamespaceType::Cgroup), None);
+        assert_eq!(find(&nss, LinuxNamespaceType::User), None);
+    }
+
+    #[test]
+    fn host_namespaces_are_left_out() {
+        let sb = SandboxInfo {
+            netns: None,
+            host_ipc: true,
+            host_pid: true,
+            ..sandbox()
+        };
+        let nss = namespaces("c", &sb, None, None, false).unwrap();
+        let types: Vec<_> = nss.iter().map(|n| n.typ()).collect();
+        assert_eq!(types, vec![LinuxNamespaceType::Mount]);
+    }
+
+    #[test]
+    fn pid_modes() {
+        let sb = sandbox();
+        let pid = |mode, target| {
+            let nss = namespaces("c", &sb, Some(&pid_mode(mode)), target, false).unwrap();
+            find(&nss, LinuxNamespaceType::Pid)
+        };
+        assert_eq!(
+            pid(v1::NamespaceMode::Pod, None),
+            Some(Some("/proc/42/ns/pid".into()))
+        );
+        assert_eq!(pid(v1::NamespaceMode::Container, None), Some(None));
+        assert_eq!(pid(v1::NamespaceMode::Node, None), None);
+        assert_eq!(
+            pid(v1::NamespaceMode::Target, Some(77)),
+            Some(Some("/proc/77/ns/pid".into()))
+        );
+    }
+
+    #[test]
+    fn target_without_pid_is_invalid() {
+        let e = namespaces(
+            "c",
+            &sandbox(),
+            Some(&pid_mode(v1::NamespaceMode::Target)),
+            None,
+            false,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(
+            e.to_string().contains("target_id") && e.to_string().contains("other"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn no_pause_pid_is_invalid() {
+        let sb = SandboxInfo {
+            pid: 0,
+            ..sandbox()
+        };
+        assert!(namespaces("c", &sb, None, None, false).is_err());
+    }
+
+    #[test]
+    fn cgroup_namespace_when_asked() {
+        let nss = namespaces("c", &sandbox(), None, None, true).unwrap();
+        assert_eq!(find(&nss, LinuxNamespaceType::Cgroup), Some(None));
+    }
+
+    #[test]
+    fn user_namespace_pod_mode_is_refused() {
+        let mut o = pid_mode(v1::NamespaceMode::Pod);
+        o.userns_options = Some(v1::UserNamespace {
+            mode: v1::NamespaceMode::Pod as i32,
+            ..Default::default()
+        });
+        assert!(namespaces("c", &sandbox(), Some(&o), None, false).is_err());
+        o.userns_options = Some(v1::UserNamespace {
+            mode: v1::NamespaceMode::Node as i32,
+            ..Default::default()
+        });
+        assert!(namespaces("c", &sandbox(), Some(&o), None, false).is_ok());
+    }
+}

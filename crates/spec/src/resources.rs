@@ -1,0 +1,314 @@
+//! Cgroup resources (CPU, memory, hugepages, pids, cgroup v2 unified
+//! settings), the OOM score adjustment and the cgroups path. The resource
+//! mapping serves CreateContainer and UpdateContainerResources alike.
+
+use std::path::Path;
+
+use cri_api::v1;
+use oci_spec::runtime::{LinuxCpu, LinuxHugepageLimit, LinuxMemory, LinuxPids, LinuxResources};
+
+use crate::error::{invalid, io_error, Error};
+use crate::SpecOptions;
+
+const FIELD: &str = "linux.resources";
+
+/// Maps CRI resources onto OCI ones. A zero or empty CRI field sets nothing.
+///
+/// Memory swap follows containerd: `memory_swap_limit_in_bytes` when given,
+/// else the memory limit itself (no swapping), and only where the host has
+/// swap accounting. Hugepage limits are dropped where the hugetlb controller
+/// is absent (kubelet sends them for every page size). `unified` needs cgroup
+/// v2. The pids limit comes from `opts`.
+pub fn linux_resources(
+    id: &str,
+    r: &v1::LinuxContainerResources,
+    opts: &SpecOptions,
+) -> Result<LinuxResources, Error> {
+    let positive = |v: i64, field: &str| -> Result<Option<u64>, Error> {
+        match v {
+            0 => Ok(None),
+            v if v > 0 => Ok(Some(v as u64)),
+            v => Err(invalid(
+                id,
+                format!("{FIELD}.{field}"),
+                format!("{v} is negative"),
+            )),
+        }
+    };
+    let mut out = LinuxResources::default();
+
+    let mut cpu = LinuxCpu::default();
+    cpu.set_period(positive(r.cpu_period, "cpu_period")?);
+    cpu.set_shares(positive(r.cpu_shares, "cpu_shares")?);
+    if r.cpu_quota != 0 {
+        cpu.set_quota(Some(r.cpu_quota));
+    }
+    if !r.cpuset_cpus.is_empty() {
+        cpu.set_cpus(Some(r.cpuset_cpus.clone()));
+    }
+    if !r.cpuset_mems.is_empty() {
+        cpu.set_mems(Some(r.cpuset_mems.clone()));
+    }
+    if cpu != LinuxCpu::default() {
+        out.set_cpu(Some(cpu));
+    }
+
+    let mut memory = LinuxMemory::default();
+    let limit = positive(r.memory_limit_in_bytes, "memory_limit_in_bytes")?;
+    let swap = match r.memory_swap_limit_in_bytes {
+        0 => None,
+        -1 => Some(-1),
+        v if v > 0 => Some(v),
+        v => {
+            return Err(invalid(
+                id,
+                format!("{FIELD}.memory_swap_limit_in_bytes"),
+                format!("{v} is negative"),
+            ))
+        }
+    };
+    if let Some(limit) = limit {
+        memory.set_limit(Some(limit as i64));
+    }
+    if opts.swap_available {
+        memory.set_swap(swap.or(limit.map(|l| l as i64)));
+    }
+    if memory != LinuxMemory::default() {
+        out.set_memory(Some(memory));
+    }
+
+    if opts.hugetlb_available && !r.hugepage_limits.is_empty() {
+        let mut limits = Vec::new();
+        for h in &r.hugepage_limits {
+            if h.page_size.is_empty() {
+                return Err(invalid(
+                    id,
+                    format!("{FIELD}.hugepage_limits"),
+                    "empty page size",
+                ));
+            }
+            let mut l = LinuxHugepageLimit::default();
+            l.set_page_size(h.page_size.clone());
+            l.set_limit(i64::try_from(h.limit).unwrap_or(i64::MAX));
+            limits.push(l);
+        }
+        out.set_hugepage_limits(Some(limits));
+    } else if !r.hugepage_limits.is_empty() {
+        tracing::debug!(
+            container = id,
+            "no hugetlb cgroup controller: hugepage limits ignored"
+        );
+    }
+
+    if !r.unified.is_empty() {
+        if !opts.cgroup_v2 {
+            return Err(invalid(
+                id,
+                format!("{FIELD}.unified"),
+                "cgroup v2 settings on a cgroup v1 host",
+            ));
+        }
+        out.set_unified(Some(r.unified.clone()));
+    }
+
+    if let Some(limit) = opts.pids_limit.filter(|l| *l != 0) {
+        let mut pids = LinuxPids::default();
+        pids.set_limit(limit);
+        out.set_pids(Some(pids));
+    }
+    Ok(out)
+}
+
+/// The `oomScoreAdj` to ask for: none unless the config sets a non-zero
+/// value, and then never lower than `floor` (this process's own score, read
+/// from /proc/self/oom_score_adj when `None`): lowering it needs
+/// CAP_SYS_RESOURCE, which root may lack, and runc would fail.
+pub fn oom_score_adj(id: &str, requested: i64, floor: Option<i32>) -> Result<Option<i32>, Error> {
+    if requested == 0 {
+        return Ok(None);
+    }
+    if !(-1000..=1000).contains(&requested) {
+        return Err(invalid(
+            id,
+            format!("{FIELD}.oom_score_adj"),
+            format!("{requested} is outside -1000..1000"),
+        ));
+    }
+    let floor = match floor {
+        Some(f) => f,
+        None => current_oom_score_adj()
+            .map_err(|e| io_error(id, "reading", Path::new("/proc/self/oom_score_adj"), e))?,
+    };
+    Ok(Some((requested as i32).max(floor)))
+}
+
+/// This process's OOM score adjustment.
+pub fn current_oom_score_adj() -> std::io::Result<i32> {
+    let text = std::fs::read_to_string("/proc/self/oom_score_adj")?;
+    text.trim()
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// The cgroups path of a container: `<parent>/<id>` for cgroupfs, and
+/// `<parent slice>:berth:<id>` for systemd. An empty parent means `/berth`
+/// (cgroupfs) or `system.slice` (systemd).
+pub fn cgroups_path(parent: &str, id: &str, systemd: bool) -> String {
+    if systemd {
+        let slice = Path::new(parent)
+            .file_name()
+            .and_then(|s| s.to_str())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("system.slice");
+        return format!("{slice}:berth:{id}");
+    }
+    let parent = parent.trim_end_matches('/');
+    let parent = if parent.is_empty() { "/berth" } else { parent };
+    if parent.starts_with('/') {
+        format!("{parent}/{id}")
+    } else {
+        format!("/{parent}/{id}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> SpecOptions {
+        SpecOptions {
+            swap_available: true,
+            hugetlb_available: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn empty_resources_set_nothing() {
+        let r = linux_resources("c", &Default::default(), &opts()).unwrap();
+        assert_eq!(r, LinuxResources::default());
+    }
+
+    #[test]
+    fn full_mapping() {
+        let r = v1::LinuxContainerResources {
+            cpu_period: 100_000,
+            cpu_quota: 50_000,
+            cpu_shares: 512,
+            memory_limit_in_bytes: 64 << 20,
+            cpuset_cpus: "0-1".into(),
+            cpuset_mems: "0".into(),
+            hugepage_limits: vec![v1::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 4 << 20,
+            }],
+            ..Default::default()
+        };
+        let mut o = opts();
+        o.pids_limit = Some(1024);
+        let out = linux_resources("c", &r, &o).unwrap();
+        let cpu = out.cpu().clone().unwrap();
+        assert_eq!(cpu.period(), Some(100_000));
+        assert_eq!(cpu.quota(), Some(50_000));
+        assert_eq!(cpu.shares(), Some(512));
+        assert_eq!(cpu.cpus().as_deref(), Some("0-1"));
+        assert_eq!(cpu.mems().as_deref(), Some("0"));
+        let mem = out.memory().unwrap();
+        assert_eq!(mem.limit(), Some(64 << 20));
+        // No swap limit given: swap = limit.
+        assert_eq!(mem.swap(), Some(64 << 20));
+        let h = out.hugepage_limits().clone().unwrap();
+        assert_eq!(h[0].page_size(), "2MB");
+        assert_eq!(h[0].limit(), 4 << 20);
+        assert_eq!(out.pids().unwrap().limit(), 1024);
+    }
+
+    #[test]
+    fn swap_limit_and_availability() {
+        let r = v1::LinuxContainerResources {
+            memory_limit_in_bytes: 100,
+            memory_swap_limit_in_bytes: 300,
+            ..Default::default()
+        };
+        let out = linux_resources("c", &r, &opts()).unwrap();
+        assert_eq!(out.memory().unwrap().swap(), Some(300));
+        let mut o = opts();
+        o.swap_available = false;
+        let out = linux_resources("c", &r, &o).unwrap();
+        assert_eq!(out.memory().unwrap().swap(), None);
+        assert_eq!(out.memory().unwrap().limit(), Some(100));
+    }
+
+    #[test]
+    fn hugepages_dropped_without_controller() {
+        let r = v1::LinuxContainerResources {
+            hugepage_limits: vec![v1::HugepageLimit {
+                page_size: "1GB".into(),
+                limit: 0,
+            }],
+            ..Default::default()
+        };
+        let mut o = opts();
+        o.hugetlb_available = false;
+        assert!(linux_resources("c", &r, &o)
+            .unwrap()
+            .hugepage_limits()
+            .is_none());
+    }
+
+    #[test]
+    fn unified_needs_v2() {
+        let mut r = v1::LinuxContainerResources::default();
+        r.unified.insert("memory.high".into(), "1000000".into());
+        let e = linux_resources("c", &r, &opts()).unwrap_err();
+        assert!(e.to_string().contains("unified"), "{e}");
+        let mut o = opts();
+        o.cgroup_v2 = true;
+        let out = linux_resources("c", &r, &o).unwrap();
+        assert_eq!(out.unified().as_ref().unwrap()["memory.high"], "1000000");
+    }
+
+    #[test]
+    fn negative_values_are_invalid() {
+        let r = v1::LinuxContainerResources {
+            cpu_shares: -2,
+            ..Default::default()
+        };
+        let e = linux_resources("c", &r, &opts()).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("cpu_shares"));
+    }
+
+    #[test]
+    fn oom_score_adj_is_clamped_up_and_only_set_when_asked() {
+        assert_eq!(oom_score_adj("c", 0, Some(0)).unwrap(), None);
+        assert_eq!(oom_score_adj("c", 0, Some(500)).unwrap(), None);
+        assert_eq!(oom_score_adj("c", 100, Some(0)).unwrap(), Some(100));
+        assert_eq!(oom_score_adj("c", -998, Some(0)).unwrap(), Some(0));
+        assert_eq!(oom_score_adj("c", -998, Some(-999)).unwrap(), Some(-998));
+        assert_eq!(oom_score_adj("c", 200, Some(500)).unwrap(), Some(500));
+        assert!(oom_score_adj("c", 1001, Some(0)).is_err());
+        // Live floor: never below this process's own.
+        let own = current_oom_score_adj().unwrap();
+        assert_eq!(
+            oom_score_adj("c", -1000, None).unwrap(),
+            Some(own.max(-1000))
+        );
+    }
+
+    #[test]
+    fn cgroups_paths() {
+        assert_eq!(
+            cgroups_path("/kubepods/burstable/pod1", "abc", false),
+            "/kubepods/burstable/pod1/abc"
+        );
+        assert_eq!(cgroups_path("/kubepods/", "abc", false), "/kubepods/abc");
+        assert_eq!(cgroups_path("", "abc", false), "/berth/abc");
+        assert_eq!(cgroups_path("kubepods", "abc", false), "/kubepods/abc");
+        assert_eq!(
+            cgroups_path("kubepods-burstable-pod1.slice", "abc", true),
+            "kubepods-burstable-pod1.slice:berth:abc"
+        );
+        assert_eq!(cgroups_path("", "abc", true), "system.slice:berth:abc");
+    }
+}

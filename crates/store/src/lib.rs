@@ -1,0 +1,19 @@
+//! The building blocks of berth's sandbox and container stores:
+//! atomic, versioned record files on disk ([`RecordDir`]), a name registrar
+//! ([`Registrar`]), an index that finds ids by unique prefix ([`IdIndex`]),
+//! and a status cell that persists a change before it is visible
+//! ([`StatusCell`]), and the [`Store`] built from them.
+
+mod atomic;
+mod cell;
+mod index;
+mod record;
+mod registrar;
+mod store;
+
+pub use atomic::write_atomic;
+pub use cell::StatusCell;
+pub use index::{IdIndex, LookupError};
+pub use record::{LoadedRecord, RecordDir, RecordError};
+pub use registrar::{Registrar, Reserved};
+pub use store::{Meta, Object, Record, Store};

@@ -1,0 +1,235 @@
+//! A directory of records, one JSON file per id, each written atomically
+//! and wrapped in a format version.
+
+use std::io;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::write_atomic;
+
+/// Format version written with every record.
+const FORMAT_VERSION: u32 = 1;
+
+/// Why a record could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("record {id}: {path}: {source}")]
+    Io {
+        id: String,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("record {id}: {path}: {source}")]
+    Format {
+        id: String,
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("record {id}: {path}: format version {found} is not supported (this berth reads {FORMAT_VERSION})")]
+    Version {
+        id: String,
+        path: PathBuf,
+        found: u32,
+    },
+    #[error("record id {0:?} is not a valid file name")]
+    BadId(String),
+}
+
+#[derive(Serialize)]
+struct EnvelopeRef<'a, T> {
+    version: u32,
+    record: &'a T,
+}
+
+#[derive(Deserialize)]
+struct Envelope<T> {
+    version: u32,
+    record: T,
+}
+
+/// One record read back at start-up; a broken one is reported, never deleted.
+#[derive(Debug)]
+pub struct LoadedRecord<T> {
+    pub id: String,
+    pub record: Result<T, RecordError>,
+}
+
+/// Records of type `T` stored as `<dir>/<id>.json`.
+#[derive(Debug)]
+pub struct RecordDir<T> {
+    dir: PathBuf,
+    _marker: PhantomData<fn() -> T>,
+}
+
+impl<T: Serialize + DeserializeOwned> RecordDir<T> {
+    /// Opens (creating) the directory.
+    pub fn open(dir: &Path) -> io::Result<RecordDir<T>> {
+        std::fs::create_dir_all(dir)?;
+        Ok(RecordDir {
+            dir: dir.to_path_buf(),
+            _marker: PhantomData,
+        })
+    }
+
+    /// Where the record of `id` lives.
+    pub fn path(&self, id: &str) -> Result<PathBuf, RecordError> {
+        if id.is_empty() || id.contains('/') || id.starts_with('.') {
+            return Err(RecordError::BadId(id.to_string()));
+        }
+        Ok(self.dir.join(format!("{id}.json")))
+    }
+
+    /// Writes the record atomically.
+    pub fn save(&self, id: &str, record: &T) -> Result<(), RecordError> {
+        let path = self.path(id)?;
+        let data = serde_json::to_vec(&EnvelopeRef {
+            version: FORMAT_VERSION,
+            record,
+        })
+        .map_err(|source| RecordError::Format {
+            id: id.to_string(),
+            path: path.clone(),
+            source,
+        })?;
+        write_atomic(&path, &data, 0o600).map_err(|source| RecordError::Io {
+            id: id.to_string(),
+            path,
+            source,
+        })
+    }
+
+    /// Reads one record.
+    pub fn load(&self, id: &str) -> Result<T, RecordError> {
+        let path = self.path(id)?;
+        let data = std::fs::read(&path).map_err(|source| RecordError::Io {
+            id: id.to_string(),
+            path: path.clone(),
+            source,
+        })?;
+        let envelope: Envelope<serde_json::Value> =
+            serde_json::from_slice(&data).map_err(|source| RecordError::Format {
+                id: id.to_string(),
+                path: path.clone(),
+                source,
+            })?;
+        if envelope.version != FORMAT_VERSION {
+            return Err(RecordError::Version {
+                id: id.to_string(),
+                path,
+                found: envelope.version,
+            });
+        }
+        serde_json::from_value(envelope.record).map_err(|source| RecordError::Format {
+            id: id.to_string(),
+            path,
+            source,
+        })
+    }
+
+    /// Removes the record; absent is fine.
+    pub fn remove(&self, id: &str) -> Result<(), RecordError> {
+        let path = self.path(id)?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(RecordError::Io {
+                id: id.to_string(),
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Every record in the directory, sorted by id; temp files are skipped.
+    pub fn load_all(&self) -> io::Result<Vec<LoadedRecord<T>>> {
+        let mut ids = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') {
+                continue;
+            }
+            if let Some(id) = name.strip_suffix(".json") {
+                ids.push(id.to_string());
+            }
+        }
+        ids.sort();
+        Ok(ids
+            .into_iter()
+            .map(|id| LoadedRecord {
+                record: self.load(&id),
+                id,
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Rec {
+        name: String,
+        n: u32,
+    }
+
+    #[test]
+    fn save_load_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::<Rec>::open(dir.path()).unwrap();
+        let rec = Rec {
+            name: "a".into(),
+            n: 1,
+        };
+        records.save("abc", &rec).unwrap();
+        assert_eq!(records.load("abc").unwrap(), rec);
+        records.remove("abc").unwrap();
+        records.remove("abc").unwrap();
+        assert!(records.load("abc").is_err());
+    }
+
+    #[test]
+    fn load_all_reports_broken_records_and_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::<Rec>::open(dir.path()).unwrap();
+        records
+            .save(
+                "good",
+                &Rec {
+                    name: "g".into(),
+                    n: 2,
+                },
+            )
+            .unwrap();
+        std::fs::write(dir.path().join("bad.json"), b"{torn").unwrap();
+        std::fs::write(
+            dir.path().join("future.json"),
+            br#"{"version":9,"record":{}}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join(".good.json.tmp-1"), b"{").unwrap();
+        let all = records.load_all().unwrap();
+        let ids: Vec<_> = all.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["bad", "future", "good"]);
+        assert!(matches!(all[0].record, Err(RecordError::Format { .. })));
+        assert!(matches!(
+            all[1].record,
+            Err(RecordError::Version { found: 9, .. })
+        ));
+        assert_eq!(all[2].record.as_ref().unwrap().n, 2);
+        assert!(dir.path().join("bad.json").exists(), "broken record kept");
+    }
+
+    #[test]
+    fn bad_ids_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::<Rec>::open(dir.path()).unwrap();
+        for id in ["", "../x", ".hidden", "a/b"] {
+            assert!(matches!(records.path(id), Err(RecordError::BadId(_))));
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Reserves names (a pod's or container's full name) so two requests cannot
+//! create the same one.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The name is taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("name {name:?} is reserved for {key:?}")]
+pub struct Reserved {
+    pub name: String,
+    pub key: String,
+}
+
+/// Name → key (the id that holds it).
+#[derive(Debug, Default)]
+pub struct Registrar {
+    names: Mutex<HashMap<String, String>>,
+}
+
+impl Registrar {
+    /// Reserves `name` for `key`. Reserving it again for the same key is fine.
+    pub fn reserve(&self, name: &str, key: &str) -> Result<(), Reserved> {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        match names.get(name) {
+            Some(holder) if holder == key => Ok(()),
+            Some(holder) => Err(Reserved {
+                name: name.to_string(),
+                key: holder.clone(),
+            }),
+            None => {
+                names.insert(name.to_string(), key.to_string());
+                Ok(())
+            }
+        }
+    }
+
+    /// Releases `name` (no matter who holds it).
+    pub fn release(&self, name: &str) {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
+    /// The key holding `name`.
+    pub fn holder(&self, name: &str) -> Option<String> {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_release() {
+        let r = Registrar::default();
+        r.reserve("pod_a", "id1").unwrap();
+        r.reserve("pod_a", "id1").unwrap();
+        let err = r.reserve("pod_a", "id2").unwrap_err();
+        assert_eq!(err.key, "id1");
+        assert_eq!(r.holder("pod_a").as_deref(), Some("id1"));
+        r.release("pod_a");
+        r.reserve("pod_a", "id2").unwrap();
+    }
+}

@@ -1,0 +1,79 @@
+//! What berth keeps about a container: metadata fixed at creation and a
+//! status that changes, persisted together as one versioned record.
+
+use std::path::PathBuf;
+
+use cri_api::v1;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+/// Fixed at creation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerMeta {
+    pub id: String,
+    /// `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`.
+    pub name: String,
+    pub sandbox_id: String,
+    /// The CRI `ContainerConfig`, protobuf-encoded.
+    #[serde(with = "crate::sandbox::record::base64_bytes")]
+    pub config: Vec<u8>,
+    /// The image as the client named it.
+    pub image_name: String,
+    /// The image id (`sha256:…`).
+    pub image_id: String,
+    /// The CRI log file, absolute; empty when the pod set no log directory.
+    pub log_path: PathBuf,
+    /// OCI runtime binary of the pod's handler.
+    pub runtime: String,
+    /// Signal that stops the container gracefully.
+    pub stop_signal: i32,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+}
+
+impl ContainerMeta {
+    /// The decoded `ContainerConfig`.
+    pub fn config(&self) -> v1::ContainerConfig {
+        v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+}
+
+/// Life-cycle state of a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    /// Being created, or its fate is not known.
+    Unknown,
+    Created,
+    Running,
+    Exited,
+}
+
+/// What changes over the container's life.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    pub state: ContainerState,
+    pub pid: Option<u32>,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    /// `Completed`, `Error`, `OOMKilled`, `StartError`…
+    pub reason: String,
+    pub message: String,
+    /// Whether the rootfs overlay is mounted.
+    pub rootfs_mounted: bool,
+}
+
+impl Default for ContainerStatus {
+    fn default() -> Self {
+        ContainerStatus {
+            state: ContainerState::Unknown,
+            pid: None,
+            started_at: 0,
+            finished_at: 0,
+            exit_code: 0,
+            reason: String::new(),
+            message: String::new(),
+            rootfs_mounted: false,
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! A container's root filesystem: an overlay of the image's snapshots with
+//! the container's own upper and work dirs, and its OCI bundle.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+
+/// Where one container's files are.
+#[derive(Debug, Clone)]
+pub struct ContainerDirs {
+    /// Persistent: the writable layer (`upper`, `work`).
+    pub root: PathBuf,
+    /// Runtime: the bundle (`config.json`, `rootfs` mount point).
+    pub bundle: PathBuf,
+}
+
+impl ContainerDirs {
+    pub fn new(root_dir: &Path, state_dir: &Path, id: &str) -> ContainerDirs {
+        ContainerDirs {
+            root: root_dir.join("containers").join(id),
+            bundle: state_dir.join("containers").join(id),
+        }
+    }
+    pub fn upper(&self) -> PathBuf {
+        self.root.join("upper")
+    }
+    pub fn work(&self) -> PathBuf {
+        self.root.join("work")
+    }
+    pub fn rootfs(&self) -> PathBuf {
+        self.bundle.join("rootfs")
+    }
+    pub fn spec(&self) -> PathBuf {
+        self.bundle.join("config.json")
+    }
+
+    /// Makes the dirs and mounts the overlay of `lowerdirs` (top layer first).
+    pub fn mount(&self, lowerdirs: &[PathBuf]) -> io::Result<()> {
+        for dir in [self.upper(), self.work(), self.rootfs()] {
+            std::fs::create_dir_all(&dir)?;
+        }
+        if lowerdirs.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the image has no layers",
+            ));
+        }
+        let lower = lowerdirs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(":");
+        let data = format!(
+            "lowerdir={lower},upperdir={},workdir={}",
+            self.upper().display(),
+            self.work().display()
+        );
+        mount(
+            Some("overlay"),
+            &self.rootfs(),
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(data.as_str()),
+        )
+        .map_err(|e| {
+            io::Error::other(format!(
+                "mounting overlay on {}: {e}",
+                self.rootfs().display()
+            ))
+        })
+    }
+
+    /// Unmounts the overlay; not mounted is fine.
+    pub fn unmount(&self) -> io::Result<()> {
+        loop {
+            match umount2(&self.rootfs(), MntFlags::MNT_DETACH) {
+                Ok(()) => continue,
+                Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => return Ok(()),
+                Err(e) => {
+                    return Err(io::Error::other(format!(
+                        "unmounting {}: {e}",
+                        self.rootfs().display()
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Unmounts and removes everything; absent is fine.
+    pub fn remove(&self) -> io::Result<()> {
+        self.unmount()?;
+        for dir in [&self.bundle, &self.root] {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io::Error::other(format!("removing {}: {e}", dir.display()))),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,51 @@
+//! How the stores' errors become RPC errors, per kind of object.
+
+use std::sync::Arc;
+
+use berth_store::{LookupError, Meta, Object, RecordError, Store};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::Error;
+
+/// The name of a kind of object, for error messages.
+pub trait Kind {
+    const KIND: &'static str;
+}
+
+impl From<RecordError> for Error {
+    fn from(e: RecordError) -> Error {
+        Error::Internal(e.to_string())
+    }
+}
+
+/// Store calls with RPC errors.
+pub trait StoreExt<M, S> {
+    /// The object whose id is or uniquely starts with `id`.
+    fn lookup(&self, id: &str) -> Result<Arc<Object<M, S>>, Error>;
+    /// Reserves `name` for `id`, or says who holds it.
+    fn reserve(&self, name: &str, id: &str) -> Result<(), Error>;
+}
+
+impl<M: Meta + Kind, S: Clone + Serialize + DeserializeOwned> StoreExt<M, S> for Store<M, S> {
+    fn lookup(&self, id: &str) -> Result<Arc<Object<M, S>>, Error> {
+        self.get(id).map_err(|e| match e {
+            LookupError::Empty => Error::InvalidArgument(format!("{} id is empty", M::KIND)),
+            LookupError::Ambiguous(p) => {
+                Error::InvalidArgument(format!("{} id prefix {p:?} is ambiguous", M::KIND))
+            }
+            LookupError::NotFound(id) => Error::NotFound { kind: M::KIND, id },
+        })
+    }
+
+    fn reserve(&self, name: &str, id: &str) -> Result<(), Error> {
+        self.reserve_name(name, id).map_err(|e| {
+            Error::AlreadyExists(format!(
+                "{} name {:?} is already in use by {}",
+                M::KIND,
+                e.name,
+                e.key
+            ))
+        })
+    }
+}

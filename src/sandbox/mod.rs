@@ -1,0 +1,11 @@
+//! Pod sandboxes: their records and store, shared files, and the pause
+//! container's spec.
+
+pub mod files;
+pub mod pause;
+pub mod record;
+pub mod spec;
+pub mod store;
+
+pub use record::{SandboxMeta, SandboxState, SandboxStatus};
+pub use store::{Sandbox, SandboxStore};

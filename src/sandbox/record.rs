@@ -1,0 +1,90 @@
+//! What berth keeps about a pod sandbox: metadata fixed at creation, and a
+//! status that changes over the sandbox's life. Both are persisted together
+//! as one versioned record.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use cri_api::v1;
+use prost::Message;
+use serde::{Deserialize, Serialize};
+
+/// Fixed at creation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxMeta {
+    pub id: String,
+    /// `<name>_<namespace>_<uid>_<attempt>`, unique among live sandboxes.
+    pub name: String,
+    /// The CRI `PodSandboxConfig`, protobuf-encoded.
+    #[serde(with = "base64_bytes")]
+    pub config: Vec<u8>,
+    pub runtime_handler: String,
+    /// The pod's network namespace, absent for host-network pods.
+    pub netns: Option<PathBuf>,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+}
+
+impl SandboxMeta {
+    /// The decoded `PodSandboxConfig`.
+    pub fn config(&self) -> v1::PodSandboxConfig {
+        v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+    }
+}
+
+/// Life-cycle state of a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    /// Being created: berth died or failed before it became ready.
+    Unknown,
+    Ready,
+    NotReady,
+}
+
+/// What changes over the sandbox's life.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    pub state: SandboxState,
+    /// Pod IPs from CNI, primary first.
+    pub ips: Vec<String>,
+    /// Whether CNI ADD succeeded and DEL has not run yet.
+    pub network_attached: bool,
+    /// The pause process's pid while it runs.
+    pub pid: Option<u32>,
+    /// Where the pause's shim listens.
+    pub shim_socket: Option<PathBuf>,
+    /// Whether the /dev/shm tmpfs is mounted.
+    pub shm_mounted: bool,
+    /// Free-form notes shown in verbose status.
+    pub info: BTreeMap<String, String>,
+}
+
+impl Default for SandboxStatus {
+    fn default() -> Self {
+        SandboxStatus {
+            state: SandboxState::Unknown,
+            ips: Vec::new(),
+            network_attached: false,
+            pid: None,
+            shim_socket: None,
+            shm_mounted: false,
+            info: BTreeMap::new(),
+        }
+    }
+}
+
+pub(crate) mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)
+    }
+}

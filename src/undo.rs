@@ -1,0 +1,118 @@
+//! An undo stack: each step that allocates registers how to give it back
+//! before it runs; on failure the steps unwind in reverse, and their errors
+//! are reported together with the original one.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::error::Error;
+
+type Step = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'static>>;
+
+/// How long each undo step may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Steps to run, newest first, unless [`Undo::disarm`] is called.
+#[derive(Default)]
+pub struct Undo {
+    steps: Vec<(&'static str, Step)>,
+}
+
+impl Undo {
+    pub fn new() -> Undo {
+        Undo::default()
+    }
+
+    /// Registers how to undo the step about to run.
+    pub fn push<F>(&mut self, what: &'static str, step: F)
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.steps.push((what, Box::pin(step)));
+    }
+
+    /// Success: nothing is undone.
+    pub fn disarm(mut self) {
+        self.steps.clear();
+    }
+
+    /// Runs every step, newest first, each on its own timeout, and returns
+    /// `error` with any cleanup failures added to its message.
+    pub async fn unwind(mut self, error: Error) -> Error {
+        let mut failures = Vec::new();
+        while let Some((what, step)) = self.steps.pop() {
+            match tokio::time::timeout(STEP_TIMEOUT, step).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(format!("{what}: {e}")),
+                Err(_) => failures.push(format!("{what}: timed out after {STEP_TIMEOUT:?}")),
+            }
+        }
+        if failures.is_empty() {
+            return error;
+        }
+        tracing::error!(cleanup_errors = ?failures, "cleanup after a failure did not finish");
+        let note = format!(" (and cleanup failed: {})", failures.join("; "));
+        match error {
+            Error::InvalidArgument(m) => Error::InvalidArgument(m + &note),
+            Error::AlreadyExists(m) => Error::AlreadyExists(m + &note),
+            Error::FailedPrecondition(m) => Error::FailedPrecondition(m + &note),
+            Error::DeadlineExceeded(m) => Error::DeadlineExceeded(m + &note),
+            Error::Internal(m) => Error::Internal(m + &note),
+            other => Error::Internal(format!("{other}{note}")),
+        }
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        if !self.steps.is_empty() {
+            tracing::error!(
+                steps = self.steps.len(),
+                "undo stack dropped without unwind or disarm"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[tokio::test]
+    async fn unwinds_in_reverse_and_reports_failures() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut undo = Undo::new();
+        for i in 0..3 {
+            let log = log.clone();
+            undo.push("step", async move {
+                log.lock().unwrap().push(i);
+                if i == 1 {
+                    Err("busy".to_string())
+                } else {
+                    Ok(())
+                }
+            });
+        }
+        let err = undo.unwind(Error::Internal("cni add failed".into())).await;
+        assert_eq!(*log.lock().unwrap(), vec![2, 1, 0]);
+        assert_eq!(
+            err.to_string(),
+            "cni add failed (and cleanup failed: step: busy)"
+        );
+    }
+
+    #[tokio::test]
+    async fn disarmed_runs_nothing() {
+        let ran = Arc::new(Mutex::new(false));
+        let mut undo = Undo::new();
+        let r = ran.clone();
+        undo.push("x", async move {
+            *r.lock().unwrap() = true;
+            Ok(())
+        });
+        undo.disarm();
+        assert!(!*ran.lock().unwrap());
+    }
+}

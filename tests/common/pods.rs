@@ -1,0 +1,82 @@
+//! Pods for tests: a network of the test's own, a daemon on it, pod configs.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use cri_api::v1;
+
+use super::Daemon;
+
+static NEXT_NET: AtomicU32 = AtomicU32::new(0);
+
+/// A test network of its own: bridge, subnet and CNI network name.
+pub struct TestNet {
+    pub bridge: String,
+    pub subnet_prefix: String,
+    pub name: String,
+}
+
+impl TestNet {
+    pub fn new() -> TestNet {
+        let n = (std::process::id() % 25) * 8 + NEXT_NET.fetch_add(1, Ordering::SeqCst) % 8 + 20;
+        TestNet {
+            bridge: format!("btest{n}"),
+            subnet_prefix: format!("10.199.{n}."),
+            name: format!("berth-test-{n}"),
+        }
+    }
+
+    pub fn config(&self, extra: &str) -> String {
+        format!(
+            "{extra}\n[cni]\nnetwork_name = {:?}\ndefault_subnet = \"{}0/24\"\ndefault_bridge = {:?}\nhostport_snat = true\n",
+            self.name, self.subnet_prefix, self.bridge
+        )
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
+        let _ = std::fs::remove_dir_all(format!("/var/lib/cni/networks/{}", self.name));
+    }
+}
+
+/// Starts a daemon with the default network on `net`.
+pub async fn daemon(net: &TestNet) -> Daemon {
+    let sandbox = super::Sandbox::new();
+    let cni = sandbox.cni_dir();
+    let config = sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config("")));
+    Daemon::start_in(sandbox, &config).await
+}
+
+pub fn pod_config(name: &str) -> v1::PodSandboxConfig {
+    v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: name.into(),
+            namespace: "default".into(),
+            uid: format!("uid-{name}"),
+            attempt: 0,
+        }),
+        hostname: name.into(),
+        labels: [("app".to_string(), name.to_string())].into(),
+        linux: Some(v1::LinuxPodSandboxConfig {
+            cgroup_parent: "/berth-test".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub async fn run(daemon: &Daemon, config: v1::PodSandboxConfig) -> Result<String, tonic::Status> {
+    daemon
+        .runtime()
+        .await
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        })
+        .await
+        .map(|r| r.into_inner().pod_sandbox_id)
+}

@@ -1,0 +1,406 @@
+//! Pod sandboxes against the real daemon, real runc and real CNI plugins:
+//! IPs, reachability, host network, hostPort, hostname and DNS, teardown,
+//! failure rollback and bad requests. Root only.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::pods::{daemon, pod_config, run, TestNet};
+use common::Daemon;
+use cri_api::v1;
+use tonic::Code;
+
+async fn status(daemon: &Daemon, id: &str) -> Result<v1::PodSandboxStatusResponse, tonic::Status> {
+    daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+async fn stop_and_remove(daemon: &Daemon, id: &str) {
+    let mut rt = daemon.runtime().await;
+    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+fn verbose_info(resp: &v1::PodSandboxStatusResponse) -> serde_json::Value {
+    serde_json::from_str(&resp.info["info"]).unwrap()
+}
+
+fn ping(args: &[&str]) -> bool {
+    Command::new("ping")
+        .args(["-c", "1", "-W", "2"])
+        .args(args)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn in_netns(netns: &str, cmd: &[&str]) -> std::process::Output {
+    Command::new("nsenter")
+        .arg(format!("--net={netns}"))
+        .args(cmd)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let a = run(&daemon, pod_config("pod-a")).await.unwrap();
+    let b = run(&daemon, pod_config("pod-b")).await.unwrap();
+
+    let sa = status(&daemon, &a).await.unwrap();
+    let st = sa.status.clone().unwrap();
+    assert_eq!(st.state, v1::PodSandboxState::SandboxReady as i32);
+    assert_eq!(st.metadata.as_ref().unwrap().name, "pod-a");
+    assert_eq!(st.labels["app"], "pod-a");
+    let ip_a = st.network.unwrap().ip;
+    assert!(ip_a.starts_with(&net.subnet_prefix), "{ip_a}");
+    let ip_b = status(&daemon, &b)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .network
+        .unwrap()
+        .ip;
+    assert_ne!(ip_a, ip_b);
+
+    // From the host, and from pod a to pod b.
+    assert!(ping(&[&ip_a]), "host cannot ping {ip_a}");
+    let netns_a = verbose_info(&sa)["netns"].as_str().unwrap().to_string();
+    let out = in_netns(&netns_a, &["ping", "-c", "1", "-W", "2", &ip_b]);
+    assert!(out.status.success(), "pod a cannot ping pod b: {out:?}");
+
+    // The pause process runs with the pod's hostname.
+    let pid = verbose_info(&sa)["pid"].as_u64().unwrap();
+    let out = Command::new("nsenter")
+        .args(["--uts", "--target", &pid.to_string(), "hostname"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod-a");
+
+    // List with filters.
+    let mut rt = daemon.runtime().await;
+    let all = rt
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(all.len(), 2);
+    let by_label = rt
+        .list_pod_sandbox(v1::ListPodSandboxRequest {
+            filter: Some(v1::PodSandboxFilter {
+                label_selector: [("app".to_string(), "pod-b".to_string())].into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(by_label.len(), 1);
+    assert_eq!(by_label[0].id, b);
+    let by_prefix = rt
+        .list_pod_sandbox(v1::ListPodSandboxRequest {
+            filter: Some(v1::PodSandboxFilter {
+                id: a[..12].to_string(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(by_prefix.len(), 1);
+
+    // Stop: not ready, network gone; twice is fine.
+    for _ in 0..2 {
+        rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+            pod_sandbox_id: a.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    let st = status(&daemon, &a).await.unwrap().status.unwrap();
+    assert_eq!(st.state, v1::PodSandboxState::SandboxNotready as i32);
+    assert!(
+        !std::path::Path::new(&netns_a).exists(),
+        "netns left behind"
+    );
+    assert!(!ping(&[&ip_a]), "{ip_a} still answers after stop");
+    let lease = format!("/var/lib/cni/networks/{}/{ip_a}", net.name);
+    assert!(
+        !std::path::Path::new(&lease).exists(),
+        "IPAM lease left behind"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "pause process still running"
+    );
+    let not_ready = rt
+        .list_pod_sandbox(v1::ListPodSandboxRequest {
+            filter: Some(v1::PodSandboxFilter {
+                state: Some(v1::PodSandboxStateValue {
+                    state: v1::PodSandboxState::SandboxNotready as i32,
+                }),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert_eq!(not_ready.len(), 1);
+
+    // Remove: gone, twice is fine, status is NotFound.
+    for _ in 0..2 {
+        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+            pod_sandbox_id: a.clone(),
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        status(&daemon, &a).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    stop_and_remove(&daemon, &b).await;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&a), "a mount of the sandbox is left");
+    assert!(!mountinfo.contains(&b), "a mount of the sandbox is left");
+    for leftover in ["state/netns", "state/sandboxes"] {
+        let dir = daemon.sandbox.path(leftover);
+        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(n, 0, "{} is not empty", dir.display());
+    }
+    assert!(
+        !std::path::Path::new(&format!("/sys/fs/cgroup/memory/berth-test/{a}")).exists(),
+        "pause cgroup left"
+    );
+}
+
+#[tokio::test]
+async fn host_network_pod_has_no_netns_and_the_host_hostname() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let mut config = pod_config("hostnet");
+    config.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
+        namespace_options: Some(v1::NamespaceOption {
+            network: v1::NamespaceMode::Node as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = run(&daemon, config).await.unwrap();
+    let resp = status(&daemon, &id).await.unwrap();
+    let st = resp.status.clone().unwrap();
+    assert_eq!(st.state, v1::PodSandboxState::SandboxReady as i32);
+    assert!(st.network.is_none(), "host-network pods get no pod IP");
+    assert!(verbose_info(&resp)["netns"].is_null());
+    let options = st.linux.unwrap().namespaces.unwrap().options.unwrap();
+    assert_eq!(options.network, v1::NamespaceMode::Node as i32);
+    let pid = verbose_info(&resp)["pid"].as_u64().unwrap();
+    let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let pod_net = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_eq!(host_net, pod_net);
+    stop_and_remove(&daemon, &id).await;
+}
+
+#[tokio::test]
+async fn dns_config_and_hostport() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let mut config = pod_config("dns");
+    config.dns_config = Some(v1::DnsConfig {
+        servers: vec!["10.96.0.10".into()],
+        searches: vec!["default.svc.cluster.local".into()],
+        options: vec!["ndots:5".into()],
+    });
+    let host_port = 30000 + (std::process::id() % 20000) as i32;
+    config.port_mappings = vec![v1::PortMapping {
+        protocol: v1::Protocol::Tcp as i32,
+        container_port: 8080,
+        host_port,
+        host_ip: String::new(),
+    }];
+    let id = run(&daemon, config).await.unwrap();
+    let resolv = std::fs::read_to_string(
+        daemon
+            .sandbox
+            .path(&format!("root/sandboxes/{id}/resolv.conf")),
+    )
+    .unwrap();
+    assert!(resolv.contains("nameserver 10.96.0.10"), "{resolv}");
+    assert!(
+        resolv.contains("search default.svc.cluster.local"),
+        "{resolv}"
+    );
+    assert!(resolv.contains("options ndots:5"), "{resolv}");
+
+    // A server inside the pod's network namespace answers on the hostPort.
+    let resp = status(&daemon, &id).await.unwrap();
+    let netns = verbose_info(&resp)["netns"].as_str().unwrap().to_string();
+    let mut server = Command::new("nsenter")
+        .arg(format!("--net={netns}"))
+        .args([
+            "busybox",
+            "sh",
+            "-c",
+            "echo hello-from-pod | busybox nc -l -p 8080",
+        ])
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect_timeout(
+            &format!("127.0.0.1:{host_port}").parse().unwrap(),
+            Duration::from_secs(5),
+        )?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok::<_, std::io::Error>(text)
+    })
+    .await
+    .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(got.unwrap().trim(), "hello-from-pod");
+    stop_and_remove(&daemon, &id).await;
+}
+
+#[tokio::test]
+async fn same_name_twice_is_already_exists() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let id = run(&daemon, pod_config("twice")).await.unwrap();
+    let err = run(&daemon, pod_config("twice")).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    stop_and_remove(&daemon, &id).await;
+    // Removed: the name is free again.
+    let id = run(&daemon, pod_config("twice")).await.unwrap();
+    stop_and_remove(&daemon, &id).await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_argument() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let mut rt = daemon.runtime().await;
+    let err = rt
+        .run_pod_sandbox(v1::RunPodSandboxRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let mut no_meta = pod_config("x");
+    no_meta.metadata = None;
+    assert_eq!(
+        run(&daemon, no_meta).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let err = rt
+        .run_pod_sandbox(v1::RunPodSandboxRequest {
+            config: Some(pod_config("y")),
+            runtime_handler: "kata".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("kata"));
+    assert_eq!(
+        status(&daemon, "no-such-pod").await.unwrap_err().code(),
+        Code::NotFound
+    );
+}
+
+#[tokio::test]
+async fn cni_failure_leaves_nothing_and_frees_the_name() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = common::Sandbox::new();
+    // A network whose second plugin fails.
+    let bin = sandbox.path("cni-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let failer = bin.join("failer");
+    std::fs::write(
+        &failer,
+        "#!/bin/sh\ncase \"$CNI_COMMAND\" in\n  ADD) echo '{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"injected failure\"}'; exit 1;;\n  *) exit 0;;\nesac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&failer, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let cni = sandbox.cni_dir();
+    let conflist = format!(
+        r#"{{"cniVersion":"1.0.0","name":"{}","plugins":[{{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"{}0/24"}}]]}}}},{{"type":"failer"}}]}}"#,
+        net.name, net.bridge, net.subnet_prefix
+    );
+    std::fs::write(cni.join("10-fail.conflist"), conflist).unwrap();
+    let config = sandbox.write_config(&format!(
+        "[cni]\nconf_dir = {cni:?}\nbin_dirs = [{bin:?}, \"/usr/lib/cni\"]\nwrite_default_network = false\n"
+    ));
+    let daemon = Daemon::start_in(sandbox, &config).await;
+    let err = run(&daemon, pod_config("fails")).await.unwrap_err();
+    assert!(err.message().contains("injected failure"), "{err:?}");
+    let listed = daemon
+        .runtime()
+        .await
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items;
+    assert!(listed.is_empty(), "a failed sandbox is listed");
+    for leftover in [
+        "state/netns",
+        "state/sandboxes",
+        "root/records/sandboxes",
+        "root/sandboxes",
+    ] {
+        let dir = daemon.sandbox.path(leftover);
+        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(n, 0, "{} is not empty", dir.display());
+    }
+    let leases: Vec<_> = std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&net.subnet_prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(leases.is_empty(), "IPAM leases left: {leases:?}");
+
+    // Fix the network: the same name works now.
+    std::fs::remove_file(daemon.sandbox.cni_dir().join("10-fail.conflist")).unwrap();
+    let good = format!(
+        r#"{{"cniVersion":"1.0.0","name":"{}","plugins":[{{"type":"bridge","bridge":"{}","isGateway":true,"ipMasq":false,"ipam":{{"type":"host-local","ranges":[[{{"subnet":"{}0/24"}}]]}}}}]}}"#,
+        net.name, net.bridge, net.subnet_prefix
+    );
+    std::fs::write(daemon.sandbox.cni_dir().join("20-good.conflist"), good).unwrap();
+    let id = run(&daemon, pod_config("fails")).await.unwrap();
+    stop_and_remove(&daemon, &id).await;
+}

@@ -49,6 +49,13 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Recovery runs whenever berth starts; with --dry-run, list what it
+    /// would change now, changing nothing.
+    Recover {
+        /// Only list the changes.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -88,7 +88,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             .await
             .context("start-up task failed")??;
     }
-    cri.reconnect().await;
+    cri.recover().await;
     cri.gate.open();
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
 

@@ -5,6 +5,7 @@ mod config;
 mod container;
 mod daemon;
 mod error;
+mod failpoint;
 mod logging;
 mod objects;
 mod sandbox;
@@ -39,6 +40,37 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(e.into()),
         },
+        Some(Command::Recover { dry_run }) => {
+            if !dry_run {
+                return fail(anyhow::anyhow!(
+                    "recovery runs when berth starts; use --dry-run to list what it would change"
+                ));
+            }
+            let config = match cli.flags.effective_config() {
+                Ok(config) => config,
+                Err(e) => return fail(e.into()),
+            };
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(e.into()),
+            };
+            match runtime.block_on(server::recovery_plan(&config)) {
+                Ok(lines) if lines.is_empty() => {
+                    println!("nothing to recover");
+                    ExitCode::SUCCESS
+                }
+                Ok(lines) => {
+                    for line in lines {
+                        println!("{line}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e.into()),
+            }
+        }
         None => {
             let config = match cli.flags.effective_config() {
                 Ok(config) => config,

@@ -395,3 +395,51 @@ async fn bad_container_requests() {
         .unwrap_or(0);
     assert_eq!(n, 0, "container bundles left");
 }
+
+#[tokio::test]
+async fn reopen_log_and_update_resources() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, logs) = pod(&daemon, "upd").await;
+    let id = create(
+        &daemon,
+        &pod,
+        &pod_config,
+        container("ticker", &["sh", "-c", "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done"]),
+    )
+    .await
+    .unwrap();
+    start(&daemon, &id).await;
+    let log = logs.join("ticker.log");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::rename(&log, logs.join("ticker.log.1")).unwrap();
+    let mut rt = daemon.runtime().await;
+    rt.reopen_container_log(v1::ReopenContainerLogRequest { container_id: id.clone() })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fresh = std::fs::read_to_string(&log).unwrap();
+    assert!(fresh.contains(" stdout F tick"), "{fresh}");
+
+    rt.update_container_resources(v1::UpdateContainerResourcesRequest {
+        container_id: id.clone(),
+        linux: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 64 << 20,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let out = exec(
+        &daemon,
+        &id,
+        &["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"],
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), (64u64 << 20).to_string());
+    remove_pod(&daemon, &pod).await;
+}

@@ -12,6 +12,7 @@ use super::Cri;
 use crate::container::rootfs::ContainerDirs;
 use crate::container::{ContainerMeta, ContainerState, ContainerStatus};
 use crate::error::Error;
+use crate::failpoint;
 use crate::objects::StoreExt;
 use crate::sandbox::files::SandboxFiles;
 use crate::sandbox::SandboxState;
@@ -116,6 +117,7 @@ impl Cri {
         };
         let result = async {
             let container = self.containers.create(meta, ContainerStatus::default())?;
+            failpoint::hit("create_container:after_record");
             {
                 let cri = self.clone();
                 let container = container.clone();
@@ -217,6 +219,7 @@ impl Cri {
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??
             };
+            failpoint::hit("create_container:after_rootfs");
             let spec_path = dirs.spec();
             tokio::task::spawn_blocking(move || spec.save(&spec_path))
                 .await

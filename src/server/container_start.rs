@@ -12,6 +12,7 @@ use super::Cri;
 use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
+use crate::failpoint;
 use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
 
@@ -45,11 +46,12 @@ impl Cri {
             )));
         }
         match self.spawn_container(&container).await {
-            Ok((client, pid)) => {
+            Ok((client, pid, started_at)) => {
+                failpoint::hit("start_container:after_start");
                 container.update(|s| {
                     s.state = ContainerState::Running;
                     s.pid = Some(pid);
-                    s.started_at = now_nanos();
+                    s.started_at = started_at;
                 })?;
                 self.watch_exit(container.clone(), client);
                 tracing::info!(container = %id, pid, "container started");
@@ -71,7 +73,12 @@ impl Cri {
         }
     }
 
-    async fn spawn_container(&self, container: &Container) -> Result<(ShimClient, u32), Error> {
+    /// Creates and starts the container under a new shim: the client, the
+    /// container's pid and when it was started.
+    async fn spawn_container(
+        &self,
+        container: &Container,
+    ) -> Result<(ShimClient, u32, i64), Error> {
         let id = &container.meta.id;
         let config = container.meta.config();
         let dirs = ContainerDirs::new(&self.config.root, &self.config.state, id);
@@ -92,11 +99,12 @@ impl Cri {
         let client = ShimClient::spawn(&SpawnOptions::new(self.shim_binary(), opts))
             .await
             .map_err(shim_error(id, "creating the container"))?;
+        let started_at = now_nanos();
         let pid = client
             .start()
             .await
             .map_err(shim_error(id, "starting the container"))?;
-        Ok((client, pid))
+        Ok((client, pid, started_at))
     }
 
     /// Records the container's exit when its shim reports it.

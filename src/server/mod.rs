@@ -5,9 +5,11 @@
 mod container_create;
 mod container_start;
 mod container_status;
+mod container_update;
 mod ids;
 mod image;
 pub mod instrument;
+pub mod recovery;
 mod runtime_config;
 mod sandbox_run;
 mod sandbox_status;
@@ -27,6 +29,33 @@ use crate::container::ContainerStore;
 use crate::error::Error;
 use crate::sandbox::SandboxStore;
 use instrument::{Gate, RequestIds};
+
+/// A shim's state dir under `state`: short, so its socket path fits a unix address.
+pub fn shim_dir(state: &std::path::Path, id: &str) -> std::path::PathBuf {
+    state.join("s").join(&id[..id.len().min(24)])
+}
+
+/// What recovery would change, from the records on disk; changes nothing.
+pub async fn recovery_plan(config: &Config) -> Result<Vec<String>, Error> {
+    let open_err =
+        |what: &str, e: std::io::Error| Error::Internal(format!("opening {what} records: {e}"));
+    let (sandboxes, mut problems) = SandboxStore::open(&config.root.join("records/sandboxes"))
+        .map_err(|e| open_err("sandbox", e))?;
+    let (containers, broken) = ContainerStore::open(&config.root.join("records/containers"))
+        .map_err(|e| open_err("container", e))?;
+    problems.extend(broken);
+    let mut lines: Vec<String> = problems
+        .into_iter()
+        .map(|p| format!("skip broken record: {p}"))
+        .collect();
+    lines.extend(
+        recovery::plan(config, &sandboxes, &containers)
+            .await
+            .into_iter()
+            .map(|a| a.to_string()),
+    );
+    Ok(lines)
+}
 
 /// A stream of replies for the server-streaming RPCs.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -131,7 +160,7 @@ impl Cri {
 
     /// A shim's state dir: short, so its socket path fits a unix address.
     pub fn shim_dir(&self, id: &str) -> std::path::PathBuf {
-        self.config.state.join("s").join(&id[..id.len().min(24)])
+        shim_dir(&self.config.state, id)
     }
 
     /// The berth-shim executable: from config, else next to this binary, else in PATH.
@@ -144,34 +173,6 @@ impl Cri {
             .and_then(|exe| exe.parent().map(|d| d.join("berth-shim")))
             .filter(|p| p.exists())
             .unwrap_or_else(|| std::path::PathBuf::from("berth-shim"))
-    }
-
-    /// Reconnects to the shims of containers that were running when berth
-    /// stopped, and records the exits of those that ended meanwhile.
-    pub async fn reconnect(self: &Arc<Self>) {
-        for container in self.containers.list() {
-            if container.status().state != crate::container::ContainerState::Running {
-                continue;
-            }
-            let id = container.meta.id.clone();
-            let paths = berth_shim::ShimPaths::new(self.shim_dir(&id));
-            match berth_shim::ShimClient::connect(paths.socket()).await {
-                Ok(client) => self.watch_exit(container, client),
-                Err(e) => match berth_shim::read_exit_file(&paths.exit_file()) {
-                    Ok(Some(info)) => {
-                        if let Err(e) = container_start::record_exit(&container, &info) {
-                            tracing::error!(container = %id, error = %e, "recording an exit");
-                        }
-                    }
-                    _ => {
-                        tracing::warn!(container = %id, error = %e, "shim gone and no exit file");
-                        let _ = container.update(|s| {
-                            s.state = crate::container::ContainerState::Unknown;
-                        });
-                    }
-                },
-            }
-        }
     }
 
     /// Cgroup version and the options the spec generator needs.
@@ -259,8 +260,8 @@ delegate! {
         "RemoveContainer" remove_container(RemoveContainerRequest) -> RemoveContainerResponse => remove_container;
         "ListContainers" list_containers(ListContainersRequest) -> ListContainersResponse => list_containers;
         "ContainerStatus" container_status(ContainerStatusRequest) -> ContainerStatusResponse => container_status;
-        "UpdateContainerResources" update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse => unimplemented;
-        "ReopenContainerLog" reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse => unimplemented;
+        "UpdateContainerResources" update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse => update_container_resources;
+        "ReopenContainerLog" reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse => reopen_container_log;
         "ExecSync" exec_sync(ExecSyncRequest) -> ExecSyncResponse => exec_sync;
         "Exec" exec(ExecRequest) -> ExecResponse => unimplemented;
         "Attach" attach(AttachRequest) -> AttachResponse => unimplemented;

@@ -11,6 +11,7 @@ use prost::Message;
 
 use super::Cri;
 use crate::error::Error;
+use crate::failpoint;
 use crate::objects::StoreExt;
 use crate::sandbox::files::SandboxFiles;
 use crate::sandbox::spec::{pause_spec, PauseSpec};
@@ -174,6 +175,7 @@ impl Cri {
         let id = meta.id.clone();
         // Persist before creating anything, so a crash leaves a record to clean up from.
         let sandbox = self.sandboxes.create(meta, SandboxStatus::default())?;
+        failpoint::hit("run_pod_sandbox:after_record");
         {
             let cri = self.clone();
             let sandbox = sandbox.clone();
@@ -191,6 +193,7 @@ impl Cri {
                 });
             }
             create_netns(path.clone()).await?;
+            failpoint::hit("run_pod_sandbox:after_netns");
 
             let attachment = self.attachment(&sandbox.meta.id, &path, config);
             {
@@ -212,6 +215,7 @@ impl Cri {
                 s.ips = ips;
                 s.network_attached = true;
             })?;
+            failpoint::hit("run_pod_sandbox:after_cni");
         }
 
         // Files shared by the pod's containers.
@@ -293,6 +297,7 @@ impl Cri {
             });
         }
         let started = pause::start(&paths, runtime_binary, &spec).await?;
+        failpoint::hit("run_pod_sandbox:after_pause");
         sandbox.update(|s| {
             s.state = SandboxState::Ready;
             s.pid = Some(started.pid);

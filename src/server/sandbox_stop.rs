@@ -7,6 +7,7 @@ use cri_api::v1;
 use super::sandbox_run::remove_netns;
 use super::Cri;
 use crate::error::Error;
+use crate::failpoint;
 use crate::objects::StoreExt;
 use crate::sandbox::files::SandboxFiles;
 use crate::sandbox::{pause, Sandbox, SandboxState};
@@ -56,6 +57,7 @@ impl Cri {
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(|e| Error::Internal(format!("sandbox {id}: removing its files: {e}")))?;
+        failpoint::hit("remove_pod_sandbox:before_delete");
         self.sandboxes.delete(&sandbox)?;
         tracing::info!(pod = %id, "pod sandbox removed");
         Ok(v1::RemovePodSandboxResponse {})
@@ -88,7 +90,9 @@ impl Cri {
             let _lifecycle = container.lifecycle.lock().await;
             self.stop(&container, std::time::Duration::ZERO).await?;
         }
+        failpoint::hit("stop_pod_sandbox:after_containers");
         pause::destroy(&self.pause_paths(id), &handler).await?;
+        failpoint::hit("stop_pod_sandbox:after_pause");
         if status.pid.is_some() {
             sandbox.update(|s| s.pid = None)?;
         }
@@ -101,6 +105,7 @@ impl Cri {
                     Error::Internal(format!("sandbox {id}: tearing down the pod network: {e}"))
                 })?;
                 sandbox.update(|s| s.network_attached = false)?;
+                failpoint::hit("stop_pod_sandbox:after_cni");
             }
             remove_netns(netns.clone()).await?;
         }

@@ -2,6 +2,7 @@
 //! state dir, and connects CRI clients to it.
 #![allow(dead_code)]
 
+pub mod crash;
 pub mod pods;
 
 use std::path::{Path, PathBuf};
@@ -74,6 +75,14 @@ impl Sandbox {
     /// The daemon's log file (its stderr when started by [`Daemon`]).
     pub fn log_file(&self) -> PathBuf {
         self.path("berth.log")
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        // berth makes its netns dir a shared mount point; undo it so the
+        // temp dir can go.
+        let _ = nix::mount::umount2(&self.path("state/netns"), nix::mount::MntFlags::MNT_DETACH);
     }
 }
 

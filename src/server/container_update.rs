@@ -1,0 +1,86 @@
+//! RuntimeService.UpdateContainerResources and ReopenContainerLog.
+
+use std::sync::Arc;
+
+use berth_shim::ShimClient;
+use cri_api::v1;
+
+use super::Cri;
+use crate::container::rootfs::ContainerDirs;
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::objects::StoreExt;
+
+impl Cri {
+    async fn shim_of(&self, container: &Container) -> Result<ShimClient, Error> {
+        let id = &container.meta.id;
+        let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
+        ShimClient::connect(&socket)
+            .await
+            .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))
+    }
+
+    pub async fn update_container_resources(
+        self: &Arc<Self>,
+        req: v1::UpdateContainerResourcesRequest,
+    ) -> Result<v1::UpdateContainerResourcesResponse, Error> {
+        let container = self.containers.lookup(&req.container_id)?;
+        let _lifecycle = container.lifecycle.lock().await;
+        let id = container.meta.id.clone();
+        let Some(linux) = req.linux else {
+            return Ok(v1::UpdateContainerResourcesResponse {});
+        };
+        let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options())?;
+        match container.status().state {
+            ContainerState::Running => {
+                self.shim_of(&container)
+                    .await?
+                    .update(&resources)
+                    .await
+                    .map_err(|e| Error::Internal(format!("container {id}: update: {e}")))?;
+            }
+            ContainerState::Created => {}
+            state => {
+                return Err(Error::FailedPrecondition(format!(
+                    "container {id} is {state:?}: its resources cannot change"
+                )))
+            }
+        }
+        // The bundle's spec keeps the new values, for a later start.
+        let path = ContainerDirs::new(&self.config.root, &self.config.state, &id).spec();
+        tokio::task::spawn_blocking(move || -> Result<(), String> {
+            let mut spec = oci_spec::runtime::Spec::load(&path).map_err(|e| e.to_string())?;
+            if let Some(linux) = spec.linux_mut() {
+                let mut merged = resources;
+                if let Some(old) = linux.resources() {
+                    merged.set_devices(old.devices().clone());
+                }
+                linux.set_resources(Some(merged));
+            }
+            spec.save(&path).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| Error::Internal(format!("container {id}: updating its spec: {e}")))?;
+        Ok(v1::UpdateContainerResourcesResponse {})
+    }
+
+    pub async fn reopen_container_log(
+        self: &Arc<Self>,
+        req: v1::ReopenContainerLogRequest,
+    ) -> Result<v1::ReopenContainerLogResponse, Error> {
+        let container = self.containers.lookup(&req.container_id)?;
+        let id = &container.meta.id;
+        if container.status().state != ContainerState::Running {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is not running"
+            )));
+        }
+        self.shim_of(&container)
+            .await?
+            .reopen_log()
+            .await
+            .map_err(|e| Error::Internal(format!("container {id}: reopening its log: {e}")))?;
+        Ok(v1::ReopenContainerLogResponse {})
+    }
+}

@@ -1,0 +1,331 @@
+//! Recovery at start-up, before the socket answers calls.
+//!
+//! Assumptions: every record was persisted before the step it describes
+//! (RunPodSandbox and CreateContainer write their record first, in state
+//! Unknown, and only mark it Ready/Created at the end), shims outlive the
+//! daemon and write an exit file before they answer anyone, and nothing but
+//! berth creates entries in its root and state dirs.
+//!
+//! So: a sandbox or container still Unknown was cut short and is rolled
+//! back whole (its name is free again); a Ready sandbox whose pause is gone
+//! becomes NotReady; a Running container is watched again through its shim,
+//! or gets the exit its shim recorded; what no record owns (netns mounts,
+//! sandbox and container dirs, shim dirs) is removed. Each item has its own
+//! timeout; a failure is logged and the item left as it is, never fatal.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_shim::{ShimClient, ShimPaths};
+
+use super::container_start::record_exit;
+use super::sandbox_run::now_nanos;
+use super::Cri;
+use crate::container::rootfs::ContainerDirs;
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::sandbox::files::SandboxFiles;
+use crate::sandbox::{Sandbox, SandboxState};
+
+/// Time one item of recovery may take.
+const ITEM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One change recovery makes (or, in a dry run, would make).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// A sandbox cut short during RunPodSandbox: tear down and forget.
+    RollBackSandbox(String),
+    /// A ready sandbox whose pause is gone.
+    SandboxNotReady(String),
+    /// A container cut short during CreateContainer: remove.
+    RollBackContainer(String),
+    /// A running container whose shim answers: watch it again.
+    WatchContainer(String),
+    /// A running container whose shim is gone: record its exit (from the
+    /// exit file, or as unknown).
+    ContainerExited(String),
+    /// A created container whose rootfs is not mounted (after a reboot).
+    RemountContainer(String),
+    /// Something on disk that no record owns.
+    RemoveOrphan(PathBuf),
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::RollBackSandbox(id) => write!(f, "roll back half-made pod sandbox {id}"),
+            Action::SandboxNotReady(id) => {
+                write!(f, "mark pod sandbox {id} not ready (pause gone)")
+            }
+            Action::RollBackContainer(id) => write!(f, "roll back half-made container {id}"),
+            Action::WatchContainer(id) => write!(f, "reconnect to running container {id}"),
+            Action::ContainerExited(id) => write!(f, "record the exit of container {id}"),
+            Action::RemountContainer(id) => write!(f, "remount the rootfs of container {id}"),
+            Action::RemoveOrphan(path) => write!(f, "remove orphan {}", path.display()),
+        }
+    }
+}
+
+async fn shim_alive(socket: &Path) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), ShimClient::connect(socket)).await,
+        Ok(Ok(_))
+    )
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let target = path.display().to_string();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split(' ').nth(4) == Some(target.as_str()))
+        })
+        .unwrap_or(false)
+}
+
+/// Entries of `dir` (names), or none.
+fn entries(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What recovery would change, changing nothing: from the records and
+/// what runs. Also what `berth recover --dry-run` prints.
+pub async fn plan(
+    config: &crate::config::Config,
+    sandboxes: &crate::sandbox::SandboxStore,
+    containers: &crate::container::ContainerStore,
+) -> Vec<Action> {
+    let shim_dir = |id: &str| super::shim_dir(&config.state, id);
+    {
+        let mut plan = Vec::new();
+        let sandboxes = sandboxes.list();
+        let containers = containers.list();
+        for s in &sandboxes {
+            match s.status().state {
+                SandboxState::Unknown => plan.push(Action::RollBackSandbox(s.meta.id.clone())),
+                SandboxState::Ready => {
+                    if !shim_alive(&ShimPaths::new(shim_dir(&s.meta.id)).socket()).await {
+                        plan.push(Action::SandboxNotReady(s.meta.id.clone()));
+                    }
+                }
+                SandboxState::NotReady => {}
+            }
+        }
+        for c in &containers {
+            let id = c.meta.id.clone();
+            match c.status().state {
+                ContainerState::Unknown => plan.push(Action::RollBackContainer(id)),
+                ContainerState::Running => {
+                    if shim_alive(&ShimPaths::new(shim_dir(&id)).socket()).await {
+                        plan.push(Action::WatchContainer(id));
+                    } else {
+                        plan.push(Action::ContainerExited(id));
+                    }
+                }
+                ContainerState::Created => {
+                    let dirs = ContainerDirs::new(&config.root, &config.state, &id);
+                    if !is_mounted(&dirs.rootfs()) {
+                        plan.push(Action::RemountContainer(id));
+                    }
+                }
+                ContainerState::Exited => {}
+            }
+        }
+        // Orphans: entries named after no record.
+        let ids: HashSet<String> = sandboxes
+            .iter()
+            .map(|s| s.meta.id.clone())
+            .chain(containers.iter().map(|c| c.meta.id.clone()))
+            .collect();
+        let shim_names: HashSet<String> = ids
+            .iter()
+            .map(|id| id[..id.len().min(24)].to_string())
+            .collect();
+        let state = &config.state;
+        let root = &config.root;
+        for (dir, names) in [
+            (state.join("netns"), &ids),
+            (state.join("sandboxes"), &ids),
+            (root.join("sandboxes"), &ids),
+            (state.join("containers"), &ids),
+            (root.join("containers"), &ids),
+            (state.join("s"), &shim_names),
+        ] {
+            for name in entries(&dir) {
+                if !names.contains(&name) {
+                    plan.push(Action::RemoveOrphan(dir.join(name)));
+                }
+            }
+        }
+        plan
+    }
+}
+
+impl Cri {
+    /// Brings every record in line with what really runs, then removes orphans.
+    pub async fn recover(self: &Arc<Self>) {
+        let plan = plan(&self.config, &self.sandboxes, &self.containers).await;
+        for action in plan {
+            tracing::info!(%action, "recovery");
+            let result = tokio::time::timeout(ITEM_TIMEOUT, self.apply(&action)).await;
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::error!(%action, error = %e, "recovery step failed; left as it is")
+                }
+                Err(_) => tracing::error!(%action, "recovery step timed out; left as it is"),
+            }
+        }
+    }
+
+    async fn apply(self: &Arc<Self>, action: &Action) -> Result<(), Error> {
+        match action {
+            Action::RollBackSandbox(id) => {
+                let sandbox = self
+                    .sandboxes
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                self.roll_back_sandbox(&sandbox).await
+            }
+            Action::SandboxNotReady(id) => {
+                let sandbox = self
+                    .sandboxes
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                sandbox.update(|s| {
+                    s.state = SandboxState::NotReady;
+                    s.pid = None;
+                })?;
+                Ok(())
+            }
+            Action::RollBackContainer(id) => {
+                let container = self
+                    .containers
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                self.remove(&container).await
+            }
+            Action::WatchContainer(id) => {
+                let container = self
+                    .containers
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let socket = ShimPaths::new(self.shim_dir(id)).socket();
+                let client = ShimClient::connect(&socket)
+                    .await
+                    .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
+                self.watch_exit(container, client);
+                Ok(())
+            }
+            Action::ContainerExited(id) => {
+                let container = self
+                    .containers
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                self.record_lost_exit(&container)
+            }
+            Action::RemountContainer(id) => {
+                let container = self
+                    .containers
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let image =
+                    self.images
+                        .get(&container.meta.image_id)
+                        .ok_or_else(|| Error::NotFound {
+                            kind: "image",
+                            id: container.meta.image_id.clone(),
+                        })?;
+                let lowerdirs = self.images.lowerdirs(&image);
+                let dirs = ContainerDirs::new(&self.config.root, &self.config.state, id);
+                tokio::task::spawn_blocking(move || dirs.mount(&lowerdirs))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?
+                    .map_err(|e| Error::Internal(format!("container {id}: {e}")))
+            }
+            Action::RemoveOrphan(path) => self.remove_orphan(path).await,
+        }
+    }
+
+    /// Tears down whatever a cut-short RunPodSandbox made, and forgets it.
+    async fn roll_back_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
+        if sandbox.meta.netns.is_some() && !sandbox.status().network_attached {
+            // ADD may have run without its result being recorded: DEL anyway
+            // (it is idempotent, and works from the CNI cache or the config).
+            sandbox.update(|s| s.network_attached = true)?;
+        }
+        self.remove_pod_sandbox(cri_api::v1::RemovePodSandboxRequest {
+            pod_sandbox_id: sandbox.meta.id.clone(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// A running container whose shim is gone: its exit file, or unknown.
+    fn record_lost_exit(&self, container: &Container) -> Result<(), Error> {
+        let exit_file = ShimPaths::new(self.shim_dir(&container.meta.id)).exit_file();
+        match berth_shim::read_exit_file(&exit_file) {
+            Ok(Some(info)) => record_exit(container, &info),
+            _ => {
+                container.update(|s| {
+                    s.state = ContainerState::Exited;
+                    s.exit_code = 255;
+                    s.finished_at = now_nanos();
+                    s.pid = None;
+                    s.reason = "Unknown".into();
+                    s.message = "the container's shim was gone when berth restarted".into();
+                })?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes an entry that no record owns: unmounts first, deletes the
+    /// runtime container of a live shim.
+    async fn remove_orphan(&self, path: &Path) -> Result<(), Error> {
+        let path = path.to_path_buf();
+        if path.starts_with(self.netns_dir()) {
+            return super::sandbox_run::remove_netns(path).await;
+        }
+        if path.starts_with(self.config.state.join("s")) {
+            let socket = ShimPaths::new(&path).socket();
+            if let Ok(client) = ShimClient::connect(&socket).await {
+                let _ = client.kill(libc::SIGKILL, true).await;
+                let _ = tokio::time::timeout(Duration::from_secs(10), client.wait()).await;
+                let _ = client.delete(true).await;
+            }
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (root, state) = (self.config.root.clone(), self.config.state.clone());
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            if path.starts_with(state.join("sandboxes")) || path.starts_with(root.join("sandboxes"))
+            {
+                SandboxFiles::new(&root, &state, &name).unmount_shm()?;
+            }
+            if path.starts_with(state.join("containers")) {
+                ContainerDirs::new(&root, &state, &name).unmount()?;
+            }
+            match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    // A plain file (or a mount point that is not a dir).
+                    std::fs::remove_file(&path).or(Err(e))
+                }
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| Error::Internal(format!("removing an orphan: {e}")))
+    }
+}

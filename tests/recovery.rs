@@ -1,0 +1,308 @@
+//! Crash safety: berth killed at each step of the life-cycle RPCs comes
+//! back consistent, with running containers still running and nothing
+//! leaked. Root only.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pods::{pod_config, run, TestNet};
+use common::{registry, Daemon, Sandbox};
+use cri_api::v1;
+
+fn net_config(net: &TestNet, sandbox: &Sandbox) -> std::path::PathBuf {
+    let cni = sandbox.cni_dir();
+    sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config("")))
+}
+
+async fn pods(daemon: &Daemon) -> Vec<v1::PodSandbox> {
+    daemon
+        .runtime()
+        .await
+        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .items
+}
+
+async fn remove_pod(daemon: &Daemon, id: &str) {
+    let mut rt = daemon.runtime().await;
+    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    })
+    .await
+    .unwrap();
+}
+
+fn leases(net: &TestNet) -> Vec<String> {
+    std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&net.subnet_prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn run_pod_sandbox_killed_at_each_step_is_rolled_back() {
+    require_root!();
+    for step in ["after_record", "after_netns", "after_cni", "after_pause"] {
+        let net = TestNet::new();
+        let sandbox = Sandbox::new();
+        let config = net_config(&net, &sandbox);
+        let mut daemon =
+            Daemon::start_with_failpoints(sandbox, &config, &format!("run_pod_sandbox:{step}"))
+                .await;
+        assert!(run(&daemon, pod_config("crashy")).await.is_err(), "{step}");
+        daemon.wait_crashed().await;
+        daemon.restart().await;
+        assert!(
+            pods(&daemon).await.is_empty(),
+            "{step}: a half-made pod is listed"
+        );
+        daemon.assert_no_leftovers();
+        assert!(
+            leases(&net).is_empty(),
+            "{step}: IPAM lease left: {:?}",
+            leases(&net)
+        );
+        // The name is free again.
+        let id = run(&daemon, pod_config("crashy")).await.unwrap();
+        remove_pod(&daemon, &id).await;
+        daemon.assert_no_leftovers();
+    }
+}
+
+#[tokio::test]
+async fn stop_pod_sandbox_killed_midway_can_be_stopped_again() {
+    require_root!();
+    for step in ["after_containers", "after_pause", "after_cni"] {
+        let net = TestNet::new();
+        let sandbox = Sandbox::new();
+        let config = net_config(&net, &sandbox);
+        let mut daemon =
+            Daemon::start_with_failpoints(sandbox, &config, &format!("stop_pod_sandbox:{step}"))
+                .await;
+        let id = run(&daemon, pod_config("stopper")).await.unwrap();
+        let stopped = daemon
+            .runtime()
+            .await
+            .stop_pod_sandbox(v1::StopPodSandboxRequest {
+                pod_sandbox_id: id.clone(),
+            })
+            .await;
+        assert!(stopped.is_err(), "{step}");
+        daemon.wait_crashed().await;
+        daemon.restart().await;
+        let listed = pods(&daemon).await;
+        assert_eq!(listed.len(), 1, "{step}");
+        remove_pod(&daemon, &id).await;
+        assert!(pods(&daemon).await.is_empty());
+        daemon.assert_no_leftovers();
+        assert!(leases(&net).is_empty(), "{step}: IPAM lease left");
+    }
+}
+
+#[tokio::test]
+async fn containers_outlive_a_killed_daemon() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon = Daemon::start_in(sandbox, &config).await;
+    let pod_cfg = pod_config("survivor");
+    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    let mut images = daemon.images().await;
+    images
+        .pull_image(v1::PullImageRequest {
+            image: Some(v1::ImageSpec {
+                image: registry().busybox(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for (name, cmd) in [("long", "sleep 1000"), ("short", "sleep 3; exit 7")] {
+        let mut rt = daemon.runtime().await;
+        let id = rt
+            .create_container(v1::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(v1::ContainerConfig {
+                    metadata: Some(v1::ContainerMetadata {
+                        name: name.into(),
+                        attempt: 0,
+                    }),
+                    image: Some(v1::ImageSpec {
+                        image: registry().busybox(),
+                        ..Default::default()
+                    }),
+                    command: vec!["sh".into(), "-c".into(), cmd.into()],
+                    ..Default::default()
+                }),
+                sandbox_config: Some(pod_cfg.clone()),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .container_id;
+        rt.start_container(v1::StartContainerRequest {
+            container_id: id.clone(),
+        })
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    // The short one exits while berth is down.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    daemon.restart().await;
+    let mut rt = daemon.runtime().await;
+    let status = |id: &str| v1::ContainerStatusRequest {
+        container_id: id.into(),
+        verbose: false,
+    };
+    let long = rt
+        .container_status(status(&ids[0]))
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(long.state, v1::ContainerState::ContainerRunning as i32);
+    let short = rt
+        .container_status(status(&ids[1]))
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(short.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!(short.exit_code, 7);
+    let out = rt
+        .exec_sync(v1::ExecSyncRequest {
+            container_id: ids[0].clone(),
+            cmd: vec!["echo".into(), "alive".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "alive\n");
+    assert_eq!(
+        pods(&daemon).await[0].state,
+        v1::PodSandboxState::SandboxReady as i32
+    );
+    rt.stop_container(v1::StopContainerRequest {
+        container_id: ids[0].clone(),
+        timeout: 1,
+    })
+    .await
+    .unwrap();
+    remove_pod(&daemon, &pod).await;
+    daemon.assert_no_leftovers();
+}
+
+#[tokio::test]
+async fn create_container_killed_midway_is_rolled_back() {
+    require_root!();
+    for step in ["after_record", "after_rootfs"] {
+        let net = TestNet::new();
+        let sandbox = Sandbox::new();
+        let config = net_config(&net, &sandbox);
+        let mut daemon =
+            Daemon::start_with_failpoints(sandbox, &config, &format!("create_container:{step}"))
+                .await;
+        let pod_cfg = pod_config("creator");
+        let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+        daemon
+            .images()
+            .await
+            .pull_image(v1::PullImageRequest {
+                image: Some(v1::ImageSpec {
+                    image: registry().busybox(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let request = v1::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(v1::ContainerConfig {
+                metadata: Some(v1::ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(v1::ImageSpec {
+                    image: registry().busybox(),
+                    ..Default::default()
+                }),
+                command: vec!["sleep".into(), "100".into()],
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod_cfg.clone()),
+        };
+        assert!(daemon
+            .runtime()
+            .await
+            .create_container(request.clone())
+            .await
+            .is_err());
+        daemon.wait_crashed().await;
+        daemon.restart().await;
+        let mut rt = daemon.runtime().await;
+        let listed = rt
+            .list_containers(v1::ListContainersRequest { filter: None })
+            .await
+            .unwrap()
+            .into_inner()
+            .containers;
+        assert!(listed.is_empty(), "{step}: a half-made container is listed");
+        // The name is free again.
+        rt.create_container(request).await.unwrap();
+        remove_pod(&daemon, &pod).await;
+        daemon.assert_no_leftovers();
+    }
+}
+
+#[tokio::test]
+async fn recover_dry_run_lists_orphans_and_changes_nothing() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let orphan = sandbox.path("state/containers/0123456789abcdef");
+    std::fs::create_dir_all(&orphan).unwrap();
+    let out = sandbox
+        .command(&config)
+        .args(["recover", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("remove orphan") && text.contains("0123456789abcdef"),
+        "{text}"
+    );
+    assert!(orphan.exists(), "dry run removed something");
+    // A real start removes it.
+    let daemon = Daemon::start_in(sandbox, &config).await;
+    assert!(!orphan.exists());
+    daemon.assert_no_leftovers();
+}

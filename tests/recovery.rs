@@ -306,3 +306,124 @@ async fn recover_dry_run_lists_orphans_and_changes_nothing() {
     assert!(!orphan.exists());
     daemon.assert_no_leftovers();
 }
+
+/// SIGKILLs the daemon and starts it again.
+async fn kill_and_restart(daemon: &mut Daemon) {
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    daemon.restart().await;
+}
+
+/// A small deterministic random source (no extra crate needed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+#[tokio::test]
+async fn soak_with_random_kills_ends_without_leaks() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon = Daemon::start_in(sandbox, &config).await;
+    daemon
+        .images()
+        .await
+        .pull_image(v1::PullImageRequest {
+            image: Some(v1::ImageSpec {
+                image: registry().busybox(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut rng = Lcg(u64::from(std::process::id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(150);
+    let (mut cycles, mut kills) = (0, 0);
+    while cycles < 200 && std::time::Instant::now() < deadline {
+        cycles += 1;
+        let name = format!("soak{cycles}");
+        let pod_cfg = pod_config(&name);
+        // Each step may be followed by a SIGKILL of the daemon (1 in 8).
+        let mut maybe_kill = || rng.next() % 8 == 0;
+        let Ok(pod) = run(&daemon, pod_cfg.clone()).await else {
+            continue;
+        };
+        if maybe_kill() {
+            kills += 1;
+            kill_and_restart(&mut daemon).await;
+        }
+        let mut rt = daemon.runtime().await;
+        let created = rt
+            .create_container(v1::CreateContainerRequest {
+                pod_sandbox_id: pod.clone(),
+                config: Some(v1::ContainerConfig {
+                    metadata: Some(v1::ContainerMetadata {
+                        name: "c".into(),
+                        attempt: 0,
+                    }),
+                    image: Some(v1::ImageSpec {
+                        image: registry().busybox(),
+                        ..Default::default()
+                    }),
+                    command: vec!["sleep".into(), "1000".into()],
+                    ..Default::default()
+                }),
+                sandbox_config: Some(pod_cfg.clone()),
+            })
+            .await;
+        if let Ok(c) = created {
+            let _ = rt
+                .start_container(v1::StartContainerRequest {
+                    container_id: c.into_inner().container_id,
+                })
+                .await;
+        }
+        if maybe_kill() {
+            kills += 1;
+            kill_and_restart(&mut daemon).await;
+        }
+        let mut rt = daemon.runtime().await;
+        rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
+            pod_sandbox_id: pod.clone(),
+        })
+        .await
+        .unwrap();
+        if maybe_kill() {
+            kills += 1;
+            kill_and_restart(&mut daemon).await;
+        }
+        let mut rt = daemon.runtime().await;
+        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
+            pod_sandbox_id: pod,
+        })
+        .await
+        .unwrap();
+    }
+    eprintln!("soak: {cycles} cycles, {kills} kills");
+    assert!(pods(&daemon).await.is_empty());
+    daemon.assert_no_leftovers();
+    assert!(
+        leases(&net).is_empty(),
+        "IPAM leases left: {:?}",
+        leases(&net)
+    );
+    let shims = std::process::Command::new("pgrep")
+        .args(["-f", &daemon.sandbox.dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    let pids = String::from_utf8_lossy(&shims.stdout).trim().to_string();
+    let own = daemon.child.id().to_string();
+    let others: Vec<&str> = pids.lines().filter(|p| *p != own).collect();
+    assert!(others.is_empty(), "processes left: {others:?}");
+}

@@ -278,6 +278,114 @@ async fn create_container_killed_midway_is_rolled_back() {
 }
 
 #[tokio::test]
+async fn start_container_and_remove_pod_killed_midway() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon = Daemon::start_with_failpoints(
+        sandbox,
+        &config,
+        "start_container:after_start,remove_pod_sandbox:before_delete",
+    )
+    .await;
+    let pod_cfg = pod_config("starter");
+    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    daemon
+        .images()
+        .await
+        .pull_image(v1::PullImageRequest {
+            image: Some(v1::ImageSpec {
+                image: registry().busybox(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut rt = daemon.runtime().await;
+    let id = rt
+        .create_container(v1::CreateContainerRequest {
+            pod_sandbox_id: pod.clone(),
+            config: Some(v1::ContainerConfig {
+                metadata: Some(v1::ContainerMetadata {
+                    name: "c".into(),
+                    attempt: 0,
+                }),
+                image: Some(v1::ImageSpec {
+                    image: registry().busybox(),
+                    ..Default::default()
+                }),
+                command: vec!["sleep".into(), "1000".into()],
+                ..Default::default()
+            }),
+            sandbox_config: Some(pod_cfg.clone()),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .container_id;
+    assert!(rt
+        .start_container(v1::StartContainerRequest {
+            container_id: id.clone()
+        })
+        .await
+        .is_err());
+    daemon.wait_crashed().await;
+    // Restart with the remove failpoint still armed.
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(daemon.sandbox.log_file())
+        .unwrap();
+    daemon.child = daemon
+        .sandbox
+        .command(&config)
+        .env("BERTH_FAILPOINTS", "remove_pod_sandbox:before_delete")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    daemon.wait_ready().await;
+    let mut rt = daemon.runtime().await;
+    let st = rt
+        .container_status(v1::ContainerStatusRequest {
+            container_id: id.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+        .unwrap();
+    assert_eq!(
+        st.state,
+        v1::ContainerState::ContainerRunning as i32,
+        "the started container is adopted"
+    );
+    let out = rt
+        .exec_sync(v1::ExecSyncRequest {
+            container_id: id.clone(),
+            cmd: vec!["true".into()],
+            timeout: 10,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(out.exit_code, 0);
+    assert!(rt
+        .remove_pod_sandbox(v1::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.clone()
+        })
+        .await
+        .is_err());
+    daemon.wait_crashed().await;
+    daemon.restart().await;
+    remove_pod(&daemon, &pod).await;
+    assert!(pods(&daemon).await.is_empty());
+    daemon.assert_no_leftovers();
+}
+
+#[tokio::test]
 async fn recover_dry_run_lists_orphans_and_changes_nothing() {
     require_root!();
     let net = TestNet::new();

@@ -48,6 +48,9 @@ pub enum Action {
     ContainerExited(String),
     /// A created container whose rootfs is not mounted (after a reboot).
     RemountContainer(String),
+    /// A created container whose shim runs: StartContainer was cut short
+    /// after the start; adopt it as running (or exited).
+    AdoptStarted(String),
     /// Something on disk that no record owns.
     RemoveOrphan(PathBuf),
 }
@@ -63,6 +66,7 @@ impl std::fmt::Display for Action {
             Action::WatchContainer(id) => write!(f, "reconnect to running container {id}"),
             Action::ContainerExited(id) => write!(f, "record the exit of container {id}"),
             Action::RemountContainer(id) => write!(f, "remount the rootfs of container {id}"),
+            Action::AdoptStarted(id) => write!(f, "adopt started container {id}"),
             Action::RemoveOrphan(path) => write!(f, "remove orphan {}", path.display()),
         }
     }
@@ -131,6 +135,10 @@ pub async fn plan(
                     }
                 }
                 ContainerState::Created => {
+                    if shim_alive(&ShimPaths::new(shim_dir(&id)).socket()).await {
+                        plan.push(Action::AdoptStarted(id));
+                        continue;
+                    }
                     let dirs = ContainerDirs::new(&config.root, &config.state, &id);
                     if !is_mounted(&dirs.rootfs()) {
                         plan.push(Action::RemountContainer(id));
@@ -250,6 +258,41 @@ impl Cri {
                     .await
                     .map_err(|e| Error::Internal(e.to_string()))?
                     .map_err(|e| Error::Internal(format!("container {id}: {e}")))
+            }
+            Action::AdoptStarted(id) => {
+                let container = self
+                    .containers
+                    .get(id)
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let socket = ShimPaths::new(self.shim_dir(id)).socket();
+                let client = ShimClient::connect(&socket)
+                    .await
+                    .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
+                let state = client
+                    .state()
+                    .await
+                    .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
+                match state.status {
+                    berth_shim::ContainerStatus::Created => {
+                        // Never started: delete the runtime's container; StartContainer may run again.
+                        client
+                            .delete(true)
+                            .await
+                            .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
+                    }
+                    _ => {
+                        container.update(|s| {
+                            s.state = ContainerState::Running;
+                            s.pid = Some(state.pid);
+                            s.started_at = now_nanos();
+                        })?;
+                        match state.exit {
+                            Some(info) => record_exit(&container, &info)?,
+                            None => self.watch_exit(container, client),
+                        }
+                    }
+                }
+                Ok(())
             }
             Action::RemoveOrphan(path) => self.remove_orphan(path).await,
         }

@@ -134,7 +134,7 @@ impl Daemon {
         self.wait_ready().await;
     }
 
-    async fn wait_ready(&mut self) {
+    pub async fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {

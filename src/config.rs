@@ -45,6 +45,63 @@ pub struct Config {
     pub cni: CniConfig,
     /// Image registries: mirrors, plain-HTTP hosts, download limits.
     pub registry: berth_oci_image::RegistryConfig,
+    /// The Prometheus endpoint.
+    pub metrics: MetricsConfig,
+    /// The streaming server (exec, attach, port-forward).
+    pub streaming: StreamingConfig,
+}
+
+/// The HTTP server behind the URLs of Exec, Attach and PortForward. Plain
+/// HTTP: kubelet reaches it on the node itself (no TLS yet).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamingConfig {
+    /// IP address to listen on.
+    pub address: String,
+    /// Port; 0: a free port chosen at start.
+    pub port: u16,
+    /// How long a returned URL stays valid (single use), e.g. `"1m"`.
+    pub token_ttl: String,
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            address: "127.0.0.1".into(),
+            port: 0,
+            token_ttl: "1m".into(),
+        }
+    }
+}
+
+impl StreamingConfig {
+    /// The server's configuration, or the key that is wrong and why.
+    pub fn server_config(&self) -> Result<berth_streaming::Config, (&'static str, String)> {
+        let ip: std::net::IpAddr = self.address.parse().map_err(|_| {
+            (
+                "streaming.address",
+                format!("{:?} is not an IP address", self.address),
+            )
+        })?;
+        let token_ttl = berth_oci_image::parse_duration(&self.token_ttl)
+            .map_err(|e| ("streaming.token_ttl", e))?;
+        if token_ttl.is_zero() {
+            return Err(("streaming.token_ttl", "must be above 0".into()));
+        }
+        Ok(berth_streaming::Config {
+            addr: std::net::SocketAddr::new(ip, self.port),
+            token_ttl,
+            ..berth_streaming::Config::default()
+        })
+    }
+}
+
+/// berth's own Prometheus metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` to serve `/metrics` on; empty: no endpoint.
+    pub address: String,
 }
 
 /// Log output format.
@@ -120,6 +177,8 @@ impl Default for Config {
             runtime: RuntimeConfig::default(),
             cni: CniConfig::default(),
             registry: berth_oci_image::RegistryConfig::default(),
+            metrics: MetricsConfig::default(),
+            streaming: StreamingConfig::default(),
         }
     }
 }
@@ -217,6 +276,21 @@ impl Config {
                 "cni.default_subnet",
                 format!("{:?} is not an IP network", self.cni.default_subnet),
             ));
+        }
+        if !self.metrics.address.is_empty()
+            && self
+                .metrics
+                .address
+                .parse::<std::net::SocketAddr>()
+                .is_err()
+        {
+            return Err(value(
+                "metrics.address",
+                format!("{:?} is not host:port", self.metrics.address),
+            ));
+        }
+        if let Err((key, message)) = self.streaming.server_config() {
+            return Err(value(key, message));
         }
         if let Err(e) = self.registry.validate() {
             return Err(value("registry", e.to_string()));
@@ -347,5 +421,39 @@ mod tests {
         };
         let err = cfg.validate().unwrap_err().to_string();
         assert!(err.contains("`root`"), "{err}");
+    }
+
+    #[test]
+    fn metrics_endpoint_is_off_by_default_and_checked() {
+        assert_eq!(Config::default().metrics.address, "");
+        let cfg = parse("[metrics]\naddress = \"127.0.0.1:9090\"\n").unwrap();
+        assert_eq!(cfg.metrics.address, "127.0.0.1:9090");
+        cfg.validate().unwrap();
+        let cfg = parse("[metrics]\naddress = \"localhost\"\n").unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("metrics.address"), "{err}");
+    }
+
+    #[test]
+    fn streaming_defaults_and_checks() {
+        let server = Config::default().streaming.server_config().unwrap();
+        assert_eq!(server.addr, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(server.token_ttl, std::time::Duration::from_secs(60));
+        let cfg =
+            parse("[streaming]\naddress = \"::1\"\nport = 10010\ntoken_ttl = \"30s\"\n").unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(
+            cfg.streaming.server_config().unwrap().addr,
+            "[::1]:10010".parse().unwrap()
+        );
+        for (text, key) in [
+            ("address = \"localhost\"", "streaming.address"),
+            ("token_ttl = \"soon\"", "streaming.token_ttl"),
+            ("token_ttl = \"0s\"", "streaming.token_ttl"),
+        ] {
+            let cfg = parse(&format!("[streaming]\n{text}\n")).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(key), "{err}");
+        }
     }
 }

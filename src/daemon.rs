@@ -48,8 +48,12 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
 async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = bind(&config.socket)?;
+    let metrics_listener = crate::metrics::bind(&config.metrics.address).await?;
     let socket = config.socket.clone();
     let cri = Cri::new(config).await?;
+    let streaming = cri
+        .start_streaming()
+        .context("starting the streaming server")?;
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -90,6 +94,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     }
     cri.recover().await;
     cri.gate.open();
+    cri.start_stats_sampler();
+    if let Some(listener) = metrics_listener {
+        let address = listener.local_addr().context("metrics endpoint address")?;
+        tracing::info!(%address, "serving Prometheus metrics on /metrics");
+        tokio::spawn(crate::metrics::serve(listener, cri.clone()));
+    }
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
 
     // Graceful: in-flight calls get SHUTDOWN_GRACE to finish, then berth exits anyway
@@ -103,6 +113,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         } => None,
     };
     remove_socket(&socket);
+    streaming.shutdown();
     match result {
         Some(result) => result
             .context("server task failed")?

@@ -406,7 +406,14 @@ async fn reopen_log_and_update_resources() {
         &daemon,
         &pod,
         &pod_config,
-        container("ticker", &["sh", "-c", "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done"]),
+        container(
+            "ticker",
+            &[
+                "sh",
+                "-c",
+                "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done",
+            ],
+        ),
     )
     .await
     .unwrap();
@@ -415,9 +422,11 @@ async fn reopen_log_and_update_resources() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     std::fs::rename(&log, logs.join("ticker.log.1")).unwrap();
     let mut rt = daemon.runtime().await;
-    rt.reopen_container_log(v1::ReopenContainerLogRequest { container_id: id.clone() })
-        .await
-        .unwrap();
+    rt.reopen_container_log(v1::ReopenContainerLogRequest {
+        container_id: id.clone(),
+    })
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fresh = std::fs::read_to_string(&log).unwrap();
     assert!(fresh.contains(" stdout F tick"), "{fresh}");
@@ -440,6 +449,177 @@ async fn reopen_log_and_update_resources() {
     )
     .await
     .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), (64u64 << 20).to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (64u64 << 20).to_string()
+    );
+    remove_pod(&daemon, &pod).await;
+}
+
+#[tokio::test]
+async fn image_volume_is_mounted_read_only() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "imgvol").await;
+    let layered = format!("{}/berth-test/layers:latest", registry().addr);
+    pull(&daemon, &layered).await;
+    let mut config = container("reader", &["sleep", "1000"]);
+    config.mounts = vec![v1::Mount {
+        container_path: "/imgvol".into(),
+        image: Some(v1::ImageSpec {
+            image: layered.clone(),
+            ..Default::default()
+        }),
+        readonly: true,
+        ..Default::default()
+    }];
+    let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
+    start(&daemon, &id).await;
+    let out = exec(&daemon, &id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "present\nread-only\n");
+    remove_pod(&daemon, &pod).await;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(&id), "image volume still mounted");
+}
+
+#[tokio::test]
+async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let mut pod_cfg = pod_config("fields");
+    pod_cfg.log_directory = daemon.sandbox.path("logs/fields").display().to_string();
+    pod_cfg.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
+        namespace_options: Some(v1::NamespaceOption {
+            pid: v1::NamespaceMode::Pod as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    pull(&daemon, &registry().busybox()).await;
+    let host_dir = daemon.sandbox.path("hostdata");
+    std::fs::create_dir_all(&host_dir).unwrap();
+    std::fs::write(host_dir.join("hello"), "from-host\n").unwrap();
+
+    let mut a = container("a", &["sleep", "1000"]);
+    a.mounts = vec![v1::Mount {
+        container_path: "/data".into(),
+        host_path: host_dir.display().to_string(),
+        readonly: true,
+        ..Default::default()
+    }];
+    a.linux = Some(v1::LinuxContainerConfig {
+        resources: Some(v1::LinuxContainerResources {
+            memory_limit_in_bytes: 32 << 20,
+            ..Default::default()
+        }),
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            run_as_user: Some(v1::Int64Value { value: 1000 }),
+            run_as_group: Some(v1::Int64Value { value: 1000 }),
+            supplemental_groups: vec![2000],
+            readonly_rootfs: true,
+            capabilities: Some(v1::Capability {
+                drop_capabilities: vec!["ALL".into()],
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                ..Default::default()
+            }),
+            masked_paths: vec!["/proc/kcore".into(), "/proc/uptime".into()],
+            readonly_paths: vec!["/proc/sys".into()],
+            seccomp: Some(v1::SecurityProfile {
+                profile_type: v1::security_profile::ProfileType::RuntimeDefault as i32,
+                ..Default::default()
+            }),
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Pod as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+    let a = create(&daemon, &pod, &pod_cfg, a).await.unwrap();
+    start(&daemon, &a).await;
+    let mut b = container("b", &["sleep", "999"]);
+    b.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Pod as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let b = create(&daemon, &pod, &pod_cfg, b).await.unwrap();
+    start(&daemon, &b).await;
+
+    let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+    let run_in = |id: String, script: String| {
+        let daemon = &daemon;
+        async move {
+            let cmd = sh(&script);
+            let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
+            let out = exec(daemon, &id, &refs, 10).await.unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    assert_eq!(run_in(a.clone(), "id -u; id -g".into()).await, "1000\n1000");
+    assert!(run_in(a.clone(), "id -G".into())
+        .await
+        .split(' ')
+        .any(|g| g == "2000"));
+    // Only NET_BIND_SERVICE (bit 10) is left in the bounding set.
+    assert_eq!(
+        run_in(a.clone(), "grep CapBnd /proc/self/status".into()).await,
+        "CapBnd:\t0000000000000400"
+    );
+    assert_eq!(
+        run_in(
+            a.clone(),
+            "touch /newfile 2>/dev/null && echo rw || echo ro".into()
+        )
+        .await,
+        "ro"
+    );
+    assert_eq!(
+        run_in(
+            a.clone(),
+            "cat /data/hello; touch /data/x 2>/dev/null || echo ro".into()
+        )
+        .await,
+        "from-host\nro"
+    );
+    // Masked: /dev/null (char 1:3) is bound over it.
+    assert_eq!(
+        run_in(
+            a.clone(),
+            "stat -c %t:%T /proc/uptime; wc -c < /proc/uptime".into()
+        )
+        .await,
+        "1:3\n0"
+    );
+    assert_eq!(
+        run_in(a.clone(), "grep Seccomp: /proc/self/status".into()).await,
+        "Seccomp:\t2"
+    );
+    assert_eq!(
+        run_in(a.clone(), "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max".into()).await,
+        (32u64 << 20).to_string()
+    );
+    // Both containers share the pod's hostname, IP and PID namespace.
+    let ip = |id: String| run_in(id, "ip -4 -o addr show eth0 | awk '{print $4}'".into());
+    let ip_a = ip(a.clone()).await;
+    assert!(ip_a.starts_with(&net.subnet_prefix), "{ip_a}");
+    assert_eq!(ip(b.clone()).await, ip_a);
+    assert_eq!(run_in(b.clone(), "hostname".into()).await, "fields");
+    assert_eq!(run_in(a.clone(), "hostname".into()).await, "fields");
+    let ps = run_in(b.clone(), "ps -o args".into()).await;
+    assert!(
+        ps.contains("sleep 1000") && ps.contains("sleep 999"),
+        "{ps}"
+    );
     remove_pod(&daemon, &pod).await;
 }

@@ -71,20 +71,67 @@ impl ContainerDirs {
         })
     }
 
-    /// Unmounts the overlay; not mounted is fine.
+    /// Where the `n`th image volume of the container is mounted.
+    pub fn image_volume(&self, n: usize) -> PathBuf {
+        self.bundle.join("images").join(n.to_string())
+    }
+
+    /// Mounts an image's snapshots read-only at [`ContainerDirs::image_volume`].
+    pub fn mount_image_volume(&self, n: usize, lowerdirs: &[PathBuf]) -> io::Result<PathBuf> {
+        let target = self.image_volume(n);
+        std::fs::create_dir_all(&target)?;
+        let result = match lowerdirs {
+            [] => Err(nix::errno::Errno::EINVAL),
+            // One layer: a read-only bind of its snapshot.
+            [only] => mount(
+                Some(only),
+                &target,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .and_then(|()| {
+                mount(
+                    None::<&str>,
+                    &target,
+                    None::<&str>,
+                    MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                    None::<&str>,
+                )
+            }),
+            // Several: an overlay without an upper dir is read-only.
+            layers => {
+                let lower = layers
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":");
+                mount(
+                    Some("overlay"),
+                    &target,
+                    Some("overlay"),
+                    MsFlags::MS_RDONLY,
+                    Some(format!("lowerdir={lower}").as_str()),
+                )
+            }
+        };
+        result.map_err(|e| {
+            io::Error::other(format!(
+                "mounting image volume on {}: {e}",
+                target.display()
+            ))
+        })?;
+        Ok(target)
+    }
+
+    /// Unmounts the image volumes and the overlay; not mounted is fine.
     pub fn unmount(&self) -> io::Result<()> {
-        loop {
-            match umount2(&self.rootfs(), MntFlags::MNT_DETACH) {
-                Ok(()) => continue,
-                Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => return Ok(()),
-                Err(e) => {
-                    return Err(io::Error::other(format!(
-                        "unmounting {}: {e}",
-                        self.rootfs().display()
-                    )))
-                }
+        if let Ok(entries) = std::fs::read_dir(self.bundle.join("images")) {
+            for entry in entries.flatten() {
+                unmount_all(&entry.path())?;
             }
         }
+        unmount_all(&self.rootfs())
     }
 
     /// Unmounts and removes everything; absent is fine.
@@ -98,5 +145,21 @@ impl ContainerDirs {
             }
         }
         Ok(())
+    }
+}
+
+/// Unmounts every mount stacked on `path`; not mounted is fine.
+fn unmount_all(path: &Path) -> io::Result<()> {
+    loop {
+        match umount2(path, MntFlags::MNT_DETACH) {
+            Ok(()) => continue,
+            Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => return Ok(()),
+            Err(e) => {
+                return Err(io::Error::other(format!(
+                    "unmounting {}: {e}",
+                    path.display()
+                )))
+            }
+        }
     }
 }

@@ -144,6 +144,34 @@ impl Cri {
                     .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
             }
 
+            // Image volumes: each named image, pulled beforehand, read-only.
+            let mut image_mounts = std::collections::BTreeMap::new();
+            for (n, mount) in config.mounts.iter().enumerate() {
+                let Some(name) = mount
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .filter(|i| !i.is_empty())
+                else {
+                    continue;
+                };
+                if image_mounts.contains_key(&name) {
+                    continue;
+                }
+                let volume = self.images.get(&name).ok_or_else(|| Error::NotFound {
+                    kind: "image (for an image volume)",
+                    id: name.clone(),
+                })?;
+                let lowerdirs = self.images.lowerdirs(&volume);
+                let dirs = dirs.clone();
+                let path =
+                    tokio::task::spawn_blocking(move || dirs.mount_image_volume(n, &lowerdirs))
+                        .await
+                        .map_err(|e| Error::Internal(e.to_string()))?
+                        .map_err(|e| Error::Internal(format!("container {id}: {e}")))?;
+                image_mounts.insert(name, path);
+            }
+
             let status = sandbox.status();
             let ns = namespace_options(&sandbox_config);
             let files = SandboxFiles::new(&self.config.root, &self.config.state, &sandbox.meta.id);
@@ -214,12 +242,14 @@ impl Cri {
                     );
                     req.volumes = volumes;
                     req.target_pid = target_pid;
+                    req.image_mounts = image_mounts;
                     Ok(berth_spec::container_spec(&req, &opts)?)
                 })
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??
             };
             failpoint::hit("create_container:after_rootfs");
+
             let spec_path = dirs.spec();
             tokio::task::spawn_blocking(move || spec.save(&spec_path))
                 .await
@@ -237,6 +267,7 @@ impl Cri {
         match result {
             Ok(()) => {
                 undo.disarm();
+                self.container_created(&id, &sandbox.meta.id).await;
                 tracing::info!(container = %id, pod = %sandbox.meta.id, "container created");
                 Ok(v1::CreateContainerResponse { container_id: id })
             }

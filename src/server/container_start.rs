@@ -53,6 +53,7 @@ impl Cri {
                     s.pid = Some(pid);
                     s.started_at = started_at;
                 })?;
+                self.container_started(&container).await;
                 self.watch_exit(container.clone(), client);
                 tracing::info!(container = %id, pid, "container started");
                 Ok(v1::StartContainerResponse {})
@@ -68,6 +69,7 @@ impl Cri {
                     s.reason = "StartError".into();
                     s.message = message;
                 })?;
+                self.container_stopped(&container).await;
                 Err(e)
             }
         }
@@ -109,6 +111,7 @@ impl Cri {
 
     /// Records the container's exit when its shim reports it.
     pub fn watch_exit(self: &Arc<Self>, container: Arc<Container>, client: ShimClient) {
+        let cri = self.clone();
         tokio::spawn(async move {
             match client.wait().await {
                 Ok(info) => {
@@ -123,6 +126,7 @@ impl Cri {
                     }
                 }
             }
+            cri.container_stopped(&container).await;
         });
     }
 
@@ -130,10 +134,16 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::StopContainerRequest,
     ) -> Result<v1::StopContainerResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = match self.containers.lookup(&req.container_id) {
+            Ok(c) => c,
+            // Already gone: stopping is idempotent.
+            Err(Error::NotFound { .. }) => return Ok(v1::StopContainerResponse {}),
+            Err(e) => return Err(e),
+        };
         let _lifecycle = container.lifecycle.lock().await;
         self.stop(&container, Duration::from_secs(req.timeout.max(0) as u64))
             .await?;
+        self.container_stopped(&container).await;
         Ok(v1::StopContainerResponse {})
     }
 
@@ -197,6 +207,7 @@ impl Cri {
     pub async fn remove(&self, container: &Container) -> Result<(), Error> {
         let id = container.meta.id.clone();
         self.stop(container, Duration::ZERO).await?;
+        self.container_stopped(container).await;
         self.destroy_shim(container).await?;
         let dirs = ContainerDirs::new(&self.config.root, &self.config.state, &id);
         let shim_dir = self.shim_dir(&id);
@@ -211,6 +222,7 @@ impl Cri {
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(|e| Error::Internal(format!("container {id}: removing its files: {e}")))?;
         self.containers.delete(container)?;
+        self.container_deleted(container).await;
         tracing::info!(container = %id, "container removed");
         Ok(())
     }

@@ -14,7 +14,9 @@ mod runtime_config;
 mod sandbox_run;
 mod sandbox_status;
 mod sandbox_stop;
+mod stats;
 mod status;
+mod streaming;
 mod version;
 
 use std::pin::Pin;
@@ -73,6 +75,12 @@ pub struct Cri {
     pub cni: berth_cni::Cni,
     /// Images: content store, metadata and snapshots.
     pub images: berth_oci_image::ImageStore,
+    /// Container and sandbox life-cycle events for GetContainerEvents.
+    pub events: crate::events::Events,
+    /// Cgroup mounts and the CPU sampler behind the stats RPCs.
+    pub stats: stats::Collector,
+    /// The exec/attach/port-forward server, once started ([`Cri::start_streaming`]).
+    pub streaming: std::sync::OnceLock<berth_streaming::StreamingServer>,
 }
 
 impl Cri {
@@ -114,6 +122,9 @@ impl Cri {
             containers,
             cni,
             images,
+            events: crate::events::Events::new(),
+            stats: stats::Collector::new(),
+            streaming: std::sync::OnceLock::new(),
         }))
     }
 
@@ -263,18 +274,18 @@ delegate! {
         "UpdateContainerResources" update_container_resources(UpdateContainerResourcesRequest) -> UpdateContainerResourcesResponse => update_container_resources;
         "ReopenContainerLog" reopen_container_log(ReopenContainerLogRequest) -> ReopenContainerLogResponse => reopen_container_log;
         "ExecSync" exec_sync(ExecSyncRequest) -> ExecSyncResponse => exec_sync;
-        "Exec" exec(ExecRequest) -> ExecResponse => unimplemented;
-        "Attach" attach(AttachRequest) -> AttachResponse => unimplemented;
-        "PortForward" port_forward(PortForwardRequest) -> PortForwardResponse => unimplemented;
-        "ContainerStats" container_stats(ContainerStatsRequest) -> ContainerStatsResponse => unimplemented;
-        "ListContainerStats" list_container_stats(ListContainerStatsRequest) -> ListContainerStatsResponse => unimplemented;
-        "PodSandboxStats" pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse => unimplemented;
-        "ListPodSandboxStats" list_pod_sandbox_stats(ListPodSandboxStatsRequest) -> ListPodSandboxStatsResponse => unimplemented;
+        "Exec" exec(ExecRequest) -> ExecResponse => exec;
+        "Attach" attach(AttachRequest) -> AttachResponse => attach;
+        "PortForward" port_forward(PortForwardRequest) -> PortForwardResponse => port_forward;
+        "ContainerStats" container_stats(ContainerStatsRequest) -> ContainerStatsResponse => container_stats;
+        "ListContainerStats" list_container_stats(ListContainerStatsRequest) -> ListContainerStatsResponse => list_container_stats;
+        "PodSandboxStats" pod_sandbox_stats(PodSandboxStatsRequest) -> PodSandboxStatsResponse => pod_sandbox_stats;
+        "ListPodSandboxStats" list_pod_sandbox_stats(ListPodSandboxStatsRequest) -> ListPodSandboxStatsResponse => list_pod_sandbox_stats;
         "UpdateRuntimeConfig" update_runtime_config(UpdateRuntimeConfigRequest) -> UpdateRuntimeConfigResponse => update_runtime_config;
         "Status" status(StatusRequest) -> StatusResponse => status;
         "CheckpointContainer" checkpoint_container(CheckpointContainerRequest) -> CheckpointContainerResponse => unimplemented;
-        "ListMetricDescriptors" list_metric_descriptors(ListMetricDescriptorsRequest) -> ListMetricDescriptorsResponse => unimplemented;
-        "ListPodSandboxMetrics" list_pod_sandbox_metrics(ListPodSandboxMetricsRequest) -> ListPodSandboxMetricsResponse => unimplemented;
+        "ListMetricDescriptors" list_metric_descriptors(ListMetricDescriptorsRequest) -> ListMetricDescriptorsResponse => list_metric_descriptors;
+        "ListPodSandboxMetrics" list_pod_sandbox_metrics(ListPodSandboxMetricsRequest) -> ListPodSandboxMetricsResponse => list_pod_sandbox_metrics;
         "RuntimeConfig" runtime_config(RuntimeConfigRequest) -> RuntimeConfigResponse => runtime_config;
         "UpdatePodSandboxResources" update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest) -> UpdatePodSandboxResourcesResponse => unimplemented;
     }
@@ -283,7 +294,7 @@ delegate! {
         "StreamContainers" stream_containers(StreamContainersRequest) -> StreamContainersStream<StreamContainersResponse> => unimplemented;
         "StreamContainerStats" stream_container_stats(StreamContainerStatsRequest) -> StreamContainerStatsStream<StreamContainerStatsResponse> => unimplemented;
         "StreamPodSandboxStats" stream_pod_sandbox_stats(StreamPodSandboxStatsRequest) -> StreamPodSandboxStatsStream<StreamPodSandboxStatsResponse> => unimplemented;
-        "GetContainerEvents" get_container_events(GetEventsRequest) -> GetContainerEventsStream<ContainerEventResponse> => unimplemented;
+        "GetContainerEvents" get_container_events(GetEventsRequest) -> GetContainerEventsStream<ContainerEventResponse> => get_container_events;
         "StreamPodSandboxMetrics" stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest) -> StreamPodSandboxMetricsStream<StreamPodSandboxMetricsResponse> => unimplemented;
     }
 }
@@ -292,7 +303,7 @@ delegate! {
     impl v1::image_service_server::ImageService, for ImageApi {
         "ListImages" list_images(ListImagesRequest) -> ListImagesResponse => list_images;
         "ImageStatus" image_status(ImageStatusRequest) -> ImageStatusResponse => image_status;
-        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => pull_image;
+        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => pull_image_metered;
         "RemoveImage" remove_image(RemoveImageRequest) -> RemoveImageResponse => remove_image;
         "ImageFsInfo" image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse => image_fs_info;
     }

@@ -155,6 +155,7 @@ impl Cri {
         {
             Ok(()) => {
                 undo.disarm();
+                self.sandbox_ready(&id).await;
                 tracing::info!(pod = %id, %name, "pod sandbox is ready");
                 Ok(v1::RunPodSandboxResponse { pod_sandbox_id: id })
             }

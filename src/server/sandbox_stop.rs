@@ -59,6 +59,7 @@ impl Cri {
         .map_err(|e| Error::Internal(format!("sandbox {id}: removing its files: {e}")))?;
         failpoint::hit("remove_pod_sandbox:before_delete");
         self.sandboxes.delete(&sandbox)?;
+        self.sandbox_deleted(&id).await;
         tracing::info!(pod = %id, "pod sandbox removed");
         Ok(v1::RemovePodSandboxResponse {})
     }
@@ -89,6 +90,7 @@ impl Cri {
         for container in self.pod_containers(id) {
             let _lifecycle = container.lifecycle.lock().await;
             self.stop(&container, std::time::Duration::ZERO).await?;
+            self.container_stopped(&container).await;
         }
         failpoint::hit("stop_pod_sandbox:after_containers");
         pause::destroy(&self.pause_paths(id), &handler).await?;
@@ -121,6 +123,7 @@ impl Cri {
                 s.state = SandboxState::NotReady;
                 s.shm_mounted = false;
             })?;
+            self.sandbox_stopped(id).await;
             tracing::info!(pod = %id, "pod sandbox stopped");
         }
         Ok(())

@@ -47,9 +47,91 @@ impl Cri {
                 conditions: vec![runtime, network],
             }),
             info,
-            ..Default::default()
+            runtime_handlers: runtime_handlers(&self.config).await,
+            features: Some(v1::RuntimeFeatures {
+                supplemental_groups_policy: true,
+                user_namespaces_host_network: false,
+            }),
         })
     }
+}
+
+/// How long `<runtime> features` may take.
+const FEATURES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether each runtime binary makes recursive read-only mounts, once known.
+static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// The default handler (named "") and every configured one, with features.
+async fn runtime_handlers(config: &crate::config::Config) -> Vec<v1::RuntimeHandler> {
+    let default = ("", config.default_runtime_handler());
+    let mut handlers = Vec::new();
+    for (name, handler) in
+        std::iter::once(default).chain(config.runtime.handlers.iter().map(|(n, h)| (n.as_str(), h)))
+    {
+        handlers.push(v1::RuntimeHandler {
+            name: name.to_string(),
+            features: Some(v1::RuntimeHandlerFeatures {
+                recursive_read_only_mounts: recursive_read_only(&handler.binary).await,
+                // Pods with user namespaces are not supported yet.
+                user_namespaces: false,
+            }),
+        });
+    }
+    handlers
+}
+
+/// Recursive read-only mounts need kernel 5.12 (mount_setattr) and a
+/// runtime whose `features` lists the `rro` mount option. Known answers
+/// are kept; a runtime that times out is asked again next time.
+async fn recursive_read_only(binary: &str) -> bool {
+    let known = RRO_SUPPORT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(binary)
+        .copied();
+    if let Some(known) = known {
+        return known;
+    }
+    let kernel = tokio::task::spawn_blocking(|| berth_spec::SpecOptions::detect().rro_supported)
+        .await
+        .unwrap_or(false);
+    let supported = if kernel {
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .arg("features")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        match tokio::time::timeout(FEATURES_TIMEOUT, command.output()).await {
+            Ok(Ok(out)) => out.status.success() && lists_rro(&out.stdout),
+            // Not found, not executable: it cannot.
+            Ok(Err(_)) => false,
+            Err(_) => {
+                tracing::warn!(%binary, "`{binary} features` timed out after {FEATURES_TIMEOUT:?}");
+                return false;
+            }
+        }
+    } else {
+        false
+    };
+    RRO_SUPPORT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(binary.to_string(), supported);
+    supported
+}
+
+/// Whether an OCI runtime `features` document lists the `rro` mount option.
+fn lists_rro(features_json: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(features_json)
+        .ok()
+        .and_then(|v| {
+            v.get("mountOptions")?
+                .as_array()
+                .map(|opts| opts.iter().any(|o| o == "rro"))
+        })
+        .unwrap_or(false)
 }
 
 fn condition(kind: &str, problem: Option<(&str, String)>) -> v1::RuntimeCondition {
@@ -125,6 +207,16 @@ fn probe_writable(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rro_in_runtime_features() {
+        assert!(lists_rro(
+            br#"{"ociVersionMin":"1.0.0","mountOptions":["ro","rro","rbind"]}"#
+        ));
+        assert!(!lists_rro(br#"{"mountOptions":["ro","rbind"]}"#));
+        assert!(!lists_rro(b"unknown command features"));
+        assert!(!lists_rro(b"{}"));
+    }
 
     #[test]
     fn executable_lookup() {

@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 pub mod crash;
+pub mod cri;
 pub mod pods;
+pub mod prom;
+pub mod streaming;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

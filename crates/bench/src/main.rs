@@ -1,0 +1,342 @@
+//! berth-bench: runs the same CRI workload against two (or more) runtimes,
+//! in turns, and prints a table of both with the ratio of the first to the
+//! second for every figure; also as JSON. Memory and time are measured,
+//! never asserted.
+//!
+//! - `berth-bench push-images --registry ADDR`: builds and pushes the pause
+//!   image and the large image the run needs.
+//! - `berth-bench run --target NAME=SOCKET[,shim=EXE][,match=TEXT] ...`: the
+//!   benchmark (see `hack/bench.sh`, which starts berth and containerd for it).
+//! - `berth-bench cleanup --target ...`: removes every pod this program made.
+
+mod memory;
+mod push;
+mod report;
+mod target;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use report::Report;
+use target::{Target, TargetSpec};
+use workload::{Settings, Workload};
+
+#[derive(Parser)]
+#[command(name = "berth-bench", about = "Benchmarks CRI runtimes side by side")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Builds the pause image and the large image and pushes them to a registry.
+    PushImages(PushArgs),
+    /// Runs the benchmark against every --target, in turns.
+    Run(Box<RunArgs>),
+    /// Stops and removes every pod berth-bench made on the targets.
+    Cleanup(CleanupArgs),
+}
+
+#[derive(Args)]
+struct PushArgs {
+    /// The registry, HOST:PORT (plain HTTP).
+    #[arg(long)]
+    registry: String,
+    /// Layers of the large image.
+    #[arg(long, default_value_t = 4)]
+    big_layers: usize,
+    /// MiB of random data in each layer.
+    #[arg(long, default_value_t = 50)]
+    big_layer_mib: usize,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// A runtime: NAME=SOCKET[,shim=EXE][,match=TEXT][,pid=PID]. Shims are
+    /// the processes whose executable is named EXE and whose command line
+    /// contains TEXT. The ratio column is first/second.
+    #[arg(long = "target", required = true)]
+    targets: Vec<TargetSpec>,
+    /// The container image (busybox: sh, sleep, true).
+    #[arg(long)]
+    image: String,
+    /// Images every target pulls before the run (e.g. a pause image).
+    #[arg(long)]
+    prepull: Vec<String>,
+    /// The large image for the pull benchmark (none: no image figures).
+    #[arg(long)]
+    big_image: Option<String>,
+    /// How the large image is described in the table.
+    #[arg(long, default_value = "large image")]
+    big_image_desc: String,
+    /// Fewer iterations and smaller sizes, for development.
+    #[arg(long)]
+    quick: bool,
+    /// Timed life cycles per runtime [full: 100, quick: 10].
+    #[arg(long)]
+    iterations: Option<usize>,
+    /// Untimed life cycles before them [2].
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Pods started at once, comma separated [full: 20,50, quick: 5,10].
+    #[arg(long, value_delimiter = ',')]
+    concurrency: Option<Vec<usize>>,
+    /// Running pods at which memory is read [full: 10,50,100, quick: 5,10].
+    #[arg(long, value_delimiter = ',')]
+    density: Option<Vec<usize>>,
+    /// Containers present for the list timings [full: 100,300, quick: 10,30].
+    #[arg(long, value_delimiter = ',')]
+    scale: Option<Vec<usize>>,
+    /// Timed calls per list measurement [full: 100, quick: 20].
+    #[arg(long)]
+    list_iterations: Option<usize>,
+    /// Timed pulls of the large image per runtime [full: 3, quick: 1].
+    #[arg(long)]
+    pull_runs: Option<usize>,
+    /// Seconds to wait before memory is read [full: 3, quick: 1].
+    #[arg(long)]
+    settle_secs: Option<u64>,
+    /// Cgroup parent of the pods (the runtime's name is appended).
+    #[arg(long, default_value = "/berth-bench")]
+    cgroup_parent: String,
+    /// Where pod log directories go (default: a new temp dir, removed after).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// The OCI runtime binary, for its version in the report.
+    #[arg(long, default_value = "/usr/sbin/runc")]
+    runc: PathBuf,
+    /// Write the report as JSON here too.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CleanupArgs {
+    /// As for `run` (only NAME=SOCKET matters).
+    #[arg(long = "target", required = true)]
+    targets: Vec<TargetSpec>,
+    /// Also remove this image.
+    #[arg(long)]
+    image: Vec<String>,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::PushImages(a) => {
+            println!("{}", push::push_pause(&a.registry).await?);
+            println!(
+                "{}",
+                push::push_big(&a.registry, a.big_layers, a.big_layer_mib).await?
+            );
+            Ok(())
+        }
+        Command::Run(a) => run(*a).await,
+        Command::Cleanup(a) => cleanup(a).await,
+    }
+}
+
+impl RunArgs {
+    fn settings(&self) -> Settings {
+        let q = self.quick;
+        let pick = |v: &Option<Vec<usize>>, full: &[usize], quick: &[usize]| {
+            let mut v = v
+                .clone()
+                .unwrap_or_else(|| if q { quick } else { full }.to_vec());
+            v.sort_unstable();
+            v
+        };
+        Settings {
+            iterations: self.iterations.unwrap_or(if q { 10 } else { 100 }),
+            warmup: self.warmup.unwrap_or(2),
+            concurrency: pick(&self.concurrency, &[20, 50], &[5, 10]),
+            densities: pick(&self.density, &[10, 50, 100], &[5, 10]),
+            scales: pick(&self.scale, &[100, 300], &[10, 30]),
+            list_iterations: self.list_iterations.unwrap_or(if q { 20 } else { 100 }),
+            pull_runs: self.pull_runs.unwrap_or(if q { 1 } else { 3 }),
+            settle: Duration::from_secs(self.settle_secs.unwrap_or(if q { 1 } else { 3 })),
+        }
+    }
+}
+
+async fn connect_all(specs: &[TargetSpec]) -> Result<Vec<Target>> {
+    let mut targets = Vec::new();
+    for spec in specs {
+        targets.push(Target::connect(spec.clone()).await?);
+    }
+    Ok(targets)
+}
+
+async fn run(a: RunArgs) -> Result<()> {
+    let settings = a.settings();
+    let targets = connect_all(&a.targets).await?;
+    let (log_dir, _log_tmp) = match &a.log_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("berth-bench-logs-")
+                .tempdir()
+                .context("making a log dir")?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let run_id = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    );
+    let workload = Arc::new(Workload {
+        image: a.image.clone(),
+        big_image: a.big_image.clone().map(|i| (i, a.big_image_desc.clone())),
+        cgroup_parent: a.cgroup_parent.clone(),
+        log_dir,
+        run_id,
+    });
+    let mut report = Report {
+        targets: targets.iter().map(|t| t.name().to_string()).collect(),
+        machine: machine_info(&targets, &a.runc),
+        settings: serde_json::to_value(&settings)?,
+        ..Default::default()
+    };
+
+    for t in &targets {
+        let left = workload::remove_all_bench_pods(t)
+            .await
+            .with_context(|| format!("{}: removing pods of earlier runs", t.name()))?;
+        if left > 0 {
+            eprintln!("{}: removed {left} pods of an earlier run", t.name());
+        }
+        for image in std::iter::once(&a.image).chain(&a.prepull) {
+            t.pull(image)
+                .await
+                .with_context(|| format!("{}: pulling {image}", t.name()))?;
+        }
+    }
+
+    eprintln!("berth-bench: {settings:?}");
+    workload.lifecycle(&targets, &settings, &mut report).await;
+    workload.concurrency(&targets, &settings, &mut report).await;
+    workload
+        .density_and_scale(&targets, &settings, &mut report)
+        .await;
+    workload.image(&targets, &settings, &mut report).await;
+    for t in &targets {
+        if let Err(e) = workload.teardown(t, None).await {
+            report.error(t.name(), "final teardown", &e);
+        }
+    }
+
+    println!("{}", report.markdown());
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report.to_json())?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("berth-bench: wrote {}", path.display());
+    }
+    if !report.errors.is_empty() {
+        bail!("{} errors (listed under the table)", report.errors.len());
+    }
+    Ok(())
+}
+
+async fn cleanup(a: CleanupArgs) -> Result<()> {
+    let mut failed = false;
+    for spec in a.targets {
+        let name = spec.name.clone();
+        let result = async {
+            let t = Target::connect(spec).await?;
+            let n = workload::remove_all_bench_pods(&t).await?;
+            for image in &a.image {
+                t.remove_image(image).await?;
+            }
+            anyhow::Ok(n)
+        }
+        .await;
+        match result {
+            Ok(n) => eprintln!("{name}: removed {n} pods"),
+            Err(e) => {
+                eprintln!("{name}: cleanup: {e:#}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        bail!("cleanup failed");
+    }
+    Ok(())
+}
+
+/// The machine and the runtimes, for the report.
+fn machine_info(targets: &[Target], runc: &std::path::Path) -> Vec<(String, String)> {
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|x| x.1.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib: u64 = read("/proc/meminfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let os = read("/etc/os-release")
+        .lines()
+        .find_map(|l| {
+            Some(
+                l.strip_prefix("PRETTY_NAME=")?
+                    .trim_matches('"')
+                    .to_string(),
+            )
+        })
+        .unwrap_or_default();
+    let cgroup = if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        "v2"
+    } else {
+        "v1"
+    };
+    let runc_version = std::process::Command::new(runc)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into());
+    let mut info = vec![
+        ("cpu".to_string(), format!("{cores} × {model}")),
+        (
+            "memory".to_string(),
+            format!("{:.1} GiB", mem_kib as f64 / 1048576.0),
+        ),
+        (
+            "kernel".to_string(),
+            read("/proc/sys/kernel/osrelease").trim().to_string(),
+        ),
+        ("os".to_string(), os),
+        ("cgroup".to_string(), cgroup.to_string()),
+        (
+            "OCI runtime".to_string(),
+            format!("{} ({runc_version})", runc.display()),
+        ),
+    ];
+    for t in targets {
+        info.push((t.name().to_string(), t.version.clone()));
+    }
+    info
+}

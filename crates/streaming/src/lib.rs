@@ -1,0 +1,73 @@
+//! Streaming for exec, attach and port-forward, the way kubelet's clients
+//! (kubectl through the API server, crictl, critest) expect a container
+//! runtime to serve it.
+//!
+//! The `Exec`, `Attach` and `PortForward` RPCs store their request under a
+//! random, single-use token that expires ([`TokenCache`]) and return a URL
+//! (`http://ADDR/exec/TOKEN`) of the [`StreamingServer`]. The client then
+//! upgrades a request to that URL to
+//! - SPDY/3.1 ([`spdy`]: framing, zlib header compression with the SPDY/3
+//!   dictionary, one stream per channel) with the sub-protocols
+//!   `v4.channel.k8s.io`, `v3.channel.k8s.io`, `v2.channel.k8s.io` (exec,
+//!   attach) or `portforward.k8s.io`, or
+//! - a WebSocket with the channel sub-protocols `v5.channel.k8s.io`,
+//!   `v4.channel.k8s.io` (and their older and base64 variants) or, for
+//!   port-forward, `v4.channel.k8s.io` / `portforward.k8s.io`.
+//!
+//! The runtime plugs in as a [`Backend`]. The server stays independent of
+//! the daemon: it knows containers and pods only by id. TLS is not served
+//! (kubelet reaches the runtime's server on the node itself).
+
+mod backend;
+mod channel;
+pub mod client;
+mod error;
+mod portforward;
+mod remotecommand;
+mod server;
+pub mod spdy;
+mod token;
+mod websocket;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+pub use backend::{
+    AttachRequest, Backend, BackendError, ExecRequest, Input, Output, PortForwardRequest,
+    PortStream, StreamIo, TerminalSize,
+};
+pub use error::Error;
+pub use portforward::SPDY_PROTOCOL as PORT_FORWARD_SPDY_PROTOCOL;
+pub use remotecommand::SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS;
+pub use server::StreamingServer;
+pub use token::{Lookup, TokenCache};
+pub use websocket::{
+    MAX_PORTS, PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
+    REMOTE_COMMAND_PROTOCOLS as REMOTE_COMMAND_WEBSOCKET_PROTOCOLS,
+};
+
+/// How the server runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where it listens; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// How long a URL stays valid after the RPC returned it.
+    pub token_ttl: Duration,
+    /// How long a SPDY client may take to open the streams of a session.
+    pub stream_creation_timeout: Duration,
+    /// Most URLs handed out and not used yet.
+    pub max_in_flight: usize,
+}
+
+impl Default for Config {
+    /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
+    /// streams, 1000 tokens in flight (kubelet's values).
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            token_ttl: Duration::from_secs(60),
+            stream_creation_timeout: Duration::from_secs(30),
+            max_in_flight: 1000,
+        }
+    }
+}

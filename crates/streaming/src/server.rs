@@ -1,0 +1,495 @@
+//! The HTTP server behind the URLs the Exec, Attach and PortForward RPCs
+//! return: `/exec/TOKEN`, `/attach/TOKEN`, `/portforward/TOKEN`, by GET or
+//! POST, upgraded to SPDY/3.1 (`Upgrade: SPDY/3.1`, sub-protocol in
+//! `X-Stream-Protocol-Version`) or to a WebSocket (`Sec-WebSocket-Protocol`).
+//!
+//! A token is checked before the upgrade and used only when the upgrade
+//! goes ahead, so a client that retries with another protocol (client-go
+//! falls back from WebSocket to SPDY) can still use it. Errors are plain
+//! text: 404 for a wrong, expired or used token, 400 for a request that is
+//! not an upgrade, 403 when no sub-protocol matches (with the accepted ones
+//! in `X-Accepted-Stream-Protocol-Versions`, as kubelet answers).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
+use hyper::{Method, Request as HttpRequest, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
+use tokio_tungstenite::WebSocketStream;
+
+use crate::backend::{AttachRequest, Backend, ExecRequest, PortForwardRequest};
+use crate::error::Error;
+use crate::remotecommand::{self, Command};
+use crate::token::{Lookup, TokenCache};
+use crate::{portforward, websocket, Config};
+
+/// How long a client may take to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a token stands for.
+#[derive(Debug, Clone)]
+enum Pending {
+    Exec(ExecRequest),
+    Attach(AttachRequest),
+    PortForward(PortForwardRequest),
+}
+
+impl Pending {
+    fn path(&self) -> &'static str {
+        match self {
+            Pending::Exec(_) => "exec",
+            Pending::Attach(_) => "attach",
+            Pending::PortForward(_) => "portforward",
+        }
+    }
+}
+
+type Body = Full<Bytes>;
+/// An answer that refuses the upgrade.
+type Refusal = Box<Response<Body>>;
+type Session = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The streaming server. Cheap to clone: clones share one server.
+#[derive(Clone)]
+pub struct StreamingServer {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    local_addr: SocketAddr,
+    base_url: String,
+    tokens: TokenCache<Pending>,
+    backend: Arc<dyn Backend>,
+    listener: Mutex<Option<std::net::TcpListener>>,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for StreamingServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingServer")
+            .field("base_url", &self.inner.base_url)
+            .finish()
+    }
+}
+
+impl StreamingServer {
+    /// Binds `config.addr` (port 0: a free port); [`StreamingServer::serve`]
+    /// then answers on it.
+    pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<StreamingServer, Error> {
+        let bind_err = |source| Error::Bind {
+            addr: config.addr,
+            source,
+        };
+        let listener = std::net::TcpListener::bind(config.addr).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        let local_addr = listener.local_addr().map_err(bind_err)?;
+        Ok(StreamingServer {
+            inner: Arc::new(Inner {
+                base_url: format!("http://{local_addr}"),
+                local_addr,
+                tokens: TokenCache::new(config.token_ttl, config.max_in_flight),
+                backend,
+                listener: Mutex::new(Some(listener)),
+                stop: watch::channel(false).0,
+                config,
+            }),
+        })
+    }
+
+    /// Where the server listens.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.local_addr
+    }
+
+    /// `http://ADDR`, what every URL starts with.
+    pub fn base_url(&self) -> &str {
+        &self.inner.base_url
+    }
+
+    fn url(&self, pending: Pending) -> Result<String, Error> {
+        let path = pending.path();
+        let token = self.inner.tokens.insert(pending)?;
+        Ok(format!("{}/{path}/{token}", self.inner.base_url))
+    }
+
+    /// The URL of an exec: `http://ADDR/exec/TOKEN`.
+    pub fn get_exec_url(&self, req: ExecRequest) -> Result<String, Error> {
+        req.validate()?;
+        self.url(Pending::Exec(req))
+    }
+
+    /// The URL of an attach: `http://ADDR/attach/TOKEN`.
+    pub fn get_attach_url(&self, req: AttachRequest) -> Result<String, Error> {
+        req.validate()?;
+        self.url(Pending::Attach(req))
+    }
+
+    /// The URL of a port forward: `http://ADDR/portforward/TOKEN`.
+    pub fn get_port_forward_url(&self, req: PortForwardRequest) -> Result<String, Error> {
+        req.validate()?;
+        self.url(Pending::PortForward(req))
+    }
+
+    /// Serves until [`StreamingServer::shutdown`]; then every connection and
+    /// session is ended. Serves once.
+    pub async fn serve(&self) -> Result<(), Error> {
+        let listener = self
+            .inner
+            .listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(Error::AlreadyServing)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let mut stop = self.inner.stop.subscribe();
+        let mut connections = JoinSet::new();
+        loop {
+            tokio::select! {
+                _ = async { let _ = stop.wait_for(|stop| *stop).await; } => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, peer)) => {
+                        connections.spawn(serve_connection(self.inner.clone(), tcp, peer));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "streaming server: accepting a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        connections.shutdown().await;
+        Ok(())
+    }
+
+    /// Stops [`StreamingServer::serve`] and ends all sessions.
+    pub fn shutdown(&self) {
+        self.inner.stop.send_replace(true);
+    }
+}
+
+async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    let upgraded: Arc<Mutex<Option<Session>>> = Arc::default();
+    let slot = upgraded.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let response = handle(&inner, req, &slot);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(tcp), service)
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "streaming server: connection");
+    }
+    let session = upgraded.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(session) = session {
+        session.await;
+    }
+}
+
+fn text(status: StatusCode, message: impl Into<String>) -> Response<Body> {
+    let mut message = message.into();
+    message.push('\n');
+    let mut resp = Response::new(Full::new(Bytes::from(message)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// The values of a header, comma lists split.
+fn header_list(req: &HttpRequest<Incoming>, name: &str) -> Vec<String> {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+fn header_has(
+    req: &HttpRequest<Incoming>,
+    name: impl hyper::header::AsHeaderName,
+    word: &str,
+) -> bool {
+    req.headers()
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains(word))
+}
+
+fn is_websocket(req: &HttpRequest<Incoming>) -> bool {
+    header_has(req, UPGRADE, "websocket") && header_has(req, CONNECTION, "upgrade")
+}
+
+/// The transport a request asked for, agreed.
+enum Transport {
+    Spdy(String),
+    WebSocket(String),
+}
+
+/// The first of the client's protocols that the server speaks.
+fn negotiate(client: &[String], server: &[&str]) -> Option<String> {
+    client
+        .iter()
+        .find(|c| server.contains(&c.as_str()))
+        .cloned()
+}
+
+fn spdy_handshake(
+    req: &HttpRequest<Incoming>,
+    server: &[&'static str],
+    response: &mut Response<Body>,
+) -> Result<Transport, Refusal> {
+    let client = header_list(req, "x-stream-protocol-version");
+    if client.is_empty() {
+        return Err(Box::new(text(
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: X-Stream-Protocol-Version is required",
+        )));
+    }
+    let Some(protocol) = negotiate(&client, server) else {
+        let mut resp = text(
+            StatusCode::FORBIDDEN,
+            format!(
+                "unable to upgrade: unable to negotiate protocol: client supports {client:?}, server accepts {server:?}"
+            ),
+        );
+        for p in server {
+            resp.headers_mut().append(
+                "X-Accepted-Stream-Protocol-Versions",
+                HeaderValue::from_static(p),
+            );
+        }
+        return Err(Box::new(resp));
+    };
+    if !header_has(req, CONNECTION, "upgrade") || !header_has(req, UPGRADE, "spdy/3.1") {
+        return Err(Box::new(text(
+            StatusCode::BAD_REQUEST,
+            "unable to upgrade: missing upgrade headers in request (Connection: Upgrade, Upgrade: SPDY/3.1)",
+        )));
+    }
+    let headers = response.headers_mut();
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(UPGRADE, HeaderValue::from_static("SPDY/3.1"));
+    if let Ok(v) = HeaderValue::from_str(&protocol) {
+        headers.insert("X-Stream-Protocol-Version", v);
+    }
+    Ok(Transport::Spdy(protocol))
+}
+
+fn websocket_handshake(
+    req: &HttpRequest<Incoming>,
+    server: &[&'static str],
+    response: &mut Response<Body>,
+) -> Result<Transport, Refusal> {
+    let version_ok = req
+        .headers()
+        .get("sec-websocket-version")
+        .is_some_and(|v| v.as_bytes() == b"13");
+    let Some(key) = req
+        .headers()
+        .get("sec-websocket-key")
+        .filter(|_| version_ok)
+    else {
+        return Err(Box::new(text(
+            StatusCode::BAD_REQUEST,
+            "websocket: the request needs Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key",
+        )));
+    };
+    let mut client = header_list(req, "sec-websocket-protocol");
+    if client.is_empty() {
+        client.push(String::new());
+    }
+    let Some(protocol) = negotiate(&client, server) else {
+        return Err(Box::new(text(
+            StatusCode::FORBIDDEN,
+            format!("requested protocol(s) are not supported: {client:?}; supports {server:?}"),
+        )));
+    };
+    let headers = response.headers_mut();
+    headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    headers.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(v) = HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        headers.insert("Sec-WebSocket-Accept", v);
+    }
+    if !protocol.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&protocol) {
+            headers.insert("Sec-WebSocket-Protocol", v);
+        }
+    }
+    Ok(Transport::WebSocket(protocol))
+}
+
+/// Ports named in the URL (`?port=80&port=8080` or `?port=80,8080`).
+fn query_ports(req: &HttpRequest<Incoming>) -> Result<Vec<u16>, String> {
+    let mut ports = Vec::new();
+    for pair in req.uri().query().unwrap_or_default().split('&') {
+        let Some(("port", value)) = pair.split_once('=') else {
+            continue;
+        };
+        for p in value.split(',') {
+            match p.parse::<u16>() {
+                Ok(port) if port > 0 => ports.push(port),
+                _ => return Err(format!("unable to parse {p:?} as a port")),
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// Answers one request: an error, or 101 with the session left in `slot`
+/// to run once hyper hands the connection over.
+fn handle(
+    inner: &Arc<Inner>,
+    mut req: HttpRequest<Incoming>,
+    slot: &Arc<Mutex<Option<Session>>>,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let mut parts = path.trim_start_matches('/').splitn(2, '/');
+    let (kind, token) = match (parts.next(), parts.next()) {
+        (Some(kind @ ("exec" | "attach" | "portforward")), Some(token))
+            if !token.is_empty() && !token.contains('/') =>
+        {
+            (kind, token.to_string())
+        }
+        _ => {
+            return text(
+                StatusCode::NOT_FOUND,
+                format!("{path} not found: this server serves /exec/TOKEN, /attach/TOKEN and /portforward/TOKEN"),
+            )
+        }
+    };
+    if req.method() != Method::GET && req.method() != Method::POST {
+        let mut resp = text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{} is not allowed: use GET or POST", req.method()),
+        );
+        resp.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, POST"));
+        return resp;
+    }
+    let ttl = inner.tokens.ttl();
+    let gone = |lookup: Lookup<Pending>| {
+        match lookup {
+        Lookup::Expired => text(
+            StatusCode::NOT_FOUND,
+            format!("streaming token has expired: a URL is valid for {ttl:?} after the RPC returned it"),
+        ),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "unknown streaming token: it was never issued, has already been used (tokens are single-use), or has expired",
+        ),
+    }
+    };
+    let pending = match inner.tokens.peek(&token) {
+        Lookup::Found(p) => p,
+        other => return gone(other),
+    };
+    if pending.path() != kind {
+        return text(
+            StatusCode::NOT_FOUND,
+            format!("this token is for /{}, not /{kind}", pending.path()),
+        );
+    }
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let websocket = is_websocket(&req);
+    let protocols = match (&pending, websocket) {
+        (Pending::PortForward(_), true) => websocket::PORT_FORWARD_PROTOCOLS,
+        (_, true) => websocket::REMOTE_COMMAND_PROTOCOLS,
+        (Pending::PortForward(_), false) => &[portforward::SPDY_PROTOCOL][..],
+        (_, false) => remotecommand::SPDY_PROTOCOLS,
+    };
+    let handshake = if websocket {
+        websocket_handshake(&req, protocols, &mut response)
+    } else {
+        spdy_handshake(&req, protocols, &mut response)
+    };
+    let transport = match handshake {
+        Ok(t) => t,
+        Err(resp) => return *resp,
+    };
+    let mut ws_ports = Vec::new();
+    if let (Pending::PortForward(pf), true) = (&pending, websocket) {
+        ws_ports = pf.ports.clone();
+        if ws_ports.is_empty() {
+            match query_ports(&req) {
+                Ok(ports) => ws_ports = ports,
+                Err(e) => return text(StatusCode::BAD_REQUEST, e),
+            }
+        }
+        if ws_ports.is_empty() || ws_ports.len() > websocket::MAX_PORTS {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "port forwarding over a WebSocket needs 1 to {} ports, in the request or as query parameter \"port\"",
+                    websocket::MAX_PORTS
+                ),
+            );
+        }
+    }
+    // The upgrade goes ahead: use the token now (a racing request loses).
+    let pending = match inner.tokens.take(&token) {
+        Lookup::Found(p) => p,
+        other => return gone(other),
+    };
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let backend = inner.backend.clone();
+    let creation_timeout = inner.config.stream_creation_timeout;
+    let session: Session = Box::pin(async move {
+        let io = match on_upgrade.await {
+            Ok(upgraded) => TokioIo::new(upgraded),
+            Err(e) => {
+                tracing::debug!(error = %e, "streaming: upgrade failed");
+                return;
+            }
+        };
+        let command = match &pending {
+            Pending::Exec(r) => Some(Command::Exec(r.clone())),
+            Pending::Attach(r) => Some(Command::Attach(r.clone())),
+            Pending::PortForward(_) => None,
+        };
+        match (transport, command, pending) {
+            (Transport::Spdy(p), Some(cmd), _) => {
+                remotecommand::serve_spdy(io, &p, cmd, backend, creation_timeout).await
+            }
+            (Transport::WebSocket(p), Some(cmd), _) => {
+                let ws = WebSocketStream::from_raw_socket(io, WsRole::Server, None).await;
+                websocket::serve_remote_command(ws, &p, cmd, backend).await
+            }
+            (Transport::Spdy(_), None, Pending::PortForward(pf)) => {
+                portforward::serve_spdy(io, pf.pod_sandbox_id, backend, creation_timeout).await
+            }
+            (Transport::WebSocket(p), None, Pending::PortForward(pf)) => {
+                let ws = WebSocketStream::from_raw_socket(io, WsRole::Server, None).await;
+                websocket::serve_port_forward(ws, &p, pf.pod_sandbox_id, ws_ports, backend).await
+            }
+            _ => {}
+        }
+    });
+    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
+    response
+}

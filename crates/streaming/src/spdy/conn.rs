@@ -1,0 +1,558 @@
+//! A SPDY/3.1 session over one upgraded connection: streams the peer opens
+//! (the server's side) or this side opens (a client's), their data, and an
+//! orderly end.
+//!
+//! Two tasks own the connection. The reader decodes frames in order (the
+//! header decompressor needs every block), answers SYN_STREAM with SYN_REPLY
+//! (or RST_STREAM when the stream is refused), echoes the peer's PINGs, and
+//! hands each stream's DATA to a bounded channel, so a slow consumer slows the
+//! peer instead of growing memory. The writer encodes frames in the order
+//! they will be on the wire (the header compressor needs that too); frames of
+//! the reader go first, frames of streams keep their order (so a FIN never
+//! overtakes data, and GOAWAY comes after both).
+//!
+//! Like the peers kubelet speaks to (moby/spdystream), no flow control
+//! windows are kept: WINDOW_UPDATE and SETTINGS are read and ignored.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use super::frame::{rst, Decoder, Encoder, Frame, FrameError, Headers, RawFrame, FLAG_FIN};
+
+/// Largest DATA payload sent at once.
+const DATA_CHUNK: usize = 32 * 1024;
+/// Chunks of one stream buffered for its consumer.
+const STREAM_BUFFER: usize = 16;
+/// Frames of streams queued for the writer.
+const WRITE_QUEUE: usize = 64;
+
+/// Which side of the connection this is; it decides the stream id parity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Opens odd-numbered streams.
+    Client,
+    /// Accepts the client's odd-numbered streams.
+    Server,
+}
+
+/// Decides whether a stream the peer opens is accepted (by its headers);
+/// a refused stream gets RST_STREAM and the reason is logged.
+pub type Accept = Box<dyn Fn(&Headers) -> Result<(), String> + Send + Sync>;
+
+/// One stream: its headers, what the peer sends on it, and a handle to send.
+#[derive(Debug)]
+pub struct Stream {
+    pub id: u32,
+    pub headers: Headers,
+    /// The peer's data; ends at its FIN or RST_STREAM, or when the
+    /// connection ends.
+    pub rx: mpsc::Receiver<Vec<u8>>,
+    pub tx: StreamWriter,
+}
+
+/// Sends on one stream. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct StreamWriter {
+    id: u32,
+    shared: Arc<Shared>,
+}
+
+enum Out {
+    Frame(Frame),
+    /// Flush, end the writing direction (TCP FIN), then say so.
+    Shutdown(oneshot::Sender<()>),
+}
+
+#[derive(Debug)]
+struct Shared {
+    role: Role,
+    /// Frames of streams, in order.
+    out: mpsc::Sender<OutItem>,
+    /// Streams this side has not ended yet.
+    open_local: Mutex<HashSet<u32>>,
+    /// Receivers of the peer's data, by stream.
+    inbound: Mutex<HashMap<u32, mpsc::Sender<Vec<u8>>>>,
+    /// Streams opened here that wait for their SYN_REPLY.
+    replies: Mutex<HashMap<u32, oneshot::Sender<Result<(), u32>>>>,
+    next_id: AtomicU32,
+    /// Highest stream id the peer opened.
+    last_peer_id: AtomicU32,
+    closed: watch::Sender<bool>,
+}
+
+/// Wrapper so `Out` can be debug-printed in `Shared`.
+struct OutItem(Out);
+
+impl std::fmt::Debug for OutItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Out::Frame(frame) => write!(f, "{frame:?}"),
+            Out::Shutdown(_) => write!(f, "Shutdown"),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn broken() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the SPDY connection is closed")
+}
+
+impl Shared {
+    async fn send(&self, frame: Frame) -> io::Result<()> {
+        self.out
+            .send(OutItem(Out::Frame(frame)))
+            .await
+            .map_err(|_| broken())
+    }
+}
+
+impl StreamWriter {
+    /// The stream's id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Sends `data` (in as many DATA frames as needed).
+    pub async fn write(&self, data: &[u8]) -> io::Result<()> {
+        for chunk in data.chunks(DATA_CHUNK) {
+            if !lock(&self.shared.open_local).contains(&self.id) {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    format!("SPDY stream {} is closed", self.id),
+                ));
+            }
+            self.shared
+                .send(Frame::Data {
+                    stream_id: self.id,
+                    flags: 0,
+                    data: chunk.to_vec(),
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Ends this side of the stream (DATA with FIN); once only.
+    pub async fn close(&self) -> io::Result<()> {
+        if !lock(&self.shared.open_local).remove(&self.id) {
+            return Ok(());
+        }
+        self.shared
+            .send(Frame::Data {
+                stream_id: self.id,
+                flags: FLAG_FIN,
+                data: Vec::new(),
+            })
+            .await
+    }
+
+    /// Abandons the stream in both directions (RST_STREAM).
+    pub async fn reset(&self, status: u32) -> io::Result<()> {
+        lock(&self.shared.open_local).remove(&self.id);
+        lock(&self.shared.inbound).remove(&self.id);
+        self.shared
+            .send(Frame::RstStream {
+                stream_id: self.id,
+                status,
+            })
+            .await
+    }
+}
+
+/// A SPDY session. Dropping it stops both tasks and closes the connection.
+pub struct Connection {
+    shared: Arc<Shared>,
+    incoming: Option<mpsc::Receiver<Stream>>,
+    closed: watch::Receiver<bool>,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.reader.abort();
+        self.writer.abort();
+    }
+}
+
+impl Connection {
+    /// Starts a session on `io`. A server passes `accept`; streams it
+    /// accepts come out of [`Connection::accept`].
+    pub fn new<IO>(io: IO, role: Role, accept: Option<Accept>) -> Result<Connection, FrameError>
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let encoder = Encoder::new()?;
+        let (read, write) = tokio::io::split(io);
+        let (out_tx, out_rx) = mpsc::channel(WRITE_QUEUE);
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (closed_tx, closed_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            role,
+            out: out_tx,
+            open_local: Mutex::new(HashSet::new()),
+            inbound: Mutex::new(HashMap::new()),
+            replies: Mutex::new(HashMap::new()),
+            next_id: AtomicU32::new(match role {
+                Role::Client => 1,
+                Role::Server => 2,
+            }),
+            last_peer_id: AtomicU32::new(0),
+            closed: closed_tx,
+        });
+        let (incoming_tx, incoming_rx) = match accept {
+            Some(_) => {
+                let (tx, rx) = mpsc::channel(8);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let writer = tokio::spawn(write_loop(
+            write,
+            encoder,
+            control_rx,
+            out_rx,
+            shared.clone(),
+        ));
+        let reader = tokio::spawn(read_loop(
+            read,
+            shared.clone(),
+            control_tx,
+            accept.zip(incoming_tx),
+        ));
+        Ok(Connection {
+            shared,
+            incoming: incoming_rx,
+            closed: closed_rx,
+            reader,
+            writer,
+        })
+    }
+
+    /// A server's session on `io`, accepting the streams `accept` allows;
+    /// `None` (logged) if it cannot start.
+    pub fn serve<IO>(io: IO, accept: Accept) -> Option<Connection>
+    where
+        IO: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        match Connection::new(io, Role::Server, Some(accept)) {
+            Ok(conn) => Some(conn),
+            Err(e) => {
+                tracing::warn!(error = %e, "SPDY session");
+                None
+            }
+        }
+    }
+
+    /// The next stream the peer opened; `None` once the connection ended
+    /// or after [`Connection::stop_accepting`].
+    pub async fn accept(&mut self) -> Option<Stream> {
+        self.incoming.as_mut()?.recv().await
+    }
+
+    /// Refuses further streams from the peer (RST_STREAM REFUSED_STREAM).
+    pub fn stop_accepting(&mut self) {
+        self.incoming = None;
+    }
+
+    /// Resolves when the peer has gone (end of connection or broken socket).
+    pub fn closed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.closed.clone();
+        async move {
+            let _ = rx.wait_for(|c| *c).await;
+        }
+    }
+
+    /// Opens a stream (a client's move) and waits for the peer's SYN_REPLY.
+    pub async fn open(&self, headers: Headers) -> io::Result<Stream> {
+        let id = self.shared.next_id.fetch_add(2, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (reply_tx, reply_rx) = oneshot::channel();
+        lock(&self.shared.inbound).insert(id, tx);
+        lock(&self.shared.replies).insert(id, reply_tx);
+        lock(&self.shared.open_local).insert(id);
+        self.shared
+            .send(Frame::SynStream {
+                stream_id: id,
+                associated_to: 0,
+                priority: 0,
+                flags: 0,
+                headers: headers.clone(),
+            })
+            .await?;
+        match reply_rx.await {
+            Ok(Ok(())) => Ok(Stream {
+                id,
+                headers,
+                rx,
+                tx: StreamWriter {
+                    id,
+                    shared: self.shared.clone(),
+                },
+            }),
+            Ok(Err(status)) => Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("the peer reset stream {id} (status {status})"),
+            )),
+            Err(_) => Err(broken()),
+        }
+    }
+
+    /// Ends the session in order: FIN on every stream this side has not
+    /// ended, GOAWAY, the end of the writing direction; then waits up to
+    /// `linger` for the peer to read everything and hang up.
+    pub async fn finish(&self, linger: Duration) {
+        let open: Vec<u32> = lock(&self.shared.open_local).drain().collect();
+        for stream_id in open {
+            let _ = self
+                .shared
+                .send(Frame::Data {
+                    stream_id,
+                    flags: FLAG_FIN,
+                    data: Vec::new(),
+                })
+                .await;
+        }
+        if self.shared.role == Role::Server {
+            let _ = self
+                .shared
+                .send(Frame::GoAway {
+                    last_good_stream_id: self.shared.last_peer_id.load(Ordering::SeqCst),
+                    status: 0,
+                })
+                .await;
+        }
+        let (done_tx, done_rx) = oneshot::channel();
+        if self
+            .shared
+            .out
+            .send(OutItem(Out::Shutdown(done_tx)))
+            .await
+            .is_ok()
+        {
+            let _ = tokio::time::timeout(linger, done_rx).await;
+        }
+        let _ = tokio::time::timeout(linger, self.closed()).await;
+    }
+}
+
+async fn write_loop<W: AsyncWrite>(
+    mut io: WriteHalf<W>,
+    mut encoder: Encoder,
+    mut control: mpsc::UnboundedReceiver<Frame>,
+    mut out: mpsc::Receiver<OutItem>,
+    shared: Arc<Shared>,
+) {
+    let mut buf = Vec::new();
+    let mut control_open = true;
+    loop {
+        let item = tokio::select! {
+            biased;
+            frame = control.recv(), if control_open => match frame {
+                Some(frame) => Out::Frame(frame),
+                None => {
+                    control_open = false;
+                    continue;
+                }
+            },
+            item = out.recv() => match item {
+                Some(OutItem(item)) => item,
+                None => break,
+            },
+        };
+        match item {
+            Out::Frame(frame) => {
+                buf.clear();
+                if let Err(e) = encoder.encode(&frame, &mut buf) {
+                    tracing::warn!(error = %e, "SPDY: encoding a frame");
+                    break;
+                }
+                if let Err(e) = write_all(&mut io, &buf).await {
+                    tracing::debug!(error = %e, "SPDY: writing");
+                    break;
+                }
+            }
+            Out::Shutdown(done) => {
+                let _ = io.shutdown().await;
+                let _ = done.send(());
+                // Nothing more may be written; keep reading the queue so
+                // senders are not stuck, but drop what they send. The peer
+                // may still be reading: the connection is not closed yet.
+                while out.recv().await.is_some() {}
+                return;
+            }
+        }
+    }
+    // A write failed: the peer is unreachable.
+    shared.closed.send_replace(true);
+}
+
+async fn write_all<W: AsyncWrite>(io: &mut WriteHalf<W>, buf: &[u8]) -> io::Result<()> {
+    io.write_all(buf).await?;
+    io.flush().await
+}
+
+async fn read_loop<R: AsyncRead>(
+    mut io: ReadHalf<R>,
+    shared: Arc<Shared>,
+    control: mpsc::UnboundedSender<Frame>,
+    mut acceptor: Option<(Accept, mpsc::Sender<Stream>)>,
+) {
+    let mut decoder = Decoder::default();
+    let mut going_away = false;
+    loop {
+        let raw = match RawFrame::read(&mut io).await {
+            Ok(Some(raw)) => raw,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(error = %e, "SPDY: reading");
+                break;
+            }
+        };
+        let frame = match decoder.decode(raw) {
+            Ok(frame) => frame,
+            Err(e) => {
+                tracing::warn!(error = %e, "SPDY: bad frame from the peer; closing");
+                let _ = control.send(Frame::GoAway {
+                    last_good_stream_id: shared.last_peer_id.load(Ordering::SeqCst),
+                    status: 1,
+                });
+                break;
+            }
+        };
+        match frame {
+            Frame::SynStream {
+                stream_id,
+                flags,
+                headers,
+                ..
+            } => {
+                let peer_parity = match shared.role {
+                    Role::Server => 1,
+                    Role::Client => 0,
+                };
+                let last = shared.last_peer_id.load(Ordering::SeqCst);
+                if stream_id == 0 || stream_id % 2 != peer_parity || stream_id <= last {
+                    let _ = control.send(Frame::RstStream {
+                        stream_id,
+                        status: rst::PROTOCOL_ERROR,
+                    });
+                    continue;
+                }
+                shared.last_peer_id.store(stream_id, Ordering::SeqCst);
+                let verdict = match &acceptor {
+                    _ if going_away => Err("the peer is going away".to_string()),
+                    None => Err("this side accepts no streams".to_string()),
+                    Some((_, tx)) if tx.is_closed() => Err("no more streams expected".to_string()),
+                    Some((accept, _)) => accept(&headers),
+                };
+                if let Err(reason) = verdict {
+                    tracing::debug!(stream_id, ?headers, %reason, "SPDY: refusing a stream");
+                    let _ = control.send(Frame::RstStream {
+                        stream_id,
+                        status: rst::REFUSED_STREAM,
+                    });
+                    continue;
+                }
+                let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+                if flags & FLAG_FIN == 0 {
+                    lock(&shared.inbound).insert(stream_id, tx);
+                }
+                lock(&shared.open_local).insert(stream_id);
+                let _ = control.send(Frame::SynReply {
+                    stream_id,
+                    flags: 0,
+                    headers: Headers::default(),
+                });
+                let stream = Stream {
+                    id: stream_id,
+                    headers,
+                    rx,
+                    tx: StreamWriter {
+                        id: stream_id,
+                        shared: shared.clone(),
+                    },
+                };
+                let delivered = match &acceptor {
+                    Some((_, tx)) => tx.send(stream).await.is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    lock(&shared.inbound).remove(&stream_id);
+                    lock(&shared.open_local).remove(&stream_id);
+                    let _ = control.send(Frame::RstStream {
+                        stream_id,
+                        status: rst::REFUSED_STREAM,
+                    });
+                    acceptor = None;
+                }
+            }
+            Frame::SynReply {
+                stream_id, flags, ..
+            } => {
+                if let Some(reply) = lock(&shared.replies).remove(&stream_id) {
+                    let _ = reply.send(Ok(()));
+                }
+                if flags & FLAG_FIN != 0 {
+                    lock(&shared.inbound).remove(&stream_id);
+                }
+            }
+            Frame::Data {
+                stream_id,
+                flags,
+                data,
+            } => {
+                let tx = lock(&shared.inbound).get(&stream_id).cloned();
+                if let Some(tx) = tx {
+                    if !data.is_empty() && tx.send(data).await.is_err() {
+                        // The consumer is gone: drop the rest of this stream.
+                        lock(&shared.inbound).remove(&stream_id);
+                    }
+                }
+                if flags & FLAG_FIN != 0 {
+                    lock(&shared.inbound).remove(&stream_id);
+                }
+            }
+            Frame::Headers {
+                stream_id, flags, ..
+            } => {
+                if flags & FLAG_FIN != 0 {
+                    lock(&shared.inbound).remove(&stream_id);
+                }
+            }
+            Frame::RstStream { stream_id, status } => {
+                lock(&shared.inbound).remove(&stream_id);
+                lock(&shared.open_local).remove(&stream_id);
+                if let Some(reply) = lock(&shared.replies).remove(&stream_id) {
+                    let _ = reply.send(Err(status));
+                }
+            }
+            Frame::Ping { id } => {
+                // Answer the peer's pings; ours are even (server) or odd (client).
+                let ours = match shared.role {
+                    Role::Server => id % 2 == 0,
+                    Role::Client => id % 2 == 1,
+                };
+                if !ours {
+                    let _ = control.send(Frame::Ping { id });
+                }
+            }
+            Frame::GoAway { .. } => going_away = true,
+            Frame::Settings { .. } | Frame::WindowUpdate { .. } | Frame::Unknown { .. } => {}
+        }
+    }
+    // The peer is gone: every stream's data ends, waiting openers fail.
+    lock(&shared.inbound).clear();
+    lock(&shared.replies).clear();
+    shared.closed.send_replace(true);
+}

@@ -1,0 +1,315 @@
+//! Container events (GetContainerEvents): every life-cycle change of a
+//! container or a pod sandbox becomes a `ContainerEventResponse` broadcast to
+//! every subscriber, as kubelet's evented PLEG expects.
+//!
+//! Sandboxes are reported with their own id as the container id, as
+//! containerd does. Every event carries the pod's status and the statuses of
+//! its containers as they are when the event is sent.
+//!
+//! The runtime never waits for a subscriber: events go into a bounded
+//! broadcast buffer, and a subscriber that falls behind by more than the
+//! buffer loses its stream (it ends with `ResourceExhausted`, and the client
+//! subscribes again and relists). Statuses are only built when someone
+//! listens.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+use cri_api::v1;
+use tokio::sync::{broadcast, mpsc};
+use tonic::Status;
+
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::server::{BoxStream, Cri};
+
+/// Events kept for subscribers that are behind; more lost is a dropped subscriber.
+const BUFFER: usize = 1024;
+
+/// Events handed from a subscriber's forwarding task to its gRPC stream.
+const STREAM_BUFFER: usize = 16;
+
+/// The broadcast hub.
+pub struct Events {
+    tx: broadcast::Sender<v1::ContainerEventResponse>,
+    /// Ids whose STOPPED event went out: exits are seen on several paths
+    /// (the exit watcher, StopContainer, StopPodSandbox) but reported once.
+    stopped: Mutex<HashSet<String>>,
+    /// Held from the dedup check to the send, so that events go out in the
+    /// order the changes were reported.
+    order: tokio::sync::Mutex<()>,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events::new()
+    }
+}
+
+impl Events {
+    pub fn new() -> Events {
+        Events {
+            tx: broadcast::channel(BUFFER).0,
+            stopped: Mutex::new(HashSet::new()),
+            order: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// How many subscribers listen now.
+    pub fn subscribers(&self) -> usize {
+        self.tx.receiver_count()
+    }
+
+    /// Whether an event of `kind` about `id` should go out (each id is
+    /// STOPPED once, until it is DELETED).
+    fn first(&self, id: &str, kind: v1::ContainerEventType) -> bool {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        match kind {
+            v1::ContainerEventType::ContainerStoppedEvent => stopped.insert(id.to_string()),
+            v1::ContainerEventType::ContainerDeletedEvent => {
+                stopped.remove(id);
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// A new subscriber's stream: every event from now on, in order.
+    pub fn subscribe(&self) -> BoxStream<v1::ContainerEventResponse> {
+        let mut rx = self.tx.subscribe();
+        let (tx, out) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(async move {
+            loop {
+                let item = tokio::select! {
+                    item = rx.recv() => item,
+                    // The client went away while no event came.
+                    _ = tx.closed() => return,
+                };
+                match item {
+                    Ok(event) => {
+                        // Waits while the client does not read; the broadcast
+                        // buffer keeps filling meanwhile and nobody else waits.
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(
+                            missed,
+                            "dropping a container event subscriber that fell behind"
+                        );
+                        crate::metrics::subscriber_dropped();
+                        let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+                            "container event subscriber fell behind and missed {missed} events; subscribe again"
+                        ))));
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        Box::pin(tokio_stream::wrappers::ReceiverStream::new(out))
+    }
+}
+
+impl Cri {
+    /// RuntimeService.GetContainerEvents.
+    pub async fn get_container_events(
+        &self,
+        _req: v1::GetEventsRequest,
+    ) -> Result<BoxStream<v1::ContainerEventResponse>, Error> {
+        Ok(self.events.subscribe())
+    }
+
+    /// Reports a new container of pod `sandbox_id`.
+    pub async fn container_created(&self, id: &str, sandbox_id: &str) {
+        let kind = v1::ContainerEventType::ContainerCreatedEvent;
+        self.emit_event(id, sandbox_id, kind).await;
+    }
+
+    /// Reports a started container.
+    pub async fn container_started(&self, container: &Container) {
+        let kind = v1::ContainerEventType::ContainerStartedEvent;
+        self.container_event(container, kind).await;
+    }
+
+    /// Reports a container that has exited (once, whichever path saw it first).
+    pub async fn container_stopped(&self, container: &Container) {
+        let kind = v1::ContainerEventType::ContainerStoppedEvent;
+        self.container_event(container, kind).await;
+    }
+
+    /// Reports a removed container.
+    pub async fn container_deleted(&self, container: &Container) {
+        let kind = v1::ContainerEventType::ContainerDeletedEvent;
+        self.container_event(container, kind).await;
+    }
+
+    /// Reports a pod sandbox that is ready: CREATED, then STARTED.
+    pub async fn sandbox_ready(&self, sandbox_id: &str) {
+        self.sandbox_event(sandbox_id, v1::ContainerEventType::ContainerCreatedEvent)
+            .await;
+        self.sandbox_event(sandbox_id, v1::ContainerEventType::ContainerStartedEvent)
+            .await;
+    }
+
+    /// Reports a stopped pod sandbox.
+    pub async fn sandbox_stopped(&self, sandbox_id: &str) {
+        let kind = v1::ContainerEventType::ContainerStoppedEvent;
+        self.sandbox_event(sandbox_id, kind).await;
+    }
+
+    /// Reports a removed pod sandbox.
+    pub async fn sandbox_deleted(&self, sandbox_id: &str) {
+        let kind = v1::ContainerEventType::ContainerDeletedEvent;
+        self.sandbox_event(sandbox_id, kind).await;
+    }
+
+    /// Reports a container's life-cycle change. STOPPED goes out once, and
+    /// only for a container that has exited.
+    async fn container_event(&self, container: &Container, kind: v1::ContainerEventType) {
+        if kind == v1::ContainerEventType::ContainerStoppedEvent
+            && container.status().state != ContainerState::Exited
+        {
+            return;
+        }
+        self.emit_event(&container.meta.id, &container.meta.sandbox_id, kind)
+            .await;
+    }
+
+    /// Reports a pod sandbox's life-cycle change (the sandbox id stands in
+    /// for the container id).
+    async fn sandbox_event(&self, sandbox_id: &str, kind: v1::ContainerEventType) {
+        self.emit_event(sandbox_id, sandbox_id, kind).await;
+    }
+
+    /// Reports a change of container (or sandbox) `id` in pod `sandbox_id`.
+    async fn emit_event(&self, id: &str, sandbox_id: &str, kind: v1::ContainerEventType) {
+        let _order = self.events.order.lock().await;
+        if !self.events.first(id, kind) || self.events.subscribers() == 0 {
+            return;
+        }
+        let event = v1::ContainerEventResponse {
+            container_id: id.to_string(),
+            container_event_type: kind as i32,
+            created_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or_default(),
+            pod_sandbox_status: self.pod_status(sandbox_id).await,
+            containers_statuses: self.pod_container_statuses(sandbox_id).await,
+        };
+        // No subscriber left since the check: nobody to tell.
+        let _ = self.events.tx.send(event);
+    }
+
+    /// The sandbox's status; `None` once it is gone (a DELETED event).
+    async fn pod_status(&self, sandbox_id: &str) -> Option<v1::PodSandboxStatus> {
+        let req = v1::PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            verbose: false,
+        };
+        self.pod_sandbox_status(req).await.ok()?.status
+    }
+
+    /// The statuses of the sandbox's containers, oldest first.
+    async fn pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+        let mut statuses = Vec::new();
+        for container in self.sandbox_containers(sandbox_id) {
+            let req = v1::ContainerStatusRequest {
+                container_id: container.meta.id.clone(),
+                verbose: false,
+            };
+            if let Ok(resp) = self.container_status(req).await {
+                statuses.extend(resp.status);
+            }
+        }
+        statuses
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_stream::StreamExt;
+
+    fn event(id: &str) -> v1::ContainerEventResponse {
+        v1::ContainerEventResponse {
+            container_id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn stopped_once_until_deleted() {
+        let events = Events::new();
+        let stopped = v1::ContainerEventType::ContainerStoppedEvent;
+        assert!(events.first("a", v1::ContainerEventType::ContainerStartedEvent));
+        assert!(events.first("a", stopped));
+        assert!(!events.first("a", stopped));
+        assert!(events.first("b", stopped));
+        assert!(events.first("a", v1::ContainerEventType::ContainerDeletedEvent));
+        assert!(events.first("a", stopped));
+    }
+
+    #[tokio::test]
+    async fn every_subscriber_gets_every_event_in_order() {
+        let events = Events::new();
+        let mut one = events.subscribe();
+        let mut two = events.subscribe();
+        assert_eq!(events.subscribers(), 2);
+        for id in ["a", "b", "c"] {
+            events.tx.send(event(id)).unwrap();
+        }
+        for stream in [&mut one, &mut two] {
+            for id in ["a", "b", "c"] {
+                assert_eq!(stream.next().await.unwrap().unwrap().container_id, id);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_subscriber_never_blocks_and_is_dropped() {
+        let events = Events::new();
+        let mut stalled = events.subscribe();
+        let mut live = events.subscribe();
+        let total = BUFFER + STREAM_BUFFER + 100;
+        let started = std::time::Instant::now();
+        for i in 0..total {
+            // send never waits; the live subscriber keeps up.
+            events.tx.send(event(&i.to_string())).unwrap();
+            assert_eq!(
+                live.next().await.unwrap().unwrap().container_id,
+                i.to_string()
+            );
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // The stalled one gets what its buffers held, then an error, then the end.
+        let mut got = 0;
+        let mut failed = None;
+        while let Some(item) = stalled.next().await {
+            match item {
+                Ok(_) => got += 1,
+                Err(status) => failed = Some(status),
+            }
+        }
+        assert!(got < total, "{got}");
+        let status = failed.expect("an error ends the stream");
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    }
+
+    #[tokio::test]
+    async fn closing_the_stream_unsubscribes() {
+        let events = Events::new();
+        let stream = events.subscribe();
+        assert_eq!(events.subscribers(), 1);
+        drop(stream);
+        for _ in 0..100 {
+            if events.subscribers() == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the forwarding task kept its subscription");
+    }
+}

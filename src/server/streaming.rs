@@ -1,0 +1,436 @@
+//! RuntimeService.Exec, Attach and PortForward: the URLs of the streaming
+//! server (`crates/streaming`), and the backend behind it: exec and attach
+//! through the container's shim, port-forward to the pod's loopback from
+//! inside its network namespace.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use berth_shim::{AttachOptions, ExecOptions, IoStream, ShimClient, StreamEvent};
+use berth_streaming::{
+    Backend, BackendError, Input, Output, PortStream, StreamIo, StreamingServer, TerminalSize,
+};
+use cri_api::v1;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::Cri;
+use crate::container::rootfs::ContainerDirs;
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::objects::StoreExt;
+use crate::sandbox::SandboxState;
+
+/// Bound on connecting to a port inside a pod.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the client's direction may go on after the pod's has ended.
+const HALF_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+impl Cri {
+    /// Starts the streaming server on the configured address and keeps it
+    /// for the RPCs; it serves until [`StreamingServer::shutdown`].
+    pub fn start_streaming(self: &Arc<Self>) -> Result<StreamingServer, Error> {
+        let config = self
+            .config
+            .streaming
+            .server_config()
+            .map_err(|(key, message)| Error::InvalidArgument(format!("{key}: {message}")))?;
+        let backend = Arc::new(ShimBackend {
+            cri: Arc::downgrade(self),
+        });
+        let server =
+            StreamingServer::new(config, backend).map_err(|e| Error::Internal(e.to_string()))?;
+        self.streaming
+            .set(server.clone())
+            .map_err(|_| Error::Internal("the streaming server is already started".into()))?;
+        let serving = server.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serving.serve().await {
+                tracing::error!(error = %e, "streaming server");
+            }
+        });
+        tracing::info!(url = server.base_url(), "streaming server listening");
+        Ok(server)
+    }
+
+    fn streaming_server(&self) -> Result<&StreamingServer, Error> {
+        self.streaming
+            .get()
+            .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
+    }
+
+    pub async fn exec(&self, req: v1::ExecRequest) -> Result<v1::ExecResponse, Error> {
+        let mut request = berth_streaming::ExecRequest {
+            container_id: req.container_id,
+            cmd: req.cmd,
+            tty: req.tty,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        };
+        request.validate().map_err(invalid)?;
+        request.container_id = running(self, &request.container_id)?.meta.id.clone();
+        let url = self
+            .streaming_server()?
+            .get_exec_url(request)
+            .map_err(invalid)?;
+        Ok(v1::ExecResponse { url })
+    }
+
+    pub async fn attach(&self, req: v1::AttachRequest) -> Result<v1::AttachResponse, Error> {
+        let mut request = berth_streaming::AttachRequest {
+            container_id: req.container_id,
+            tty: req.tty,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+        };
+        request.validate().map_err(invalid)?;
+        let container = running(self, &request.container_id)?;
+        if request.stdin && !container.meta.config().stdin {
+            return Err(Error::FailedPrecondition(format!(
+                "container {} was not created with stdin: it cannot be attached to with stdin",
+                container.meta.id
+            )));
+        }
+        request.container_id = container.meta.id.clone();
+        let url = self
+            .streaming_server()?
+            .get_attach_url(request)
+            .map_err(invalid)?;
+        Ok(v1::AttachResponse { url })
+    }
+
+    pub async fn port_forward(
+        &self,
+        req: v1::PortForwardRequest,
+    ) -> Result<v1::PortForwardResponse, Error> {
+        let ports = req
+            .port
+            .iter()
+            .map(|&p| {
+                u16::try_from(p)
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| Error::InvalidArgument(format!("invalid port {p}")))
+            })
+            .collect::<Result<Vec<u16>, Error>>()?;
+        let mut request = berth_streaming::PortForwardRequest {
+            pod_sandbox_id: req.pod_sandbox_id,
+            ports,
+        };
+        request.validate().map_err(invalid)?;
+        let sandbox = self.sandboxes.lookup(&request.pod_sandbox_id)?;
+        if sandbox.status().state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                sandbox.meta.id
+            )));
+        }
+        request.pod_sandbox_id = sandbox.meta.id.clone();
+        let url = self
+            .streaming_server()?
+            .get_port_forward_url(request)
+            .map_err(invalid)?;
+        Ok(v1::PortForwardResponse { url })
+    }
+}
+
+fn invalid(e: berth_streaming::Error) -> Error {
+    match e {
+        berth_streaming::Error::InvalidArgument(m) => Error::InvalidArgument(m),
+        berth_streaming::Error::TooManyRequests(_) => Error::Unavailable(e.to_string()),
+        e => Error::Internal(e.to_string()),
+    }
+}
+
+/// The container, if it is running (exec and attach need that).
+fn running(cri: &Cri, id: &str) -> Result<Arc<Container>, Error> {
+    let container = cri.containers.lookup(id)?;
+    let state = container.status().state;
+    if state != ContainerState::Running {
+        return Err(Error::FailedPrecondition(format!(
+            "container {} is not running (state {state:?})",
+            container.meta.id
+        )));
+    }
+    Ok(container)
+}
+
+/// Serves the streaming server's sessions with the shims and the pods'
+/// network namespaces. Holds the daemon weakly: the daemon owns the server.
+struct ShimBackend {
+    cri: Weak<Cri>,
+}
+
+fn backend_err(e: Error) -> BackendError {
+    match e {
+        Error::NotFound { .. } => BackendError::NotFound(e.to_string()),
+        Error::FailedPrecondition(m) => BackendError::FailedPrecondition(m),
+        e => BackendError::Internal(e.to_string()),
+    }
+}
+
+impl ShimBackend {
+    fn cri(&self) -> Result<Arc<Cri>, BackendError> {
+        self.cri
+            .upgrade()
+            .ok_or_else(|| BackendError::Internal("berth is shutting down".into()))
+    }
+
+    /// The shim of a running container.
+    async fn shim(&self, id: &str) -> Result<(Arc<Cri>, Arc<Container>, ShimClient), BackendError> {
+        let cri = self.cri()?;
+        let container = running(&cri, id).map_err(backend_err)?;
+        let socket = berth_shim::ShimPaths::new(cri.shim_dir(&container.meta.id)).socket();
+        let client = ShimClient::connect(&socket).await.map_err(|e| {
+            BackendError::FailedPrecondition(format!("container {}: {e}", container.meta.id))
+        })?;
+        Ok((cri, container, client))
+    }
+}
+
+/// The container's own process, running `cmd`: an exec runs with the
+/// container's user, environment and working directory.
+async fn exec_process(
+    cri: &Cri,
+    container: &Container,
+    cmd: Vec<String>,
+    tty: bool,
+) -> Result<oci_spec::runtime::Process, BackendError> {
+    let id = container.meta.id.clone();
+    let spec_path = ContainerDirs::new(&cri.config.root, &cri.config.state, &id).spec();
+    let spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&spec_path))
+        .await
+        .map_err(|e| BackendError::Internal(e.to_string()))?
+        .map_err(|e| BackendError::Internal(format!("container {id}: reading its spec: {e}")))?;
+    let mut process = spec.process().clone().unwrap_or_default();
+    process.set_args(Some(cmd));
+    process.set_terminal(Some(tty));
+    Ok(process)
+}
+
+/// A fresh exec id (`[A-Za-z0-9_.-]`, unique per container).
+fn new_exec_id() -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "stream-{}-{nanos:x}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[tonic::async_trait]
+impl Backend for ShimBackend {
+    async fn exec(
+        &self,
+        req: &berth_streaming::ExecRequest,
+        io: StreamIo,
+    ) -> Result<i32, BackendError> {
+        let (cri, container, client) = self.shim(&req.container_id).await?;
+        let process = exec_process(&cri, &container, req.cmd.clone(), req.tty).await?;
+        let opts = ExecOptions {
+            exec_id: new_exec_id(),
+            process,
+            tty: req.tty,
+            stdin: io.stdin.is_some(),
+            timeout: None,
+        };
+        // On its own task: a client that goes away while the process starts
+        // must not cut the shim off before it answered (the shim would not
+        // know to kill the process); once answered, dropping the stream does.
+        let started = tokio::spawn(async move { client.exec(&opts).await })
+            .await
+            .map_err(|e| BackendError::Internal(e.to_string()))?;
+        let stream = started.map_err(|e| {
+            BackendError::Internal(format!("container {}: exec: {e}", container.meta.id))
+        })?;
+        match relay(stream, io, false).await? {
+            Some(code) => Ok(code),
+            None => Err(BackendError::Internal(format!(
+                "container {}: the exec ended without an exit status",
+                container.meta.id
+            ))),
+        }
+    }
+
+    async fn attach(
+        &self,
+        req: &berth_streaming::AttachRequest,
+        io: StreamIo,
+    ) -> Result<(), BackendError> {
+        let (_, container, client) = self.shim(&req.container_id).await?;
+        let opts = AttachOptions {
+            stdin: io.stdin.is_some(),
+            stdout: io.stdout.is_some(),
+            stderr: io.stderr.is_some(),
+        };
+        let stream = client.attach(opts).await.map_err(|e| {
+            BackendError::Internal(format!("container {}: attach: {e}", container.meta.id))
+        })?;
+        relay(stream, io, true).await.map(|_| ())
+    }
+
+    async fn port_forward(
+        &self,
+        pod_sandbox_id: &str,
+        port: u16,
+        stream: PortStream,
+    ) -> Result<(), BackendError> {
+        let cri = self.cri()?;
+        let sandbox = cri.sandboxes.lookup(pod_sandbox_id).map_err(backend_err)?;
+        if sandbox.status().state != SandboxState::Ready {
+            return Err(BackendError::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                sandbox.meta.id
+            )));
+        }
+        let pod = connect(sandbox.meta.netns.clone(), port)
+            .await
+            .map_err(|e| {
+                BackendError::FailedPrecondition(format!(
+                    "connecting to port {port} in pod sandbox {}: {e}",
+                    sandbox.meta.id
+                ))
+            })?;
+        splice(stream, pod).await;
+        Ok(())
+    }
+}
+
+/// Reads the client's stdin, or waits forever without one.
+async fn read_input(input: &mut Option<Input>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match input {
+        Some(input) => input.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next terminal size, or waits forever without a resize stream.
+async fn next_size(sizes: &mut Option<mpsc::Receiver<TerminalSize>>) -> Option<TerminalSize> {
+    match sizes {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes to the client; a client that has gone stops getting output.
+async fn write_output(out: &mut Option<Output>, data: &[u8]) {
+    if let Some(w) = out {
+        if w.write_all(data).await.is_err() {
+            *out = None;
+        }
+    }
+}
+
+/// Moves a shim stream's output to the client and the client's stdin and
+/// resizes to the shim, until the process (or container) exits: its exit
+/// code. With `attach`, also until the client ends its stdin (the
+/// container's stdin is closed then if it was made `stdin_once`): `None`.
+async fn relay(stream: IoStream, io: StreamIo, attach: bool) -> Result<Option<i32>, BackendError> {
+    let (mut reader, mut writer) = stream.split();
+    let StreamIo {
+        mut stdin,
+        mut stdout,
+        mut stderr,
+        mut resize,
+        ..
+    } = io;
+    let input = async move {
+        let mut buf = vec![0u8; 32 * 1024];
+        loop {
+            tokio::select! {
+                n = read_input(&mut stdin, &mut buf) => match n {
+                    Ok(n) if n > 0 => {
+                        if writer.stdin(&buf[..n]).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                    _ => {
+                        stdin = None;
+                        let _ = writer.close_stdin().await;
+                        if attach {
+                            return;
+                        }
+                    }
+                },
+                size = next_size(&mut resize) => match size {
+                    Some(size) => {
+                        if let Err(e) = writer.resize(size.width, size.height).await {
+                            tracing::debug!(error = %e, "resizing the terminal");
+                        }
+                    }
+                    None => resize = None,
+                },
+            }
+        }
+    };
+    let output = async move {
+        loop {
+            match reader.next().await {
+                Ok(Some(StreamEvent::Stdout(data))) => write_output(&mut stdout, &data).await,
+                Ok(Some(StreamEvent::Stderr(data))) => write_output(&mut stderr, &data).await,
+                Ok(Some(StreamEvent::Exit { exit_code, .. })) => return Ok(Some(exit_code)),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(BackendError::Internal(e.to_string())),
+            }
+        }
+    };
+    tokio::select! {
+        result = output => result,
+        () = input => Ok(None),
+    }
+}
+
+/// Connects to `port` on the pod's loopback: from inside its network
+/// namespace, on a dedicated thread (`None`: a host-network pod).
+async fn connect(netns: Option<PathBuf>, port: u16) -> std::io::Result<tokio::net::TcpStream> {
+    let dial = move || -> std::io::Result<std::net::TcpStream> {
+        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, port));
+        std::net::TcpStream::connect_timeout(&v4, CONNECT_TIMEOUT)
+            .or_else(|e| std::net::TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT).map_err(|_| e))
+    };
+    let joined = match netns {
+        Some(path) => {
+            tokio::task::spawn_blocking(move || {
+                berth_netns::run_in(&path, dial).map_err(std::io::Error::other)?
+            })
+            .await
+        }
+        None => tokio::task::spawn_blocking(dial).await,
+    };
+    let tcp = joined.map_err(std::io::Error::other)??;
+    tcp.set_nonblocking(true)?;
+    tokio::net::TcpStream::from_std(tcp)
+}
+
+/// Copies both ways, passing on half-closes. When the pod's side ends
+/// first, the client's gets [`HALF_CLOSE_GRACE`] more; when the client's
+/// ends first, the pod decides when to stop.
+async fn splice(client: PortStream, pod: tokio::net::TcpStream) {
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut pod_read, mut pod_write) = pod.into_split();
+    let up = async {
+        let _ = tokio::io::copy(&mut client_read, &mut pod_write).await;
+        let _ = pod_write.shutdown().await;
+    };
+    let down = async {
+        let _ = tokio::io::copy(&mut pod_read, &mut client_write).await;
+        let _ = client_write.shutdown().await;
+    };
+    tokio::pin!(up, down);
+    tokio::select! {
+        () = &mut up => down.await,
+        () = &mut down => {
+            let _ = tokio::time::timeout(HALF_CLOSE_GRACE, up).await;
+        }
+    }
+}

@@ -616,6 +616,19 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
     assert_eq!(ip(b.clone()).await, ip_a);
     assert_eq!(run_in(b.clone(), "hostname".into()).await, "fields");
     assert_eq!(run_in(a.clone(), "hostname".into()).await, "fields");
+    // Evented PLEG reads the containers from the pod's status.
+    let pod_status = daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: pod.clone(),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(pod_status.containers_statuses.len(), 2);
+    assert!(pod_status.timestamp > 0);
     let ps = run_in(b.clone(), "ps -o args".into()).await;
     assert!(
         ps.contains("sleep 1000") && ps.contains("sleep 999"),

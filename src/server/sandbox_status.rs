@@ -42,6 +42,17 @@ impl Cri {
         req: v1::PodSandboxStatusRequest,
     ) -> Result<v1::PodSandboxStatusResponse, Error> {
         let sandbox = self.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let mut containers_statuses = Vec::new();
+        for container in self.sandbox_containers(&sandbox.meta.id) {
+            let req = v1::ContainerStatusRequest {
+                container_id: container.meta.id.clone(),
+                verbose: false,
+            };
+            // A container removed meanwhile is simply not listed.
+            if let Ok(resp) = self.container_status(req).await {
+                containers_statuses.extend(resp.status);
+            }
+        }
         let status = sandbox.status();
         let config = sandbox.meta.config();
         let namespace_options = config
@@ -88,7 +99,9 @@ impl Cri {
                 runtime_handler: sandbox.meta.runtime_handler.clone(),
             }),
             info,
-            ..Default::default()
+            // For kubelet's evented PLEG: the pod's containers, as of now.
+            containers_statuses,
+            timestamp: super::sandbox_run::now_nanos(),
         })
     }
 

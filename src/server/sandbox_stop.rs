@@ -40,7 +40,7 @@ impl Cri {
         let _lifecycle = sandbox.lifecycle.lock().await;
         // Force: a ready sandbox is stopped first, its containers removed.
         self.stop_sandbox(&sandbox).await?;
-        for container in self.pod_containers(&sandbox.meta.id) {
+        for container in self.sandbox_containers(&sandbox.meta.id) {
             let _lifecycle = container.lifecycle.lock().await;
             self.remove(&container).await?;
         }
@@ -64,15 +64,6 @@ impl Cri {
         Ok(v1::RemovePodSandboxResponse {})
     }
 
-    /// The containers of a pod.
-    fn pod_containers(&self, sandbox_id: &str) -> Vec<Arc<crate::container::Container>> {
-        self.containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == sandbox_id)
-            .collect()
-    }
-
     /// Stops the pause process, tears down the network and shm; each step is
     /// skipped when already done, so this can run any number of times.
     async fn stop_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
@@ -87,7 +78,7 @@ impl Cri {
             .unwrap_or_else(|| self.config.default_runtime_handler().binary.clone());
 
         // Its containers go first, forcibly, as kubelet expects.
-        for container in self.pod_containers(id) {
+        for container in self.sandbox_containers(id) {
             let _lifecycle = container.lifecycle.lock().await;
             self.stop(&container, std::time::Duration::ZERO).await?;
             self.container_stopped(&container).await;

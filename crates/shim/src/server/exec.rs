@@ -53,7 +53,12 @@ pub fn exec(shim: &Shim, mut conn: UnixStream, req: ExecRequest) -> io::Result<(
     match start(shim, &req) {
         Err(e) => protocol::write_json(&mut conn, &Response::Error(e)),
         Ok((sub, ends, files)) => {
-            protocol::write_json(&mut conn, &Response::Started { pid: sub.pid() })?;
+            if let Err(e) = protocol::write_json(&mut conn, &Response::Started { pid: sub.pid() }) {
+                // Nobody will drive or wait for it: do not leave it running.
+                let pid = nix::unistd::Pid::from_raw(sub.pid() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                return Err(e);
+            }
             let deadline = req
                 .timeout_ms
                 .filter(|ms| *ms > 0)

@@ -535,3 +535,36 @@ async fn soak_with_random_kills_ends_without_leaks() {
     let others: Vec<&str> = pids.lines().filter(|p| *p != own).collect();
     assert!(others.is_empty(), "processes left: {others:?}");
 }
+
+#[tokio::test]
+async fn orphans_of_a_lost_record_are_cleaned_up() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon = Daemon::start_in(sandbox, &config).await;
+    let id = run(&daemon, pod_config("orphan")).await.unwrap();
+    assert_eq!(leases(&net).len(), 1);
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    // The record is lost: netns, dirs, the pause's shim and the CNI lease are orphans.
+    std::fs::remove_file(
+        daemon
+            .sandbox
+            .path(&format!("root/records/sandboxes/{id}.json")),
+    )
+    .unwrap();
+    daemon.restart().await;
+    assert!(pods(&daemon).await.is_empty());
+    daemon.assert_no_leftovers();
+    assert!(
+        leases(&net).is_empty(),
+        "IPAM lease left: {:?}",
+        leases(&net)
+    );
+    let left = std::fs::read_dir(daemon.sandbox.path("root/cni"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(left, 0, "CNI cache entries left");
+}

@@ -53,6 +53,12 @@ pub enum Action {
     AdoptStarted(String),
     /// Something on disk that no record owns.
     RemoveOrphan(PathBuf),
+    /// A CNI attachment (cached result) of a sandbox no record owns: DEL it,
+    /// so its IP lease and host-side interfaces go.
+    ReleaseOrphanNetwork {
+        container_id: String,
+        ifname: String,
+    },
 }
 
 impl std::fmt::Display for Action {
@@ -68,6 +74,12 @@ impl std::fmt::Display for Action {
             Action::RemountContainer(id) => write!(f, "remount the rootfs of container {id}"),
             Action::AdoptStarted(id) => write!(f, "adopt started container {id}"),
             Action::RemoveOrphan(path) => write!(f, "remove orphan {}", path.display()),
+            Action::ReleaseOrphanNetwork {
+                container_id,
+                ifname,
+            } => {
+                write!(f, "CNI DEL for orphan attachment {container_id}/{ifname}")
+            }
         }
     }
 }
@@ -170,6 +182,21 @@ pub async fn plan(
             for name in entries(&dir) {
                 if !names.contains(&name) {
                     plan.push(Action::RemoveOrphan(dir.join(name)));
+                }
+            }
+        }
+        // Cached CNI results are `<network>+<container id>+<ifname>.json`.
+        for name in entries(&root.join("cni")) {
+            let Some(stem) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let parts: Vec<&str> = stem.split('+').collect();
+            if let [_, container_id, ifname] = parts[..] {
+                if !ids.contains(container_id) {
+                    plan.push(Action::ReleaseOrphanNetwork {
+                        container_id: container_id.to_string(),
+                        ifname: ifname.to_string(),
+                    });
                 }
             }
         }
@@ -295,6 +322,25 @@ impl Cri {
                 Ok(())
             }
             Action::RemoveOrphan(path) => self.remove_orphan(path).await,
+            Action::ReleaseOrphanNetwork {
+                container_id,
+                ifname,
+            } => {
+                // DEL uses the cached config, arguments and result; the netns may be gone.
+                let mut attachment = berth_cni::Attachment::new(
+                    container_id.clone(),
+                    self.netns_dir().join(container_id),
+                    berth_cni::PodArgs {
+                        infra_container_id: container_id.clone(),
+                        ..Default::default()
+                    },
+                );
+                attachment.ifname = ifname.clone();
+                self.cni
+                    .del(&attachment)
+                    .await
+                    .map_err(|e| Error::Internal(format!("CNI DEL of {container_id}: {e}")))
+            }
         }
     }
 

@@ -28,6 +28,8 @@ pub enum Error {
     #[error("{0}")]
     DataLoss(String),
     #[error("{0}")]
+    ResourceExhausted(String),
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -45,6 +47,7 @@ impl Error {
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::PermissionDenied(_) => Code::PermissionDenied,
             Error::DataLoss(_) => Code::DataLoss,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Internal(_) => Code::Internal,
         }
     }

@@ -251,6 +251,16 @@ async fn exec_sync_env_user_workdir_and_stop() {
         .unwrap();
     assert_eq!(out.exit_code, 5);
     assert_eq!(String::from_utf8_lossy(&out.stderr), "bad\n");
+    let err = exec(
+        &daemon,
+        &id,
+        &["sh", "-c", "head -c 20000000 /dev/zero"],
+        30,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("16 MiB"));
     let started = Instant::now();
     let err = exec(&daemon, &id, &["sleep", "30"], 1).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");

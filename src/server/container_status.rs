@@ -163,6 +163,14 @@ impl Cri {
                 req.cmd, req.timeout
             )));
         }
+        // The answer must fit kubelet's 16 MiB gRPC message limit.
+        const MAX_OUTPUT: usize = 16 * 1024 * 1024 - 64 * 1024;
+        if out.truncated || out.stdout.len() + out.stderr.len() > MAX_OUTPUT {
+            return Err(Error::ResourceExhausted(format!(
+                "output of {:?} in container {id} exceeds the 16 MiB ExecSync limit",
+                req.cmd
+            )));
+        }
         Ok(v1::ExecSyncResponse {
             stdout: out.stdout,
             stderr: out.stderr,

@@ -83,6 +83,8 @@ pub struct ExecOutput {
     pub stderr: Vec<u8>,
     /// The timeout killed the process.
     pub timed_out: bool,
+    /// Output beyond [`MAX_EXEC_OUTPUT`] per stream was dropped.
+    pub truncated: bool,
 }
 
 /// Something that came down a stream.
@@ -456,8 +458,12 @@ impl ShimClient {
         let collect = async {
             while let Some(event) = stream.next().await? {
                 match event {
-                    StreamEvent::Stdout(data) => append_capped(&mut out.stdout, &data),
-                    StreamEvent::Stderr(data) => append_capped(&mut out.stderr, &data),
+                    StreamEvent::Stdout(data) => {
+                        out.truncated |= append_capped(&mut out.stdout, &data)
+                    }
+                    StreamEvent::Stderr(data) => {
+                        out.truncated |= append_capped(&mut out.stderr, &data)
+                    }
                     StreamEvent::Exit {
                         exit_code,
                         timed_out,
@@ -640,9 +646,11 @@ fn unexpected(id: &str, resp: Response) -> Error {
     }
 }
 
-fn append_capped(into: &mut Vec<u8>, data: &[u8]) {
+/// Appends up to the cap; says whether anything was dropped.
+fn append_capped(into: &mut Vec<u8>, data: &[u8]) -> bool {
     let room = MAX_EXEC_OUTPUT.saturating_sub(into.len());
     into.extend_from_slice(&data[..data.len().min(room)]);
+    data.len() > room
 }
 
 /// A fresh exec id: pid, time and a counter.

@@ -360,6 +360,35 @@ async fn bad_container_requests() {
             .code(),
         Code::InvalidArgument
     );
+    // A create that fails late (a host path that does not exist) leaves nothing.
+    let mut bad_mount = container("c", &["true"]);
+    bad_mount.mounts = vec![v1::Mount {
+        container_path: "/data".into(),
+        host_path: "/nonexistent/berth-test".into(),
+        ..Default::default()
+    }];
+    let err = create(&daemon, &pod, &pod_config, bad_mount)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    for dir in [
+        "state/containers",
+        "root/containers",
+        "root/records/containers",
+    ] {
+        let n = std::fs::read_dir(daemon.sandbox.path(dir))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(n, 0, "{dir} not empty after a failed create");
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mountinfo.contains(
+        &daemon
+            .sandbox
+            .path("state/containers")
+            .display()
+            .to_string()
+    ));
     let id = create(&daemon, &pod, &pod_config, container("c", &["true"]))
         .await
         .unwrap();

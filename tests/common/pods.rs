@@ -18,7 +18,9 @@ pub struct TestNet {
 
 impl TestNet {
     pub fn new() -> TestNet {
-        let n = (std::process::id() % 25) * 8 + NEXT_NET.fetch_add(1, Ordering::SeqCst) % 8 + 20;
+        // Unique within this test binary (up to 200 networks); binaries run one at a time.
+        let n =
+            20 + ((std::process::id() % 25) * 8 + NEXT_NET.fetch_add(1, Ordering::SeqCst)) % 200;
         TestNet {
             bridge: format!("btest{n}"),
             subnet_prefix: format!("10.199.{n}."),

@@ -142,6 +142,9 @@ cleanup() {
     /sys/fs/cgroup/berth-bench-berth /sys/fs/cgroup/berth-bench-containerd; do
     [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
   done
+  # containerd's shims keep their sockets in /run/containerd/s whatever the
+  # state dir; remove the directories if they were left empty.
+  rmdir /run/containerd/s /run/containerd 2>/dev/null
   bash hack/registry.sh stop "$work/registry" 2>/dev/null
   if ((keep)); then
     log "kept $work"

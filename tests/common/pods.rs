@@ -21,11 +21,14 @@ impl TestNet {
         // Unique within this test binary (up to 200 networks); binaries run one at a time.
         let n =
             20 + ((std::process::id() % 25) * 8 + NEXT_NET.fetch_add(1, Ordering::SeqCst)) % 200;
-        TestNet {
+        let net = TestNet {
             bridge: format!("btest{n}"),
             subnet_prefix: format!("10.199.{n}."),
             name: format!("berth-test-{n}"),
-        }
+        };
+        // Start clean even if an earlier, failed run left this network behind.
+        net.clean();
+        net
     }
 
     pub fn config(&self, extra: &str) -> String {
@@ -36,12 +39,20 @@ impl TestNet {
     }
 }
 
-impl Drop for TestNet {
-    fn drop(&mut self) {
+impl TestNet {
+    /// Removes the bridge and the IPAM leases of this network.
+    fn clean(&self) {
         let _ = Command::new("ip")
             .args(["link", "del", &self.bridge])
+            .stderr(std::process::Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(format!("/var/lib/cni/networks/{}", self.name));
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        self.clean();
     }
 }
 

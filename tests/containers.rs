@@ -675,3 +675,43 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
     );
     remove_pod(&daemon, &pod).await;
 }
+
+#[tokio::test]
+async fn shared_pid_namespace_container_leaves_no_processes() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "orphans").await;
+    // No namespace options: the container joins the pod's PID namespace.
+    let id = create(
+        &daemon,
+        &pod,
+        &pod_config,
+        container("forker", &["sh", "-c", "sleep 3331 & exit 0"]),
+    )
+    .await
+    .unwrap();
+    let started = Instant::now();
+    start(&daemon, &id).await;
+    let st = wait_exited(&daemon, &id).await;
+    assert_eq!(st.exit_code, 0);
+    assert!(
+        started.elapsed() < Duration::from_millis(1800),
+        "{:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", "sleep 3331"])
+        .output()
+        .unwrap();
+    let logs: Vec<String> = std::fs::read_dir(daemon.sandbox.path("state/s"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("shim.log")).ok())
+        .collect();
+    assert!(
+        left.stdout.is_empty(),
+        "background process left running: {logs:?}"
+    );
+    remove_pod(&daemon, &pod).await;
+}

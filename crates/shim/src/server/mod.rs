@@ -448,6 +448,14 @@ impl Shim {
             }
         };
         drop(init);
+        if shares_pid_namespace(&self.opts.bundle) {
+            // No PID namespace of its own: the init's death does not end the
+            // rest, which would hold the pipes and live on. End them, as
+            // containerd does (`kill --all` signals the whole cgroup).
+            if let Err(e) = self.runtime.kill(&self.opts.id, libc::SIGKILL, true) {
+                eprintln!("berth-shim {}: killing what is left: {e}", self.opts.id);
+            }
+        }
         self.io.wait_copiers(OUTPUT_DRAIN);
         let oom_killed = oom.is_some_and(|(counter, base)| match counter.read() {
             Ok(n) => n > base,
@@ -744,4 +752,21 @@ impl StdinSink for AttachSink<'_> {
     fn resize(&mut self, width: u16, height: u16) -> std::io::Result<()> {
         self.io.resize(width, height)
     }
+}
+
+/// Whether the bundle's container joins an existing PID namespace (the
+/// pod's, another container's, or the host's) instead of making its own.
+fn shares_pid_namespace(bundle: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read(bundle.join("config.json")) else {
+        return false;
+    };
+    let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return false;
+    };
+    let Some(namespaces) = spec["linux"]["namespaces"].as_array() else {
+        return true;
+    };
+    !namespaces
+        .iter()
+        .any(|ns| ns["type"] == "pid" && ns["path"].as_str().is_none_or(|p| p.is_empty()))
 }

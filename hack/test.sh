@@ -16,7 +16,14 @@ fi
 cargo build --workspace --bins --locked
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Stop what the tests started and left for their own timeouts: the test
+# registries (hack/registry.sh, --max-lifetime) and their temp dirs.
+cleanup() {
+  rm -f "$log"
+  pkill -f 'docker-registry serve /tmp/berth-registry-' 2>/dev/null || true
+  rm -rf /tmp/berth-registry-* 2>/dev/null || true
+}
+trap cleanup EXIT
 status=0
 cargo test --workspace --locked --no-fail-fast -- --test-threads "${BERTH_TEST_THREADS:-4}" 2>&1 | tee "$log" || status=$?
 

@@ -20,8 +20,12 @@ log=$(mktemp)
 # registries (hack/registry.sh, --max-lifetime) and their temp dirs.
 cleanup() {
   rm -f "$log"
-  pkill -f 'docker-registry serve /tmp/berth-registry-' 2>/dev/null || true
-  rm -rf /tmp/berth-registry-* 2>/dev/null || true
+  local dir
+  for dir in /tmp/berth-registry-*/; do
+    [[ -d $dir ]] || continue
+    bash hack/registry.sh stop "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"
+  done
 }
 trap cleanup EXIT
 status=0

@@ -6,27 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::cri::{create, pull, remove_pod, start};
 use common::pods::{daemon, pod_config, run, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 use tonic::Code;
-
-async fn pull(daemon: &Daemon, image: &str) -> String {
-    daemon
-        .images()
-        .await
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .image_ref
-}
 
 /// A pod with a log directory, and the busybox image pulled.
 async fn pod(daemon: &Daemon, name: &str) -> (String, v1::PodSandboxConfig, std::path::PathBuf) {
@@ -53,35 +37,6 @@ fn container(name: &str, command: &[&str]) -> v1::ContainerConfig {
         labels: [("name".to_string(), name.to_string())].into(),
         ..Default::default()
     }
-}
-
-async fn create(
-    daemon: &Daemon,
-    pod: &str,
-    pod_config: &v1::PodSandboxConfig,
-    config: v1::ContainerConfig,
-) -> Result<String, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .create_container(v1::CreateContainerRequest {
-            pod_sandbox_id: pod.into(),
-            config: Some(config),
-            sandbox_config: Some(pod_config.clone()),
-        })
-        .await
-        .map(|r| r.into_inner().container_id)
-}
-
-async fn start(daemon: &Daemon, id: &str) {
-    daemon
-        .runtime()
-        .await
-        .start_container(v1::StartContainerRequest {
-            container_id: id.into(),
-        })
-        .await
-        .unwrap();
 }
 
 async fn status(daemon: &Daemon, id: &str) -> v1::ContainerStatus {
@@ -130,20 +85,6 @@ async fn exec(
         })
         .await
         .map(|r| r.into_inner())
-}
-
-async fn remove_pod(daemon: &Daemon, id: &str) {
-    let mut rt = daemon.runtime().await;
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
+use common::cri::remove_pod;
 use common::pods::{daemon, pod_config, run, TestNet};
 use common::Daemon;
 use cri_api::v1;
@@ -22,20 +23,6 @@ async fn status(daemon: &Daemon, id: &str) -> Result<v1::PodSandboxStatusRespons
         })
         .await
         .map(|r| r.into_inner())
-}
-
-async fn stop_and_remove(daemon: &Daemon, id: &str) {
-    let mut rt = daemon.runtime().await;
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
 }
 
 fn verbose_info(resp: &v1::PodSandboxStatusResponse) -> serde_json::Value {
@@ -184,7 +171,7 @@ async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
         status(&daemon, &a).await.unwrap_err().code(),
         Code::NotFound
     );
-    stop_and_remove(&daemon, &b).await;
+    remove_pod(&daemon, &b).await;
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(&a), "a mount of the sandbox is left");
     assert!(!mountinfo.contains(&b), "a mount of the sandbox is left");
@@ -224,7 +211,7 @@ async fn host_network_pod_has_no_netns_and_the_host_hostname() {
     let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
     let pod_net = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
     assert_eq!(host_net, pod_net);
-    stop_and_remove(&daemon, &id).await;
+    remove_pod(&daemon, &id).await;
 }
 
 #[tokio::test]
@@ -289,7 +276,7 @@ async fn dns_config_and_hostport() {
     let _ = server.kill();
     let _ = server.wait();
     assert_eq!(got.unwrap().trim(), "hello-from-pod");
-    stop_and_remove(&daemon, &id).await;
+    remove_pod(&daemon, &id).await;
 }
 
 #[tokio::test]
@@ -300,10 +287,10 @@ async fn same_name_twice_is_already_exists() {
     let id = run(&daemon, pod_config("twice")).await.unwrap();
     let err = run(&daemon, pod_config("twice")).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
-    stop_and_remove(&daemon, &id).await;
+    remove_pod(&daemon, &id).await;
     // Removed: the name is free again.
     let id = run(&daemon, pod_config("twice")).await.unwrap();
-    stop_and_remove(&daemon, &id).await;
+    remove_pod(&daemon, &id).await;
 }
 
 #[tokio::test]
@@ -402,5 +389,5 @@ async fn cni_failure_leaves_nothing_and_frees_the_name() {
     );
     std::fs::write(daemon.sandbox.cni_dir().join("20-good.conflist"), good).unwrap();
     let id = run(&daemon, pod_config("fails")).await.unwrap();
-    stop_and_remove(&daemon, &id).await;
+    remove_pod(&daemon, &id).await;
 }

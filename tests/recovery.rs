@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::cri::remove_pod;
 use common::pods::{pod_config, run, TestNet};
 use common::{registry, Daemon, Sandbox};
 use cri_api::v1;
@@ -24,20 +25,6 @@ async fn pods(daemon: &Daemon) -> Vec<v1::PodSandbox> {
         .unwrap()
         .into_inner()
         .items
-}
-
-async fn remove_pod(daemon: &Daemon, id: &str) {
-    let mut rt = daemon.runtime().await;
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest {
-        pod_sandbox_id: id.into(),
-    })
-    .await
-    .unwrap();
 }
 
 fn leases(net: &TestNet) -> Vec<String> {

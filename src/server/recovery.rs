@@ -26,6 +26,7 @@ use super::Cri;
 use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
+use crate::objects::StoreExt;
 use crate::sandbox::files::SandboxFiles;
 use crate::sandbox::{Sandbox, SandboxState};
 
@@ -224,17 +225,11 @@ impl Cri {
     async fn apply(self: &Arc<Self>, action: &Action) -> Result<(), Error> {
         match action {
             Action::RollBackSandbox(id) => {
-                let sandbox = self
-                    .sandboxes
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let sandbox = self.sandboxes.lookup(id)?;
                 self.roll_back_sandbox(&sandbox).await
             }
             Action::SandboxNotReady(id) => {
-                let sandbox = self
-                    .sandboxes
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let sandbox = self.sandboxes.lookup(id)?;
                 sandbox.update(|s| {
                     s.state = SandboxState::NotReady;
                     s.pid = None;
@@ -242,17 +237,11 @@ impl Cri {
                 Ok(())
             }
             Action::RollBackContainer(id) => {
-                let container = self
-                    .containers
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let container = self.containers.lookup(id)?;
                 self.remove(&container).await
             }
             Action::WatchContainer(id) => {
-                let container = self
-                    .containers
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let container = self.containers.lookup(id)?;
                 let socket = ShimPaths::new(self.shim_dir(id)).socket();
                 let client = ShimClient::connect(&socket)
                     .await
@@ -261,17 +250,11 @@ impl Cri {
                 Ok(())
             }
             Action::ContainerExited(id) => {
-                let container = self
-                    .containers
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let container = self.containers.lookup(id)?;
                 self.record_lost_exit(&container)
             }
             Action::RemountContainer(id) => {
-                let container = self
-                    .containers
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let container = self.containers.lookup(id)?;
                 let image =
                     self.images
                         .get(&container.meta.image_id)
@@ -287,10 +270,7 @@ impl Cri {
                     .map_err(|e| Error::Internal(format!("container {id}: {e}")))
             }
             Action::AdoptStarted(id) => {
-                let container = self
-                    .containers
-                    .get(id)
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let container = self.containers.lookup(id)?;
                 let socket = ShimPaths::new(self.shim_dir(id)).socket();
                 let client = ShimClient::connect(&socket)
                     .await

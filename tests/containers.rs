@@ -656,3 +656,230 @@ async fn shared_pid_namespace_container_leaves_no_processes() {
     );
     remove_pod(&daemon, &pod).await;
 }
+
+/// A container that exits is deleted from the runtime then (its shim exits
+/// too), so RemoveContainer only has its files and record left to remove.
+#[tokio::test]
+async fn exited_container_leaves_the_runtime_at_exit() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "gone").await;
+    let id = create(
+        &daemon,
+        &pod,
+        &pod_config,
+        container("brief", &["sh", "-c", "exit 0"]),
+    )
+    .await
+    .unwrap();
+    start(&daemon, &id).await;
+    let runtime_state = daemon.sandbox.path("state/runtime").join(&id);
+    let shim_socket = daemon
+        .sandbox
+        .path("state/s")
+        .join(&id[..24])
+        .join("shim.sock");
+    assert!(shim_socket.parent().unwrap().is_dir());
+    let st = wait_exited(&daemon, &id).await;
+    assert_eq!(st.reason, "Completed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runtime_state.exists() || shim_socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "runtime state {} or shim socket {} still there",
+            runtime_state.display(),
+            shim_socket.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The record stays until RemoveContainer, which stays idempotent.
+    assert_eq!(status(&daemon, &id).await.exit_code, 0);
+    for _ in 0..2 {
+        daemon
+            .runtime()
+            .await
+            .remove_container(v1::RemoveContainerRequest {
+                container_id: id.clone(),
+            })
+            .await
+            .unwrap();
+    }
+    assert!(!shim_socket.parent().unwrap().exists());
+    remove_pod(&daemon, &pod).await;
+}
+
+/// A tmpfs made a shared mount, for the propagation tests; unmounted (with
+/// whatever propagated into it) on drop.
+struct SharedMount(std::path::PathBuf);
+
+impl SharedMount {
+    fn new(path: std::path::PathBuf) -> SharedMount {
+        std::fs::create_dir_all(&path).unwrap();
+        let sh = |args: &[&str]| {
+            let st = std::process::Command::new("mount")
+                .args(args)
+                .status()
+                .unwrap();
+            assert!(st.success(), "mount {args:?}");
+        };
+        let p = path.to_str().unwrap();
+        sh(&["-t", "tmpfs", "tmpfs", p]);
+        sh(&["--make-shared", p]);
+        SharedMount(path)
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-R", "-l"])
+            .arg(&self.0)
+            .status();
+    }
+}
+
+fn mount_at(host: &std::path::Path, propagation: v1::MountPropagation) -> v1::Mount {
+    v1::Mount {
+        container_path: "/data".into(),
+        host_path: host.display().to_string(),
+        propagation: propagation as i32,
+        ..Default::default()
+    }
+}
+
+/// HostToContainer (rslave): a mount made on the host after the start shows
+/// in the container. Bidirectional (rshared, privileged): a mount the
+/// container makes shows on the host. Private: neither.
+#[tokio::test]
+async fn mount_propagation_takes_effect() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let mut pod_cfg = pod_config("prop");
+    pod_cfg.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
+        privileged: true,
+        ..Default::default()
+    });
+    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    pull(&daemon, &registry().busybox()).await;
+    let shared = SharedMount::new(daemon.sandbox.path("propagated"));
+    let host = shared.0.clone();
+
+    let mut slave = container("slave", &["sleep", "1000"]);
+    slave.mounts = vec![mount_at(
+        &host,
+        v1::MountPropagation::PropagationHostToContainer,
+    )];
+    let slave = create(&daemon, &pod, &pod_cfg, slave).await.unwrap();
+    start(&daemon, &slave).await;
+    let mut private = container("private", &["sleep", "1000"]);
+    private.mounts = vec![mount_at(&host, v1::MountPropagation::PropagationPrivate)];
+    let private = create(&daemon, &pod, &pod_cfg, private).await.unwrap();
+    start(&daemon, &private).await;
+    let mut bidi = container("bidi", &["sleep", "1000"]);
+    bidi.mounts = vec![mount_at(
+        &host,
+        v1::MountPropagation::PropagationBidirectional,
+    )];
+    bidi.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            privileged: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let bidi = create(&daemon, &pod, &pod_cfg, bidi).await.unwrap();
+    start(&daemon, &bidi).await;
+
+    // Host → containers.
+    std::fs::create_dir(host.join("fromhost")).unwrap();
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(host.join("fromhost"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::write(host.join("fromhost/marker"), "late\n").unwrap();
+    let read = |id: String, path: &'static str| {
+        let daemon = &daemon;
+        async move {
+            let cmd = format!("cat {path} 2>/dev/null || echo absent");
+            let out = exec(daemon, &id, &["sh", "-c", &cmd], 10).await.unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    assert_eq!(read(slave.clone(), "/data/fromhost/marker").await, "late");
+    assert_eq!(read(bidi.clone(), "/data/fromhost/marker").await, "late");
+    assert_eq!(
+        read(private.clone(), "/data/fromhost/marker").await,
+        "absent"
+    );
+
+    // Container → host (and the slave sees it too, through the host).
+    let out = exec(
+        &daemon,
+        &bidi,
+        &[
+            "sh",
+            "-c",
+            "mkdir /data/fromctr && mount -t tmpfs tmpfs /data/fromctr && echo hi > /data/fromctr/f",
+        ],
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.exit_code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(host.join("fromctr/f")).unwrap(),
+        "hi\n"
+    );
+    assert_eq!(read(slave.clone(), "/data/fromctr/f").await, "hi");
+    assert_eq!(read(private.clone(), "/data/fromctr/f").await, "absent");
+    remove_pod(&daemon, &pod).await;
+    drop(shared);
+}
+
+/// The RuntimeDefault profile denies what Unconfined allows: creating a user
+/// namespace (`unshare` without CAP_SYS_ADMIN).
+#[tokio::test]
+async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "seccomp").await;
+    let mut outcomes = Vec::new();
+    for (name, profile) in [
+        (
+            "confined",
+            v1::security_profile::ProfileType::RuntimeDefault,
+        ),
+        ("unconfined", v1::security_profile::ProfileType::Unconfined),
+    ] {
+        let mut c = container(name, &["sleep", "1000"]);
+        c.linux = Some(v1::LinuxContainerConfig {
+            security_context: Some(v1::LinuxContainerSecurityContext {
+                seccomp: Some(v1::SecurityProfile {
+                    profile_type: profile as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let id = create(&daemon, &pod, &pod_config, c).await.unwrap();
+        start(&daemon, &id).await;
+        let out = exec(&daemon, &id, &["unshare", "-U", "true"], 10)
+            .await
+            .unwrap();
+        outcomes.push((
+            name,
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        ));
+    }
+    assert_ne!(outcomes[0].1, 0, "{outcomes:?}");
+    assert!(outcomes[0].2.contains("not permitted"), "{outcomes:?}");
+    assert_eq!(outcomes[1].1, 0, "{outcomes:?}");
+    remove_pod(&daemon, &pod).await;
+}

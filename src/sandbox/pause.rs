@@ -80,7 +80,6 @@ pub async fn start(paths: &PausePaths, runtime: &str, spec: &Spec) -> Result<Sta
 pub async fn destroy(paths: &PausePaths, runtime: &str) -> Result<(), Error> {
     let id = &paths.id;
     let socket = paths.socket();
-    let mut deleted = false;
     if socket.exists() {
         match ShimClient::connect(&socket).await {
             Ok(client) => {
@@ -93,29 +92,14 @@ pub async fn destroy(paths: &PausePaths, runtime: &str) -> Result<(), Error> {
                 {
                     tracing::warn!(pod = %id, "the pause did not exit in {EXIT_TIMEOUT:?}");
                 }
-                client
-                    .delete(true)
-                    .await
-                    .map_err(shim_error(id, "deleting the pause container"))?;
-                deleted = true;
             }
             Err(e) => tracing::warn!(pod = %id, error = %e, "the pause's shim does not answer"),
         }
     }
-    if !deleted {
-        // No shim: make sure the runtime holds no container of that id.
-        let runtime = berth_shim::runc::Runtime::new(runtime, &paths.runtime_root);
-        let id = id.clone();
-        tokio::task::spawn_blocking(move || match runtime.delete(&id, true) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(Error::Internal(format!(
-                "sandbox {id}: deleting the pause container: {e}"
-            ))),
-        })
+    let runtime = berth_shim::runc::Runtime::new(runtime, &paths.runtime_root);
+    berth_shim::delete_container(&paths.shim_dir, &runtime, id)
         .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
-    }
+        .map_err(shim_error(id, "deleting the pause container"))?;
     let dirs = [paths.shim_dir.clone(), paths.bundle.clone()];
     tokio::task::spawn_blocking(move || remove_dirs(&dirs))
         .await

@@ -109,21 +109,34 @@ impl Cri {
         Ok((client, pid, started_at))
     }
 
-    /// Records the container's exit when its shim reports it.
+    /// Records the container's exit when its shim reports it, then deletes
+    /// it from the runtime (its shim exits), as containerd does at exit: what
+    /// RemoveContainer has left to do is its files and its record.
     pub fn watch_exit(self: &Arc<Self>, container: Arc<Container>, client: ShimClient) {
         let cri = self.clone();
         tokio::spawn(async move {
-            match client.wait().await {
-                Ok(info) => {
-                    if let Err(e) = record_exit(&container, &info) {
-                        tracing::error!(container = %container.meta.id, error = %e, "recording the exit");
-                    }
-                }
+            let info = match client.wait().await {
+                Ok(info) => Some(info),
                 Err(e) => {
                     tracing::warn!(container = %container.meta.id, error = %e, "lost the shim while waiting for the exit");
-                    if let Ok(Some(info)) = berth_shim::read_exit_file(client.exit_file()) {
-                        let _ = record_exit(&container, &info);
-                    }
+                    berth_shim::read_exit_file(client.exit_file())
+                        .ok()
+                        .flatten()
+                }
+            };
+            // After a stop or remove that holds it has done its own part.
+            let _lifecycle = container.lifecycle.lock().await;
+            if cri.containers.lookup(&container.meta.id).is_err() {
+                return;
+            }
+            if let Some(info) = info {
+                if let Err(e) = record_exit(&container, &info) {
+                    tracing::error!(container = %container.meta.id, error = %e, "recording the exit");
+                }
+            }
+            if container.status().state == ContainerState::Exited {
+                if let Err(e) = cri.destroy_shim(&container).await {
+                    tracing::warn!(container = %container.meta.id, error = %e, "deleting the exited container from the runtime");
                 }
             }
             cri.container_stopped(&container).await;
@@ -147,12 +160,23 @@ impl Cri {
         Ok(v1::StopContainerResponse {})
     }
 
-    /// Stop signal, up to `grace` to exit, then SIGKILL. Idempotent.
+    /// Stop signal, up to `grace` to exit, then SIGKILL; the exit recorded,
+    /// the container is deleted from the runtime. Idempotent.
     pub async fn stop(&self, container: &Container, grace: Duration) -> Result<(), Error> {
-        let id = &container.meta.id;
         if container.status().state != ContainerState::Running {
             return Ok(());
         }
+        self.signal_until_exit(container, grace).await?;
+        // It has stopped; a delete that fails now is retried by RemoveContainer.
+        if let Err(e) = self.destroy_shim(container).await {
+            tracing::warn!(container = %container.meta.id, error = %e, "deleting the stopped container from the runtime");
+        }
+        Ok(())
+    }
+
+    /// Stop signal, up to `grace` to exit, then SIGKILL; records the exit.
+    async fn signal_until_exit(&self, container: &Container, grace: Duration) -> Result<(), Error> {
+        let id = &container.meta.id;
         let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
         let client = match ShimClient::connect(&socket).await {
             Ok(c) => c,
@@ -227,30 +251,17 @@ impl Cri {
         Ok(())
     }
 
-    /// Deletes the runtime's container and lets its shim exit.
+    /// Deletes the runtime's container and lets its shim exit; cheap when
+    /// that was done at exit.
     async fn destroy_shim(&self, container: &Container) -> Result<(), Error> {
         let id = &container.meta.id;
-        let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
-        if let Ok(client) = ShimClient::connect(&socket).await {
-            return client
-                .delete(true)
-                .await
-                .map_err(shim_error(id, "deleting the container"));
-        }
         let runtime = berth_shim::runc::Runtime::new(
             &container.meta.runtime,
             self.config.state.join("runtime"),
         );
-        let id = id.clone();
-        tokio::task::spawn_blocking(move || match runtime.delete(&id, true) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(Error::Internal(format!(
-                "container {id}: runtime delete: {e}"
-            ))),
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
+        berth_shim::delete_container(&self.shim_dir(id), &runtime, id)
+            .await
+            .map_err(shim_error(id, "deleting the container"))
     }
 }
 

@@ -293,10 +293,11 @@ impl Cri {
                             s.pid = Some(state.pid);
                             s.started_at = now_nanos();
                         })?;
-                        match state.exit {
-                            Some(info) => record_exit(&container, &info)?,
-                            None => self.watch_exit(container, client),
+                        if let Some(info) = state.exit {
+                            record_exit(&container, &info)?;
                         }
+                        // Records the exit when it comes, and deletes it then.
+                        self.watch_exit(container, client);
                     }
                 }
                 Ok(())

@@ -15,7 +15,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::error::Error;
-use crate::options::ShimOptions;
+use crate::options::{ShimOptions, ShimPaths};
 use crate::protocol::{
     self, AttachRequest, Control, ExecRequest, ExitInfo, FrameKind, Request, Response, ShimState,
 };
@@ -231,6 +231,47 @@ impl StreamWriter {
             message: format!("writing to the stream: {e}"),
         }
     }
+}
+
+/// Deletes container `id` from its runtime and ends its shim, whichever of
+/// them is still there: through the shim (`runtime delete --force`, then the
+/// shim exits) when it answers, else with `runtime` directly. Idempotent: a
+/// container the runtime holds no state for (no `<root>/<id>`) is already
+/// deleted, and that check costs no runtime call.
+pub async fn delete_container(
+    shim_dir: &Path,
+    runtime: &crate::runc::Runtime,
+    id: &str,
+) -> Result<(), Error> {
+    let socket = ShimPaths::new(shim_dir).socket();
+    if socket.exists() {
+        if let Ok(client) = ShimClient::connect(&socket).await {
+            // On failure (a runtime error, or the shim ending mid-call
+            // because another delete got there first) the runtime's own
+            // state decides below.
+            if client.delete(true).await.is_ok() {
+                return Ok(());
+            }
+        }
+    }
+    if !runtime.root().join(id).exists() {
+        return Ok(());
+    }
+    let (runtime, id) = (runtime.clone(), id.to_string());
+    let joined = tokio::task::spawn_blocking(move || match runtime.delete(&id, true) {
+        Err(e) if !e.is_not_found() => Err(Error::Runtime {
+            id,
+            source: Box::new(e),
+        }),
+        _ => Ok(()),
+    })
+    .await;
+    joined.unwrap_or_else(|e| {
+        Err(Error::Protocol {
+            id: String::new(),
+            message: format!("runtime delete task: {e}"),
+        })
+    })
 }
 
 /// A connection to one shim. Cheap to clone; holds no connection itself.

@@ -41,6 +41,13 @@ pub enum Error {
     /// The shim said something that makes no sense, or hung up early.
     #[error("shim of {id}: {message}")]
     Protocol { id: String, message: String },
+    /// The OCI runtime, called directly (the shim being gone), failed.
+    #[error("runtime for {id}: {source}")]
+    Runtime {
+        id: String,
+        #[source]
+        source: Box<crate::runc::RuncError>,
+    },
     /// An exit file that is not valid JSON.
     #[error("exit file {}: {source}", path.display())]
     ExitFile {

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cri::{create, pull, remove_pod, start};
+use common::cri::{container_status, create, exec_sync, pull, remove_pod, start};
 use common::pods::{daemon, pod_config, run, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
@@ -22,69 +22,16 @@ async fn pod(daemon: &Daemon, name: &str) -> (String, v1::PodSandboxConfig, std:
     (id, config, logs)
 }
 
+/// common's busybox container, logging to `<name>.log` in the pod's log directory.
 fn container(name: &str, command: &[&str]) -> v1::ContainerConfig {
     v1::ContainerConfig {
-        metadata: Some(v1::ContainerMetadata {
-            name: name.into(),
-            attempt: 0,
-        }),
-        image: Some(v1::ImageSpec {
-            image: registry().busybox(),
-            ..Default::default()
-        }),
-        command: command.iter().map(|s| s.to_string()).collect(),
         log_path: format!("{name}.log"),
-        labels: [("name".to_string(), name.to_string())].into(),
-        ..Default::default()
+        ..common::cri::container(name, command)
     }
-}
-
-async fn status(daemon: &Daemon, id: &str) -> v1::ContainerStatus {
-    daemon
-        .runtime()
-        .await
-        .container_status(v1::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status
-        .unwrap()
 }
 
 async fn wait_exited(daemon: &Daemon, id: &str) -> v1::ContainerStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = status(daemon, id).await;
-        if st.state == v1::ContainerState::ContainerExited as i32 {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "container {id} did not exit: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn exec(
-    daemon: &Daemon,
-    id: &str,
-    cmd: &[&str],
-    timeout: i64,
-) -> Result<v1::ExecSyncResponse, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .exec_sync(v1::ExecSyncRequest {
-            container_id: id.into(),
-            cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout,
-        })
-        .await
-        .map(|r| r.into_inner())
+    common::cri::wait_exited(daemon, id, Duration::from_secs(20)).await
 }
 
 #[tokio::test]
@@ -104,7 +51,7 @@ async fn container_output_exit_code_and_log() {
     )
     .await
     .unwrap();
-    let st = status(&daemon, &id).await;
+    let st = container_status(&daemon, &id).await;
     assert_eq!(st.state, v1::ContainerState::ContainerCreated as i32);
     start(&daemon, &id).await;
     let st = wait_exited(&daemon, &id).await;
@@ -170,11 +117,11 @@ async fn exec_sync_env_user_workdir_and_stop() {
     let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
     start(&daemon, &id).await;
     assert_eq!(
-        status(&daemon, &id).await.state,
+        container_status(&daemon, &id).await.state,
         v1::ContainerState::ContainerRunning as i32
     );
 
-    let out = exec(
+    let out = exec_sync(
         &daemon,
         &id,
         &["sh", "-c", "echo $FOO; pwd; id -u; hostname"],
@@ -187,12 +134,12 @@ async fn exec_sync_env_user_workdir_and_stop() {
         "bar\n/tmp\n1000\nexec\n"
     );
     assert_eq!(out.exit_code, 0);
-    let out = exec(&daemon, &id, &["sh", "-c", "echo bad >&2; exit 5"], 10)
+    let out = exec_sync(&daemon, &id, &["sh", "-c", "echo bad >&2; exit 5"], 10)
         .await
         .unwrap();
     assert_eq!(out.exit_code, 5);
     assert_eq!(String::from_utf8_lossy(&out.stderr), "bad\n");
-    let err = exec(
+    let err = exec_sync(
         &daemon,
         &id,
         &["sh", "-c", "head -c 20000000 /dev/zero"],
@@ -203,7 +150,9 @@ async fn exec_sync_env_user_workdir_and_stop() {
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("16 MiB"));
     let started = Instant::now();
-    let err = exec(&daemon, &id, &["sleep", "30"], 1).await.unwrap_err();
+    let err = exec_sync(&daemon, &id, &["sleep", "30"], 1)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
@@ -240,7 +189,7 @@ async fn exec_sync_env_user_workdir_and_stop() {
         elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(15),
         "{elapsed:?}"
     );
-    let st = status(&daemon, &id).await;
+    let st = container_status(&daemon, &id).await;
     assert_eq!(st.state, v1::ContainerState::ContainerExited as i32);
     assert_eq!(st.exit_code, 137);
     // Stop again, remove twice: all fine.
@@ -341,7 +290,10 @@ async fn bad_container_requests() {
         Code::AlreadyExists
     );
     assert_eq!(
-        exec(&daemon, &id, &["true"], 5).await.unwrap_err().code(),
+        exec_sync(&daemon, &id, &["true"], 5)
+            .await
+            .unwrap_err()
+            .code(),
         Code::FailedPrecondition
     );
     // A stopped pod takes no new containers; removing it removes its containers.
@@ -421,7 +373,7 @@ async fn reopen_log_and_update_resources() {
     })
     .await
     .unwrap();
-    let out = exec(
+    let out = exec_sync(
         &daemon,
         &id,
         &["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"],
@@ -433,6 +385,13 @@ async fn reopen_log_and_update_resources() {
         String::from_utf8_lossy(&out.stdout).trim(),
         (64u64 << 20).to_string()
     );
+    // ContainerStatus shows the resources last applied.
+    let resources = container_status(&daemon, &id)
+        .await
+        .resources
+        .and_then(|r| r.linux)
+        .expect("resources in the status");
+    assert_eq!(resources.memory_limit_in_bytes, 64 << 20);
     remove_pod(&daemon, &pod).await;
 }
 
@@ -456,7 +415,7 @@ async fn image_volume_is_mounted_read_only() {
     }];
     let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
     start(&daemon, &id).await;
-    let out = exec(&daemon, &id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
+    let out = exec_sync(&daemon, &id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "present\nread-only\n");
@@ -542,7 +501,7 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
         async move {
             let cmd = sh(&script);
             let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            let out = exec(daemon, &id, &refs, 10).await.unwrap();
+            let out = exec_sync(daemon, &id, &refs, 10).await.unwrap();
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         }
     };
@@ -683,18 +642,28 @@ async fn exited_container_leaves_the_runtime_at_exit() {
     assert!(shim_socket.parent().unwrap().is_dir());
     let st = wait_exited(&daemon, &id).await;
     assert_eq!(st.reason, "Completed");
+    let rootfs = daemon
+        .sandbox
+        .path("state/containers")
+        .join(&id)
+        .join("rootfs");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while runtime_state.exists() || shim_socket.exists() {
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(rootfs.to_str().unwrap())
+    };
+    while runtime_state.exists() || shim_socket.exists() || mounted() {
         assert!(
             Instant::now() < deadline,
-            "runtime state {} or shim socket {} still there",
+            "runtime state {}, shim socket {} or rootfs mount still there",
             runtime_state.display(),
             shim_socket.display()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The record stays until RemoveContainer, which stays idempotent.
-    assert_eq!(status(&daemon, &id).await.exit_code, 0);
+    assert_eq!(container_status(&daemon, &id).await.exit_code, 0);
     for _ in 0..2 {
         daemon
             .runtime()
@@ -805,7 +774,9 @@ async fn mount_propagation_takes_effect() {
         let daemon = &daemon;
         async move {
             let cmd = format!("cat {path} 2>/dev/null || echo absent");
-            let out = exec(daemon, &id, &["sh", "-c", &cmd], 10).await.unwrap();
+            let out = exec_sync(daemon, &id, &["sh", "-c", &cmd], 10)
+                .await
+                .unwrap();
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         }
     };
@@ -817,7 +788,7 @@ async fn mount_propagation_takes_effect() {
     );
 
     // Container → host (and the slave sees it too, through the host).
-    let out = exec(
+    let out = exec_sync(
         &daemon,
         &bidi,
         &[
@@ -869,7 +840,7 @@ async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
         });
         let id = create(&daemon, &pod, &pod_config, c).await.unwrap();
         start(&daemon, &id).await;
-        let out = exec(&daemon, &id, &["unshare", "-U", "true"], 10)
+        let out = exec_sync(&daemon, &id, &["unshare", "-U", "true"], 10)
             .await
             .unwrap();
         outcomes.push((

@@ -149,9 +149,7 @@ async fn containers_outlive_a_killed_daemon() {
         .unwrap();
         ids.push(id);
     }
-    daemon
-        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
-        .await;
+    kill(&mut daemon).await;
     // The short one exits while berth is down.
     tokio::time::sleep(Duration::from_secs(5)).await;
     daemon.restart().await;
@@ -404,10 +402,15 @@ async fn recover_dry_run_lists_orphans_and_changes_nothing() {
 
 /// SIGKILLs the daemon and starts it again.
 async fn kill_and_restart(daemon: &mut Daemon) {
+    kill(daemon).await;
+    daemon.restart().await;
+}
+
+/// SIGKILLs the daemon and waits for it to be gone.
+async fn kill(daemon: &mut Daemon) {
     daemon
         .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
         .await;
-    daemon.restart().await;
 }
 
 /// A small deterministic random source (no extra crate needed).
@@ -532,9 +535,7 @@ async fn orphans_of_a_lost_record_are_cleaned_up() {
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     let id = run(&daemon, pod_config("orphan")).await.unwrap();
     assert_eq!(leases(&net).len(), 1);
-    daemon
-        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
-        .await;
+    kill(&mut daemon).await;
     // The record is lost: netns, dirs, the pause's shim and the CNI lease are orphans.
     std::fs::remove_file(
         daemon

@@ -2,6 +2,7 @@
 //! status that changes, persisted together as one versioned record.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use cri_api::v1;
 use prost::Message;
@@ -29,12 +30,21 @@ pub struct ContainerMeta {
     pub stop_signal: i32,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
+    /// `config`, decoded on first use (list calls read it for every container).
+    #[serde(skip)]
+    pub decoded: OnceLock<v1::ContainerConfig>,
 }
 
 impl ContainerMeta {
     /// The decoded `ContainerConfig`.
     pub fn config(&self) -> v1::ContainerConfig {
-        v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default()
+        self.config_ref().clone()
+    }
+
+    /// The decoded `ContainerConfig`, borrowed.
+    pub fn config_ref(&self) -> &v1::ContainerConfig {
+        self.decoded
+            .get_or_init(|| v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default())
     }
 }
 
@@ -59,8 +69,27 @@ pub struct ContainerStatus {
     /// `Completed`, `Error`, `OOMKilled`, `StartError`…
     pub reason: String,
     pub message: String,
-    /// Whether the rootfs overlay is mounted.
+    /// Whether the rootfs overlay was mounted at create (it is unmounted
+    /// once the container has exited and left the runtime, and at removal).
     pub rootfs_mounted: bool,
+    /// The CRI `LinuxContainerResources` UpdateContainerResources applied
+    /// last, protobuf-encoded; empty: those of the config.
+    #[serde(default, with = "crate::sandbox::record::base64_bytes")]
+    pub resources: Vec<u8>,
+}
+
+impl ContainerStatus {
+    /// The resources the container runs with, as CRI names them.
+    pub fn resources(&self, meta: &ContainerMeta) -> Option<v1::LinuxContainerResources> {
+        if self.resources.is_empty() {
+            meta.config_ref()
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+        } else {
+            v1::LinuxContainerResources::decode(self.resources.as_slice()).ok()
+        }
+    }
 }
 
 impl Default for ContainerStatus {
@@ -74,6 +103,7 @@ impl Default for ContainerStatus {
             reason: String::new(),
             message: String::new(),
             rootfs_mounted: false,
+            resources: Vec::new(),
         }
     }
 }

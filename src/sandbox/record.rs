@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use cri_api::v1;
 use prost::Message;
@@ -23,12 +24,22 @@ pub struct SandboxMeta {
     pub netns: Option<PathBuf>,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
+    /// `config`, decoded on first use (list calls read it for every sandbox).
+    #[serde(skip)]
+    pub decoded: OnceLock<v1::PodSandboxConfig>,
 }
 
 impl SandboxMeta {
     /// The decoded `PodSandboxConfig`.
     pub fn config(&self) -> v1::PodSandboxConfig {
-        v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+        self.config_ref().clone()
+    }
+
+    /// The decoded `PodSandboxConfig`, borrowed.
+    pub fn config_ref(&self) -> &v1::PodSandboxConfig {
+        self.decoded.get_or_init(|| {
+            v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
+        })
     }
 }
 

@@ -114,6 +114,7 @@ impl Cri {
             runtime: self.runtime_binary(&sandbox.meta.runtime_handler),
             stop_signal: berth_spec::stop_signal(&id, &config, &info)?,
             created_at: now_nanos(),
+            decoded: config.clone().into(),
         };
         let result = async {
             let container = self.containers.create(meta, ContainerStatus::default())?;

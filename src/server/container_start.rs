@@ -135,9 +135,7 @@ impl Cri {
                 }
             }
             if container.status().state == ContainerState::Exited {
-                if let Err(e) = cri.destroy_shim(&container).await {
-                    tracing::warn!(container = %container.meta.id, error = %e, "deleting the exited container from the runtime");
-                }
+                cri.release_exited(&container).await;
             }
             cri.container_stopped(&container).await;
         });
@@ -167,11 +165,25 @@ impl Cri {
             return Ok(());
         }
         self.signal_until_exit(container, grace).await?;
-        // It has stopped; a delete that fails now is retried by RemoveContainer.
-        if let Err(e) = self.destroy_shim(container).await {
-            tracing::warn!(container = %container.meta.id, error = %e, "deleting the stopped container from the runtime");
-        }
+        self.release_exited(container).await;
         Ok(())
+    }
+
+    /// Deletes an exited container from the runtime (its shim exits) and
+    /// unmounts its rootfs, as containerd does at exit. What fails here is
+    /// done again, and reported, by RemoveContainer.
+    async fn release_exited(&self, container: &Container) {
+        let id = &container.meta.id;
+        if let Err(e) = self.destroy_shim(container).await {
+            tracing::warn!(container = %id, error = %e, "deleting the exited container from the runtime");
+            return;
+        }
+        let dirs = ContainerDirs::new(&self.config.root, &self.config.state, id);
+        match tokio::task::spawn_blocking(move || dirs.unmount()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(container = %id, error = %e, "unmounting the rootfs"),
+            Err(e) => tracing::warn!(container = %id, error = %e, "unmounting the rootfs"),
+        }
     }
 
     /// Stop signal, up to `grace` to exit, then SIGKILL; records the exit.

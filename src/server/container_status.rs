@@ -27,23 +27,25 @@ impl Cri {
     /// The image reference kubelet shows: a repo digest when there is one.
     fn image_ref(&self, container: &Container) -> String {
         self.images
-            .get(&container.meta.image_id)
-            .and_then(|i| i.repo_digests.first().cloned())
+            .with(&container.meta.image_id, |i| {
+                i.repo_digests.first().cloned()
+            })
+            .flatten()
             .unwrap_or_else(|| container.meta.image_id.clone())
     }
 
     fn summary(&self, container: &Container) -> v1::Container {
-        let config = container.meta.config();
+        let config = container.meta.config_ref();
         v1::Container {
             id: container.meta.id.clone(),
             pod_sandbox_id: container.meta.sandbox_id.clone(),
-            metadata: config.metadata,
-            image: config.image,
+            metadata: config.metadata.clone(),
+            image: config.image.clone(),
             image_ref: self.image_ref(container),
             state: cri_state(container.status().state) as i32,
             created_at: container.meta.created_at,
-            labels: config.labels,
-            annotations: config.annotations,
+            labels: config.labels.clone(),
+            annotations: config.annotations.clone(),
             image_id: container.meta.image_id.clone(),
         }
     }
@@ -54,7 +56,8 @@ impl Cri {
     ) -> Result<v1::ContainerStatusResponse, Error> {
         let container = self.containers.lookup(&req.container_id)?;
         let status = container.status();
-        let config = container.meta.config();
+        let config = container.meta.config_ref();
+        let resources = status.resources(&container.meta);
         let mut info = HashMap::new();
         if req.verbose {
             let details = serde_json::json!({
@@ -71,21 +74,25 @@ impl Cri {
         Ok(v1::ContainerStatusResponse {
             status: Some(v1::ContainerStatus {
                 id: container.meta.id.clone(),
-                metadata: config.metadata,
+                metadata: config.metadata.clone(),
                 state: cri_state(status.state) as i32,
                 created_at: container.meta.created_at,
                 started_at: status.started_at,
                 finished_at: status.finished_at,
                 exit_code: status.exit_code,
-                image: config.image,
+                image: config.image.clone(),
                 image_ref: self.image_ref(&container),
                 reason: status.reason,
                 message: status.message,
-                labels: config.labels,
-                annotations: config.annotations,
-                mounts: config.mounts,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
+                mounts: config.mounts.clone(),
                 log_path: container.meta.log_path.display().to_string(),
                 image_id: container.meta.image_id.clone(),
+                resources: resources.map(|linux| v1::ContainerResources {
+                    linux: Some(linux),
+                    windows: None,
+                }),
                 ..Default::default()
             }),
             info,

@@ -31,6 +31,8 @@ impl Cri {
             return Ok(v1::UpdateContainerResourcesResponse {});
         };
         let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options())?;
+        // Kept for ContainerStatus once applied.
+        let applied = prost::Message::encode_to_vec(&linux);
         match container.status().state {
             ContainerState::Running => {
                 self.shim_of(&container)
@@ -62,6 +64,7 @@ impl Cri {
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(|e| Error::Internal(format!("container {id}: updating its spec: {e}")))?;
+        container.update(|s| s.resources = applied)?;
         Ok(v1::UpdateContainerResourcesResponse {})
     }
 

@@ -141,6 +141,7 @@ impl Cri {
             runtime_handler: handler_name.clone(),
             netns: netns.clone(),
             created_at: now_nanos(),
+            decoded: config.clone().into(),
         };
         match self
             .build_sandbox(

@@ -19,14 +19,14 @@ fn cri_state(state: SandboxState) -> v1::PodSandboxState {
 
 /// The ListPodSandbox entry of a sandbox.
 fn summary(sandbox: &Sandbox) -> v1::PodSandbox {
-    let config = sandbox.meta.config();
+    let config = sandbox.meta.config_ref();
     v1::PodSandbox {
         id: sandbox.meta.id.clone(),
-        metadata: config.metadata,
+        metadata: config.metadata.clone(),
         state: cri_state(sandbox.status().state) as i32,
         created_at: sandbox.meta.created_at,
-        labels: config.labels,
-        annotations: config.annotations,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
         runtime_handler: sandbox.meta.runtime_handler.clone(),
     }
 }
@@ -54,7 +54,7 @@ impl Cri {
             }
         }
         let status = sandbox.status();
-        let config = sandbox.meta.config();
+        let config = sandbox.meta.config_ref();
         let namespace_options = config
             .linux
             .as_ref()
@@ -85,7 +85,7 @@ impl Cri {
         Ok(v1::PodSandboxStatusResponse {
             status: Some(v1::PodSandboxStatus {
                 id: sandbox.meta.id.clone(),
-                metadata: config.metadata,
+                metadata: config.metadata.clone(),
                 state: cri_state(status.state) as i32,
                 created_at: sandbox.meta.created_at,
                 network,
@@ -94,8 +94,8 @@ impl Cri {
                         options: namespace_options,
                     }),
                 }),
-                labels: config.labels,
-                annotations: config.annotations,
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
                 runtime_handler: sandbox.meta.runtime_handler.clone(),
             }),
             info,

@@ -118,18 +118,28 @@ pub async fn wait_exited(daemon: &Daemon, id: &str, timeout: Duration) -> v1::Co
     }
 }
 
-pub async fn exec(daemon: &Daemon, id: &str, cmd: &[&str]) -> v1::ExecSyncResponse {
-    let resp = daemon
+/// ExecSync with a `timeout` in seconds, as the daemon answered it.
+pub async fn exec_sync(
+    daemon: &Daemon,
+    id: &str,
+    cmd: &[&str],
+    timeout: i64,
+) -> Result<v1::ExecSyncResponse, tonic::Status> {
+    daemon
         .runtime()
         .await
         .exec_sync(v1::ExecSyncRequest {
             container_id: id.into(),
             cmd: cmd.iter().map(|s| s.to_string()).collect(),
-            timeout: 30,
+            timeout,
         })
         .await
-        .expect("ExecSync")
-        .into_inner();
+        .map(|r| r.into_inner())
+}
+
+/// ExecSync that must succeed with exit code 0.
+pub async fn exec(daemon: &Daemon, id: &str, cmd: &[&str]) -> v1::ExecSyncResponse {
+    let resp = exec_sync(daemon, id, cmd, 30).await.expect("ExecSync");
     assert_eq!(
         resp.exit_code,
         0,

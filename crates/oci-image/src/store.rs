@@ -182,6 +182,13 @@ impl ImageStore {
         find(&state, reference_or_id).cloned()
     }
 
+    /// `f` of the image named by `reference_or_id`, without copying the
+    /// image (for callers that need one field of it, many times over).
+    pub fn with<R>(&self, reference_or_id: &str, f: impl FnOnce(&Image) -> R) -> Option<R> {
+        let state = self.inner.lock();
+        find(&state, reference_or_id).map(f)
+    }
+
     /// Every image, ordered by id.
     pub fn list(&self) -> Vec<Image> {
         self.inner.lock().images.values().cloned().collect()

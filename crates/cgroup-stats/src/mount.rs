@@ -52,7 +52,7 @@ pub struct Mounts {
     pub(crate) v2: Option<Hierarchy>,
 }
 
-const MOUNTINFO: &str = "/proc/self/mountinfo";
+const MOUNTINFO: &str = berth_mountinfo::SELF;
 
 impl Mounts {
     /// The hierarchies mounted in this process's mount namespace.
@@ -64,24 +64,16 @@ impl Mounts {
     /// The hierarchies in a `mountinfo` text; other mounts are skipped.
     pub fn parse(mountinfo: &str) -> Mounts {
         let mut mounts = Mounts::default();
-        for line in mountinfo.lines() {
-            // id parent major:minor root mountpoint options [optional…] - fstype source superoptions
-            let Some((left, right)) = line.split_once(" - ") else {
-                continue;
-            };
-            let fields: Vec<&str> = left.split(' ').collect();
-            let tail: Vec<&str> = right.split(' ').collect();
-            if fields.len() < 5 || tail.len() < 3 {
-                continue;
-            }
+        for m in berth_mountinfo::parse(mountinfo) {
             let hierarchy = Hierarchy {
-                root: unescape(fields[3]),
-                mountpoint: PathBuf::from(unescape(fields[4])),
+                root: m.root,
+                mountpoint: m.mount_point,
             };
-            match tail[0] {
+            match m.fs_type.as_str() {
                 "cgroup2" if mounts.v2.is_none() => mounts.v2 = Some(hierarchy),
                 "cgroup" => {
-                    let controllers: Vec<String> = tail[2]
+                    let controllers: Vec<String> = m
+                        .super_options
                         .split(',')
                         .filter(|o| is_controller(o))
                         .map(str::to_string)
@@ -140,26 +132,6 @@ fn is_controller(option: &str) -> bool {
             | "rdma"
             | "misc"
     )
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ impl OomCounter {
     /// The counter of the memory cgroup process `pid` is in (read while it lives).
     pub fn for_pid(pid: u32) -> io::Result<Option<OomCounter>> {
         let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mountinfo = std::fs::read_to_string(berth_mountinfo::SELF)?;
         Ok(locate(&cgroups, &mountinfo).map(|file| OomCounter { file }))
     }
 
@@ -50,59 +50,30 @@ fn locate(cgroups: &str, mountinfo: &str) -> Option<PathBuf> {
     if let Some(path) = v1 {
         let dir = mount_for(
             mountinfo,
-            |fstype, opts| fstype == "cgroup" && opts.split(',').any(|o| o == "memory"),
+            |m| m.fs_type == "cgroup" && m.has_super_option("memory"),
             path,
         )?;
         return Some(dir.join("memory.oom_control"));
     }
     let path = v2?;
-    let dir = mount_for(mountinfo, |fstype, _| fstype == "cgroup2", path)?;
+    let dir = mount_for(mountinfo, |m| m.fs_type == "cgroup2", path)?;
     Some(dir.join("memory.events"))
 }
 
-/// The directory of cgroup `path` under the first mount matching `wanted`
-/// (given the filesystem type and super options).
-fn mount_for(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool, path: &str) -> Option<PathBuf> {
-    for line in mountinfo.lines() {
-        // id parent major:minor root mountpoint options [optional…] - fstype source superoptions
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let fields: Vec<&str> = left.split(' ').collect();
-        let tail: Vec<&str> = right.split(' ').collect();
-        if fields.len() < 5 || tail.len() < 3 || !wanted(tail[0], tail[2]) {
-            continue;
-        }
-        let (root, mountpoint) = (unescape(fields[3]), unescape(fields[4]));
-        let rel = path.strip_prefix(root.as_str()).unwrap_or(path);
-        let rel = rel.trim_start_matches('/');
-        let mut dir = PathBuf::from(mountpoint);
-        if !rel.is_empty() {
-            dir.push(rel);
-        }
-        return Some(dir);
+/// The directory of cgroup `path` under the first mount matching `wanted`.
+fn mount_for(
+    mountinfo: &str,
+    wanted: impl Fn(&berth_mountinfo::Mount) -> bool,
+    path: &str,
+) -> Option<PathBuf> {
+    let m = berth_mountinfo::parse(mountinfo).into_iter().find(wanted)?;
+    let rel = path.strip_prefix(m.root.as_str()).unwrap_or(path);
+    let rel = rel.trim_start_matches('/');
+    let mut dir = m.mount_point;
+    if !rel.is_empty() {
+        dir.push(rel);
     }
-    None
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(dir)
 }
 
 /// The `oom_kill` value of a `memory.oom_control` or `memory.events` text.
@@ -156,7 +127,6 @@ mod tests {
             locate("0::/outer/inner\n", mounts),
             Some(PathBuf::from("/mnt/cg/inner/memory.events"))
         );
-        assert_eq!(unescape("/a\\040b"), "/a b");
     }
 
     #[test]

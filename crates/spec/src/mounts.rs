@@ -136,59 +136,15 @@ pub(crate) struct MountPropagation {
     pub slave: bool,
 }
 
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            out.push(v as u8);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The mount `path` lies on (the deepest mount point above it; of stacked
 /// mounts, the last).
 pub(crate) fn propagation_of(mountinfo: &str, path: &Path) -> Option<MountPropagation> {
-    let mut best: Option<MountPropagation> = None;
-    for line in mountinfo.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() < 7 {
-            continue;
-        }
-        let mount_point = PathBuf::from(unescape_mountinfo(fields[4]));
-        if !path.starts_with(&mount_point) {
-            continue;
-        }
-        let optional = fields[6..].iter().take_while(|f| **f != "-");
-        let (mut shared, mut slave) = (false, false);
-        for f in optional {
-            shared |= f.starts_with("shared:");
-            slave |= f.starts_with("master:");
-        }
-        let deeper = best
-            .as_ref()
-            .is_none_or(|b| mount_point.components().count() >= b.mount_point.components().count());
-        if deeper {
-            best = Some(MountPropagation {
-                mount_point,
-                shared,
-                slave,
-            });
-        }
-    }
-    best
+    let mounts = berth_mountinfo::parse(mountinfo);
+    berth_mountinfo::mount_of(&mounts, path).map(|m| MountPropagation {
+        mount_point: m.mount_point.clone(),
+        shared: m.is_shared(),
+        slave: m.is_slave(),
+    })
 }
 
 /// Everything that decides the mounts besides the config.
@@ -217,7 +173,7 @@ impl MountInfo<'_> {
     /// How the mount holding `path` propagates.
     fn propagation(&mut self, path: &Path) -> Result<Option<MountPropagation>, Error> {
         if self.given.is_none() && self.live.is_none() {
-            let file = Path::new("/proc/self/mountinfo");
+            let file = Path::new(berth_mountinfo::SELF);
             let text =
                 std::fs::read_to_string(file).map_err(|e| io_error(self.id, "reading", file, e))?;
             self.live = Some(text);

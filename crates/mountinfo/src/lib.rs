@@ -75,7 +75,13 @@ impl Mount {
 /// Every mount of a mountinfo text, in order; lines that do not parse are
 /// skipped.
 pub fn parse(text: &str) -> Vec<Mount> {
-    text.lines().filter_map(Mount::parse).collect()
+    mounts(text).collect()
+}
+
+/// The mounts of a mountinfo text, one line at a time (for callers that
+/// look for one and must not hold the whole table, like the shim).
+pub fn mounts(text: &str) -> impl Iterator<Item = Mount> + '_ {
+    text.lines().filter_map(Mount::parse)
 }
 
 /// The mounts of `file` (e.g. [`SELF`]).

@@ -66,7 +66,7 @@ fn mount_for(
     wanted: impl Fn(&berth_mountinfo::Mount) -> bool,
     path: &str,
 ) -> Option<PathBuf> {
-    let m = berth_mountinfo::parse(mountinfo).into_iter().find(wanted)?;
+    let m = berth_mountinfo::mounts(mountinfo).find(wanted)?;
     let rel = path.strip_prefix(m.root.as_str()).unwrap_or(path);
     let rel = rel.trim_start_matches('/');
     let mut dir = m.mount_point;

@@ -556,3 +556,101 @@ async fn orphans_of_a_lost_record_are_cleaned_up() {
         .unwrap_or(0);
     assert_eq!(left, 0, "CNI cache entries left");
 }
+
+/// The cgroup directory (pids controller) of process `pid`, v1 or v2.
+fn pids_cgroup(pid: u32) -> std::path::PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
+        if controllers.split(',').any(|c| c == "pids") {
+            return std::path::Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/'));
+        }
+        if controllers.is_empty() {
+            v2 = Some(std::path::Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')));
+        }
+    }
+    v2.expect("a pids cgroup")
+}
+
+/// A container whose record is lost while its shim died too: runc still
+/// holds it. Recovery deletes it from runc, which kills its process and
+/// removes its cgroup.
+#[tokio::test]
+async fn orphan_container_of_a_lost_record_is_killed_with_its_cgroup() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon = Daemon::start_in(sandbox, &config).await;
+    let pod_cfg = pod_config("lostctr");
+    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    common::cri::pull(&daemon, &registry().busybox()).await;
+    let id = common::cri::run_container(
+        &daemon,
+        &pod,
+        &pod_cfg,
+        common::cri::container("lost", &["sleep", "4243"]),
+    )
+    .await;
+    let pid = common::cri::container_status(&daemon, &id).await;
+    assert_eq!(pid.state, v1::ContainerState::ContainerRunning as i32);
+    let sleep_pid: u32 = String::from_utf8(
+        std::process::Command::new("pgrep")
+            .args(["-f", "sleep 4243"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    // The shim (a subreaper) is the container init's parent.
+    let shim_pid: i32 = std::fs::read_to_string(format!("/proc/{sleep_pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let shim_comm = std::fs::read_to_string(format!("/proc/{shim_pid}/comm")).unwrap();
+    assert_eq!(shim_comm.trim(), "berth-shim");
+    let cgroup = pids_cgroup(sleep_pid);
+    assert!(cgroup.is_dir(), "{}", cgroup.display());
+    kill(&mut daemon).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(shim_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    std::fs::remove_file(
+        daemon
+            .sandbox
+            .path(&format!("root/records/containers/{id}.json")),
+    )
+    .unwrap();
+    daemon.restart().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Gone, or a zombie its new parent has not reaped yet.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{sleep_pid}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| !r.trim_start().starts_with('Z'))
+        })
+    };
+    while alive() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphan container's process still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!cgroup.exists(), "cgroup {} left", cgroup.display());
+    assert!(!daemon.sandbox.path("state/runtime").join(&id).exists());
+    remove_pod(&daemon, &pod).await;
+    daemon.assert_no_leftovers();
+}

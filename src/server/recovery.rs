@@ -173,6 +173,8 @@ pub async fn plan(
         let state = &config.state;
         let root = &config.root;
         for (dir, names) in [
+            // First: runc's own state, so orphan containers are killed first.
+            (state.join("runtime"), &ids),
             (state.join("netns"), &ids),
             (state.join("sandboxes"), &ids),
             (root.join("sandboxes"), &ids),
@@ -360,10 +362,51 @@ impl Cri {
 
     /// Removes an entry that no record owns: unmounts first, deletes the
     /// runtime container of a live shim.
+    /// A container runc holds that no record owns: `runc delete --force`
+    /// kills what runs in it and removes its cgroup. Which handler made it
+    /// is unknown: each configured one is asked until one succeeds.
+    async fn delete_orphan_container(&self, path: &Path) -> Result<(), Error> {
+        let id = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let root = self.config.state.join("runtime");
+        let mut binaries = vec![self.config.default_runtime_handler().binary.clone()];
+        for handler in self.config.runtime.handlers.values() {
+            if !binaries.contains(&handler.binary) {
+                binaries.push(handler.binary.clone());
+            }
+        }
+        let mut last = None;
+        for binary in binaries {
+            let runtime = berth_shim::runc::Runtime::new(&binary, &root);
+            let id = id.clone();
+            let deleted = tokio::task::spawn_blocking(move || runtime.delete(&id, true))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            match deleted {
+                Ok(()) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            if !path.exists() {
+                return Ok(());
+            }
+        }
+        match last {
+            Some(e) if path.exists() => Err(Error::Internal(format!(
+                "deleting orphan container {id} from the runtime: {e}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     async fn remove_orphan(&self, path: &Path) -> Result<(), Error> {
         let path = path.to_path_buf();
         if path.starts_with(self.netns_dir()) {
             return super::sandbox_run::remove_netns(path).await;
+        }
+        if path.starts_with(self.config.state.join("runtime")) {
+            return self.delete_orphan_container(&path).await;
         }
         if path.starts_with(self.config.state.join("s")) {
             let socket = ShimPaths::new(&path).socket();

@@ -48,6 +48,7 @@ impl Daemon {
     /// Panics if any of berth's own dirs still holds an entry.
     pub fn assert_no_leftovers(&self) {
         for dir in [
+            "state/runtime",
             "state/netns",
             "state/sandboxes",
             "state/containers",

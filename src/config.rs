@@ -62,6 +62,8 @@ pub struct StreamingConfig {
     pub port: u16,
     /// How long a returned URL stays valid (single use), e.g. `"1m"`.
     pub token_ttl: String,
+    /// A session with no traffic for this long is closed, e.g. `"4h"`.
+    pub idle_timeout: String,
 }
 
 impl Default for StreamingConfig {
@@ -70,6 +72,7 @@ impl Default for StreamingConfig {
             address: "127.0.0.1".into(),
             port: 0,
             token_ttl: "1m".into(),
+            idle_timeout: "4h".into(),
         }
     }
 }
@@ -88,9 +91,15 @@ impl StreamingConfig {
         if token_ttl.is_zero() {
             return Err(("streaming.token_ttl", "must be above 0".into()));
         }
+        let idle_timeout = berth_oci_image::parse_duration(&self.idle_timeout)
+            .map_err(|e| ("streaming.idle_timeout", e))?;
+        if idle_timeout.is_zero() {
+            return Err(("streaming.idle_timeout", "must be above 0".into()));
+        }
         Ok(berth_streaming::Config {
             addr: std::net::SocketAddr::new(ip, self.port),
             token_ttl,
+            idle_timeout,
             ..berth_streaming::Config::default()
         })
     }
@@ -439,6 +448,10 @@ mod tests {
         let server = Config::default().streaming.server_config().unwrap();
         assert_eq!(server.addr, "127.0.0.1:0".parse().unwrap());
         assert_eq!(server.token_ttl, std::time::Duration::from_secs(60));
+        assert_eq!(
+            server.idle_timeout,
+            std::time::Duration::from_secs(4 * 3600)
+        );
         let cfg =
             parse("[streaming]\naddress = \"::1\"\nport = 10010\ntoken_ttl = \"30s\"\n").unwrap();
         cfg.validate().unwrap();
@@ -449,6 +462,7 @@ mod tests {
         for (text, key) in [
             ("address = \"localhost\"", "streaming.address"),
             ("token_ttl = \"soon\"", "streaming.token_ttl"),
+            ("idle_timeout = \"0s\"", "streaming.idle_timeout"),
             ("token_ttl = \"0s\"", "streaming.token_ttl"),
         ] {
             let cfg = parse(&format!("[streaming]\n{text}\n")).unwrap();

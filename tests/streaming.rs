@@ -382,3 +382,48 @@ async fn tokens_are_single_use_and_expire() {
         "the streaming server still listens on {addr}"
     );
 }
+
+/// `streaming.idle_timeout`: a session with no traffic for that long ends
+/// (and its process with it); one with traffic lives on.
+#[tokio::test]
+async fn idle_sessions_end() {
+    require_root!();
+    let (_net, daemon, pod, pod_config) = pod("idle", "[streaming]\nidle_timeout = \"2s\"\n").await;
+    let id = run_container(
+        &daemon,
+        &pod,
+        &pod_config,
+        container("shell", &["sleep", "3600"]),
+    )
+    .await;
+    for transport in &TRANSPORTS[..2] {
+        // Output every second keeps it open past the idle timeout.
+        let busy = exec_all(
+            &daemon,
+            &id,
+            &["sh", "-c", "for i in 1 2 3 4; do echo $i; sleep 1; done"],
+            OUT_ERR,
+            *transport,
+        )
+        .await;
+        assert_eq!(text(&busy.stdout), "1\n2\n3\n4\n", "{transport:?}");
+
+        let started = Instant::now();
+        let silent = exec_stream(&daemon, &id, &["sleep", "61"], OUT_ERR, *transport).await;
+        let _ = silent.finish(WAIT).await;
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+            "{transport:?}: the idle session lasted {took:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !processes(&daemon, &id, "sleep 61").await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{transport:?}: the idle session's process still runs"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    remove_pod(&daemon, &pod).await;
+}

@@ -22,6 +22,7 @@ mod backend;
 mod channel;
 pub mod client;
 mod error;
+mod idle;
 mod portforward;
 mod remotecommand;
 mod server;
@@ -57,17 +58,20 @@ pub struct Config {
     pub stream_creation_timeout: Duration,
     /// Most URLs handed out and not used yet.
     pub max_in_flight: usize,
+    /// A session with no byte either way for this long ends.
+    pub idle_timeout: Duration,
 }
 
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
-    /// streams, 1000 tokens in flight (kubelet's values).
+    /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values).
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             token_ttl: Duration::from_secs(60),
             stream_creation_timeout: Duration::from_secs(30),
             max_in_flight: 1000,
+            idle_timeout: Duration::from_secs(4 * 3600),
         }
     }
 }

@@ -32,6 +32,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::backend::{AttachRequest, Backend, ExecRequest, PortForwardRequest};
 use crate::error::Error;
+use crate::idle::Idle;
 use crate::remotecommand::{self, Command};
 use crate::token::{Lookup, TokenCache};
 use crate::{portforward, websocket, Config};
@@ -459,9 +460,10 @@ fn handle(
     let on_upgrade = hyper::upgrade::on(&mut req);
     let backend = inner.backend.clone();
     let creation_timeout = inner.config.stream_creation_timeout;
+    let idle_timeout = inner.config.idle_timeout;
     let session: Session = Box::pin(async move {
         let io = match on_upgrade.await {
-            Ok(upgraded) => TokioIo::new(upgraded),
+            Ok(upgraded) => Idle::new(TokioIo::new(upgraded), idle_timeout),
             Err(e) => {
                 tracing::debug!(error = %e, "streaming: upgrade failed");
                 return;

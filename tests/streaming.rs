@@ -41,6 +41,19 @@ async fn pod(name: &str, extra: &str) -> (TestNet, Daemon, String, v1::PodSandbo
     (net, daemon, id, config)
 }
 
+/// `pod` with a container that sleeps: the pod's id and the container's.
+async fn shell_pod(name: &str, extra: &str) -> (TestNet, Daemon, String, String) {
+    let (net, daemon, pod_id, config) = pod(name, extra).await;
+    let id = run_container(
+        &daemon,
+        &pod_id,
+        &config,
+        container("shell", &["sleep", "3600"]),
+    )
+    .await;
+    (net, daemon, pod_id, id)
+}
+
 fn options(s: Streams) -> CommandOptions {
     CommandOptions {
         stdin: s.stdin,
@@ -102,14 +115,7 @@ async fn processes(daemon: &Daemon, id: &str, needle: &str) -> Vec<String> {
 #[tokio::test]
 async fn exec_over_spdy_and_websocket() {
     require_root!();
-    let (_net, daemon, pod, pod_config) = pod("exec", "").await;
-    let id = run_container(
-        &daemon,
-        &pod,
-        &pod_config,
-        container("shell", &["sleep", "3600"]),
-    )
-    .await;
+    let (_net, daemon, pod, id) = shell_pod("exec", "").await;
 
     for &transport in TRANSPORTS {
         let what = transport.1;
@@ -202,9 +208,14 @@ async fn exec_over_spdy_and_websocket() {
         let err = exec_url(&daemon, &id, &["true"], bad).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err}");
     }
-    let created = common::cri::create(&daemon, &pod, &pod_config, container("idle", &["true"]))
-        .await
-        .unwrap();
+    let created = common::cri::create(
+        &daemon,
+        &pod,
+        &pod_config("exec"),
+        container("idle", &["true"]),
+    )
+    .await
+    .unwrap();
     let err = exec_url(&daemon, &created, &["true"], OUT_ERR)
         .await
         .unwrap_err();
@@ -329,15 +340,8 @@ fn http_status(e: ClientError) -> (u16, String) {
 #[tokio::test]
 async fn tokens_are_single_use_and_expire() {
     require_root!();
-    let (_net, mut daemon, pod, pod_config) =
-        pod("tokens", "[streaming]\ntoken_ttl = \"2s\"\n").await;
-    let id = run_container(
-        &daemon,
-        &pod,
-        &pod_config,
-        container("shell", &["sleep", "3600"]),
-    )
-    .await;
+    let (_net, mut daemon, pod, id) =
+        shell_pod("tokens", "[streaming]\ntoken_ttl = \"2s\"\n").await;
 
     for (transport, _) in &TRANSPORTS[..2] {
         let url = exec_url(&daemon, &id, &["echo", "once"], OUT_ERR)
@@ -388,14 +392,7 @@ async fn tokens_are_single_use_and_expire() {
 #[tokio::test]
 async fn idle_sessions_end() {
     require_root!();
-    let (_net, daemon, pod, pod_config) = pod("idle", "[streaming]\nidle_timeout = \"2s\"\n").await;
-    let id = run_container(
-        &daemon,
-        &pod,
-        &pod_config,
-        container("shell", &["sleep", "3600"]),
-    )
-    .await;
+    let (_net, daemon, pod, id) = shell_pod("idle", "[streaming]\nidle_timeout = \"2s\"\n").await;
     for transport in &TRANSPORTS[..2] {
         // Output every second keeps it open past the idle timeout.
         let busy = exec_all(

@@ -132,6 +132,26 @@ impl Cri {
         Ok(v1::ListContainersResponse { containers })
     }
 
+    /// The container's own process, running `cmd`: an exec runs with the
+    /// container's user, environment and working directory.
+    pub async fn exec_process(
+        &self,
+        container: &Container,
+        cmd: Vec<String>,
+        tty: bool,
+    ) -> Result<oci_spec::runtime::Process, Error> {
+        let id = container.meta.id.clone();
+        let spec_path = ContainerDirs::new(&self.config.root, &self.config.state, &id).spec();
+        let spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&spec_path))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(|e| Error::Internal(format!("container {id}: reading its spec: {e}")))?;
+        let mut process = spec.process().clone().unwrap_or_default();
+        process.set_args(Some(cmd));
+        process.set_terminal(Some(tty));
+        Ok(process)
+    }
+
     pub async fn exec_sync(
         self: &Arc<Self>,
         req: v1::ExecSyncRequest,
@@ -146,15 +166,9 @@ impl Cri {
                 "container {id} is not running"
             )));
         }
-        // The exec'd process runs as the container's own process does.
-        let spec_path = ContainerDirs::new(&self.config.root, &self.config.state, id).spec();
-        let spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&spec_path))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
-            .map_err(|e| Error::Internal(format!("container {id}: reading its spec: {e}")))?;
-        let mut process = spec.process().clone().unwrap_or_default();
-        process.set_args(Some(req.cmd.clone()));
-        process.set_terminal(Some(false));
+        let process = self
+            .exec_process(&container, req.cmd.clone(), false)
+            .await?;
         let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
         let client = ShimClient::connect(&socket)
             .await

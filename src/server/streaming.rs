@@ -5,9 +5,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use berth_shim::{AttachOptions, ExecOptions, IoStream, ShimClient, StreamEvent};
 use berth_streaming::{
@@ -18,7 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::Cri;
-use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::objects::StoreExt;
@@ -193,40 +191,6 @@ impl ShimBackend {
     }
 }
 
-/// The container's own process, running `cmd`: an exec runs with the
-/// container's user, environment and working directory.
-async fn exec_process(
-    cri: &Cri,
-    container: &Container,
-    cmd: Vec<String>,
-    tty: bool,
-) -> Result<oci_spec::runtime::Process, BackendError> {
-    let id = container.meta.id.clone();
-    let spec_path = ContainerDirs::new(&cri.config.root, &cri.config.state, &id).spec();
-    let spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&spec_path))
-        .await
-        .map_err(|e| BackendError::Internal(e.to_string()))?
-        .map_err(|e| BackendError::Internal(format!("container {id}: reading its spec: {e}")))?;
-    let mut process = spec.process().clone().unwrap_or_default();
-    process.set_args(Some(cmd));
-    process.set_terminal(Some(tty));
-    Ok(process)
-}
-
-/// A fresh exec id (`[A-Za-z0-9_.-]`, unique per container).
-fn new_exec_id() -> String {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "stream-{}-{nanos:x}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
 #[tonic::async_trait]
 impl Backend for ShimBackend {
     async fn exec(
@@ -235,9 +199,12 @@ impl Backend for ShimBackend {
         io: StreamIo,
     ) -> Result<i32, BackendError> {
         let (cri, container, client) = self.shim(&req.container_id).await?;
-        let process = exec_process(&cri, &container, req.cmd.clone(), req.tty).await?;
+        let process = cri
+            .exec_process(&container, req.cmd.clone(), req.tty)
+            .await
+            .map_err(backend_err)?;
         let opts = ExecOptions {
-            exec_id: new_exec_id(),
+            exec_id: berth_shim::new_exec_id("stream"),
             process,
             tty: req.tty,
             stdin: io.stdin.is_some(),

@@ -488,7 +488,7 @@ impl ShimClient {
         timeout: Option<Duration>,
     ) -> Result<ExecOutput, Error> {
         let opts = ExecOptions {
-            exec_id: new_exec_id(),
+            exec_id: new_exec_id("sync"),
             process: process.clone(),
             tty: false,
             stdin: false,
@@ -694,15 +694,16 @@ fn append_capped(into: &mut Vec<u8>, data: &[u8]) -> bool {
     data.len() > room
 }
 
-/// A fresh exec id: pid, time and a counter.
-fn new_exec_id() -> String {
+/// A fresh exec id, unique in this process: `prefix` (`[A-Za-z0-9_.-]`),
+/// pid, time and a counter.
+pub fn new_exec_id(prefix: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     format!(
-        "sync-{}-{nanos:x}-{}",
+        "{prefix}-{}-{nanos:x}-{}",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     )
@@ -801,7 +802,7 @@ mod tests {
 
     #[test]
     fn exec_ids_are_valid_and_unique() {
-        let (a, b) = (new_exec_id(), new_exec_id());
+        let (a, b) = (new_exec_id("sync"), new_exec_id("sync"));
         assert_ne!(a, b);
         assert!(crate::options::valid_exec_id(&a), "{a}");
     }

@@ -31,8 +31,8 @@ mod sys;
 
 #[cfg(feature = "client")]
 pub use client::{
-    delete_container, AttachOptions, ExecOptions, ExecOutput, IoStream, ShimClient, SpawnOptions,
-    StreamEvent, StreamReader, StreamWriter,
+    delete_container, new_exec_id, AttachOptions, ExecOptions, ExecOutput, IoStream, ShimClient,
+    SpawnOptions, StreamEvent, StreamReader, StreamWriter,
 };
 pub use error::Error;
 pub use exit_file::{read_exit_file, write_exit_file};

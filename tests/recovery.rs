@@ -124,18 +124,7 @@ async fn containers_outlive_a_killed_daemon() {
         let id = rt
             .create_container(v1::CreateContainerRequest {
                 pod_sandbox_id: pod.clone(),
-                config: Some(v1::ContainerConfig {
-                    metadata: Some(v1::ContainerMetadata {
-                        name: name.into(),
-                        attempt: 0,
-                    }),
-                    image: Some(v1::ImageSpec {
-                        image: registry().busybox(),
-                        ..Default::default()
-                    }),
-                    command: vec!["sh".into(), "-c".into(), cmd.into()],
-                    ..Default::default()
-                }),
+                config: Some(common::cri::container(name, &["sh", "-c", cmd])),
                 sandbox_config: Some(pod_cfg.clone()),
             })
             .await
@@ -225,18 +214,7 @@ async fn create_container_killed_midway_is_rolled_back() {
             .unwrap();
         let request = v1::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
-            config: Some(v1::ContainerConfig {
-                metadata: Some(v1::ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(v1::ImageSpec {
-                    image: registry().busybox(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "100".into()],
-                ..Default::default()
-            }),
+            config: Some(common::cri::container("c", &["sleep", "100"])),
             sandbox_config: Some(pod_cfg.clone()),
         };
         assert!(daemon
@@ -292,18 +270,7 @@ async fn start_container_and_remove_pod_killed_midway() {
     let id = rt
         .create_container(v1::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
-            config: Some(v1::ContainerConfig {
-                metadata: Some(v1::ContainerMetadata {
-                    name: "c".into(),
-                    attempt: 0,
-                }),
-                image: Some(v1::ImageSpec {
-                    image: registry().busybox(),
-                    ..Default::default()
-                }),
-                command: vec!["sleep".into(), "1000".into()],
-                ..Default::default()
-            }),
+            config: Some(common::cri::container("c", &["sleep", "1000"])),
             sandbox_config: Some(pod_cfg.clone()),
         })
         .await
@@ -465,18 +432,7 @@ async fn soak_with_random_kills_ends_without_leaks() {
         let created = rt
             .create_container(v1::CreateContainerRequest {
                 pod_sandbox_id: pod.clone(),
-                config: Some(v1::ContainerConfig {
-                    metadata: Some(v1::ContainerMetadata {
-                        name: "c".into(),
-                        attempt: 0,
-                    }),
-                    image: Some(v1::ImageSpec {
-                        image: registry().busybox(),
-                        ..Default::default()
-                    }),
-                    command: vec!["sleep".into(), "1000".into()],
-                    ..Default::default()
-                }),
+                config: Some(common::cri::container("c", &["sleep", "1000"])),
                 sandbox_config: Some(pod_cfg.clone()),
             })
             .await;

@@ -200,18 +200,7 @@ async fn create_container_killed_midway_is_rolled_back() {
                 .await;
         let pod_cfg = pod_config("creator");
         let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
-        daemon
-            .images()
-            .await
-            .pull_image(v1::PullImageRequest {
-                image: Some(v1::ImageSpec {
-                    image: registry().busybox(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        common::cri::pull(&daemon, &registry().busybox()).await;
         let request = v1::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
             config: Some(common::cri::container("c", &["sleep", "100"])),
@@ -254,18 +243,7 @@ async fn start_container_and_remove_pod_killed_midway() {
     .await;
     let pod_cfg = pod_config("starter");
     let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
-    daemon
-        .images()
-        .await
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: registry().busybox(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    common::cri::pull(&daemon, &registry().busybox()).await;
     let mut rt = daemon.runtime().await;
     let id = rt
         .create_container(v1::CreateContainerRequest {
@@ -400,18 +378,7 @@ async fn soak_with_random_kills_ends_without_leaks() {
     let sandbox = Sandbox::new();
     let config = net_config(&net, &sandbox);
     let mut daemon = Daemon::start_in(sandbox, &config).await;
-    daemon
-        .images()
-        .await
-        .pull_image(v1::PullImageRequest {
-            image: Some(v1::ImageSpec {
-                image: registry().busybox(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    common::cri::pull(&daemon, &registry().busybox()).await;
     let mut rng = Lcg(u64::from(std::process::id()));
     let deadline = std::time::Instant::now() + Duration::from_secs(150);
     let (mut cycles, mut kills) = (0, 0);

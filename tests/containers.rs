@@ -633,32 +633,17 @@ async fn exited_container_leaves_the_runtime_at_exit() {
     .await
     .unwrap();
     start(&daemon, &id).await;
-    let runtime_state = daemon.sandbox.path("state/runtime").join(&id);
-    let shim_socket = daemon
-        .sandbox
-        .path("state/s")
-        .join(&id[..24])
-        .join("shim.sock");
-    assert!(shim_socket.parent().unwrap().is_dir());
+    let paths = common::cri::ContainerPaths::new(&daemon, &id);
+    assert!(paths.shim_socket.parent().unwrap().is_dir());
     let st = wait_exited(&daemon, &id).await;
     assert_eq!(st.reason, "Completed");
-    let rootfs = daemon
-        .sandbox
-        .path("state/containers")
-        .join(&id)
-        .join("rootfs");
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mounted = || {
-        std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap()
-            .contains(rootfs.to_str().unwrap())
-    };
-    while runtime_state.exists() || shim_socket.exists() || mounted() {
+    while !paths.released() {
         assert!(
             Instant::now() < deadline,
             "runtime state {}, shim socket {} or rootfs mount still there",
-            runtime_state.display(),
-            shim_socket.display()
+            paths.runtime_state.display(),
+            paths.shim_socket.display()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -674,7 +659,7 @@ async fn exited_container_leaves_the_runtime_at_exit() {
             .await
             .unwrap();
     }
-    assert!(!shim_socket.parent().unwrap().exists());
+    assert!(!paths.shim_socket.parent().unwrap().exists());
     remove_pod(&daemon, &pod).await;
 }
 

@@ -27,6 +27,21 @@ async fn pods(daemon: &Daemon) -> Vec<v1::PodSandbox> {
         .items
 }
 
+/// A pod named `pod_name` running one busybox container: their ids.
+async fn pod_with_container(
+    daemon: &Daemon,
+    pod_name: &str,
+    name: &str,
+    command: &[&str],
+) -> (String, String) {
+    let pod_cfg = pod_config(pod_name);
+    let pod = run(daemon, pod_cfg.clone()).await.unwrap();
+    common::cri::pull(daemon, &registry().busybox()).await;
+    let config = common::cri::container(name, command);
+    let id = common::cri::run_container(daemon, &pod, &pod_cfg, config).await;
+    (pod, id)
+}
+
 fn leases(net: &TestNet) -> Vec<String> {
     std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
         .map(|d| {
@@ -507,16 +522,7 @@ async fn orphan_container_of_a_lost_record_is_killed_with_its_cgroup() {
     let sandbox = Sandbox::new();
     let config = net_config(&net, &sandbox);
     let mut daemon = Daemon::start_in(sandbox, &config).await;
-    let pod_cfg = pod_config("lostctr");
-    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
-    common::cri::pull(&daemon, &registry().busybox()).await;
-    let id = common::cri::run_container(
-        &daemon,
-        &pod,
-        &pod_cfg,
-        common::cri::container("lost", &["sleep", "4243"]),
-    )
-    .await;
+    let (pod, id) = pod_with_container(&daemon, "lostctr", "lost", &["sleep", "4243"]).await;
     let pid = common::cri::container_status(&daemon, &id).await;
     assert_eq!(pid.state, v1::ContainerState::ContainerRunning as i32);
     let sleep_pid: u32 = String::from_utf8(
@@ -574,6 +580,41 @@ async fn orphan_container_of_a_lost_record_is_killed_with_its_cgroup() {
     }
     assert!(!cgroup.exists(), "cgroup {} left", cgroup.display());
     assert!(!daemon.sandbox.path("state/runtime").join(&id).exists());
+    remove_pod(&daemon, &pod).await;
+    daemon.assert_no_leftovers();
+}
+
+/// berth killed after StopContainer recorded the exit but before it
+/// deleted the container from runc: recovery finishes the job.
+#[tokio::test]
+async fn stop_container_killed_before_release_is_released_at_restart() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = Sandbox::new();
+    let config = net_config(&net, &sandbox);
+    let mut daemon =
+        Daemon::start_with_failpoints(sandbox, &config, "stop_container:before_release").await;
+    let (pod, id) = pod_with_container(&daemon, "releaser", "c", &["sleep", "1000"]).await;
+    let stopped = daemon
+        .runtime()
+        .await
+        .stop_container(v1::StopContainerRequest {
+            container_id: id.clone(),
+            timeout: 0,
+        })
+        .await;
+    assert!(stopped.is_err());
+    daemon.wait_crashed().await;
+    let paths = common::cri::ContainerPaths::new(&daemon, &id);
+    assert!(paths.runtime_state.exists() && paths.shim_socket.exists());
+    daemon.restart().await;
+    let st = common::cri::container_status(&daemon, &id).await;
+    assert_eq!(st.state, v1::ContainerState::ContainerExited as i32);
+    assert_eq!(st.exit_code, 137);
+    assert!(
+        paths.released(),
+        "runc, the shim or the rootfs mount still hold {id}"
+    );
     remove_pod(&daemon, &pod).await;
     daemon.assert_no_leftovers();
 }

@@ -165,6 +165,7 @@ impl Cri {
             return Ok(());
         }
         self.signal_until_exit(container, grace).await?;
+        failpoint::hit("stop_container:before_release");
         self.release_exited(container).await;
         Ok(())
     }
@@ -172,7 +173,7 @@ impl Cri {
     /// Deletes an exited container from the runtime (its shim exits) and
     /// unmounts its rootfs, as containerd does at exit. What fails here is
     /// done again, and reported, by RemoveContainer.
-    async fn release_exited(&self, container: &Container) {
+    pub async fn release_exited(&self, container: &Container) {
         let id = &container.meta.id;
         if let Err(e) = self.destroy_shim(container).await {
             tracing::warn!(container = %id, error = %e, "deleting the exited container from the runtime");

@@ -52,6 +52,9 @@ pub enum Action {
     /// A created container whose shim runs: StartContainer was cut short
     /// after the start; adopt it as running (or exited).
     AdoptStarted(String),
+    /// An exited container runc still holds or whose rootfs is still
+    /// mounted (berth died between recording the exit and releasing it).
+    ReleaseExited(String),
     /// Something on disk that no record owns.
     RemoveOrphan(PathBuf),
     /// A CNI attachment (cached result) of a sandbox no record owns: DEL it,
@@ -74,6 +77,9 @@ impl std::fmt::Display for Action {
             Action::ContainerExited(id) => write!(f, "record the exit of container {id}"),
             Action::RemountContainer(id) => write!(f, "remount the rootfs of container {id}"),
             Action::AdoptStarted(id) => write!(f, "adopt started container {id}"),
+            Action::ReleaseExited(id) => {
+                write!(f, "delete exited container {id} from the runtime")
+            }
             Action::RemoveOrphan(path) => write!(f, "remove orphan {}", path.display()),
             Action::ReleaseOrphanNetwork {
                 container_id,
@@ -157,7 +163,15 @@ pub async fn plan(
                         plan.push(Action::RemountContainer(id));
                     }
                 }
-                ContainerState::Exited => {}
+                ContainerState::Exited => {
+                    let dirs = ContainerDirs::new(&config.root, &config.state, &id);
+                    if config.state.join("runtime").join(&id).exists()
+                        || shim_alive(&ShimPaths::new(shim_dir(&id)).socket()).await
+                        || is_mounted(&dirs.rootfs())
+                    {
+                        plan.push(Action::ReleaseExited(id));
+                    }
+                }
             }
         }
         // Orphans: entries named after no record.
@@ -302,6 +316,11 @@ impl Cri {
                         self.watch_exit(container, client);
                     }
                 }
+                Ok(())
+            }
+            Action::ReleaseExited(id) => {
+                let container = self.containers.lookup(id)?;
+                self.release_exited(&container).await;
                 Ok(())
             }
             Action::RemoveOrphan(path) => self.remove_orphan(path).await,

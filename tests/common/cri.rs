@@ -220,3 +220,33 @@ impl Drop for PodCgroup {
         }
     }
 }
+
+/// What of a container runc, its shim and its rootfs mount hold, in the
+/// daemon's state dir.
+pub struct ContainerPaths {
+    pub runtime_state: PathBuf,
+    pub shim_socket: PathBuf,
+    pub rootfs: PathBuf,
+}
+
+impl ContainerPaths {
+    pub fn new(daemon: &Daemon, id: &str) -> ContainerPaths {
+        let state = daemon.sandbox.path("state");
+        ContainerPaths {
+            runtime_state: state.join("runtime").join(id),
+            shim_socket: state.join("s").join(&id[..24]).join("shim.sock"),
+            rootfs: state.join("containers").join(id).join("rootfs"),
+        }
+    }
+
+    pub fn rootfs_mounted(&self) -> bool {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(self.rootfs.to_str().unwrap())
+    }
+
+    /// Whether runc, the shim and the rootfs mount have all let go.
+    pub fn released(&self) -> bool {
+        !self.runtime_state.exists() && !self.shim_socket.exists() && !self.rootfs_mounted()
+    }
+}

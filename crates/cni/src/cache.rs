@@ -10,7 +10,6 @@
 //! The entry is written *before* the first plugin runs, so a crash in the
 //! middle of ADD still leaves what DEL needs (e.g. portmap's port mappings).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -171,18 +170,7 @@ impl Cache {
 /// old or the new content: temp file in `dir`, fsync, rename, fsync `dir`.
 pub(crate) fn write_atomic(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, e))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| io_err("create temp file in", dir, e))?;
-    tmp.write_all(bytes)
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| io_err("write", tmp.path().to_owned(), e))?;
-    tmp.persist(path)
-        .map_err(|e| io_err("rename temp file to", path, e.error))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("fsync directory", dir, e))
+    berth_atomic_file::write(path, bytes, 0o600).map_err(|e| io_err("write", path, e))
 }
 
 #[cfg(test)]

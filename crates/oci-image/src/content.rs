@@ -107,10 +107,7 @@ pub(crate) fn persist(tmp: tempfile::NamedTempFile, dest: &Path) -> io::Result<(
 
 /// Writes `bytes` to `path` atomically (temp file in the same dir).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    persist(tmp, path)
+    berth_atomic_file::write(path, bytes, 0o600)
 }
 
 /// Stores a small blob already in memory and already verified.

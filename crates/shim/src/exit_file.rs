@@ -11,7 +11,7 @@ use crate::protocol::ExitInfo;
 /// Writes `info` to `path` atomically (temp file, fsync, rename, fsync dir).
 pub fn write_exit_file(path: &Path, info: &ExitInfo) -> io::Result<()> {
     let json = serde_json::to_vec(info).map_err(io::Error::other)?;
-    crate::sys::write_atomic(path, &json)
+    berth_atomic_file::write(path, &json, 0o644)
 }
 
 /// Reads the exit file at `path`: `None` when there is none (the container

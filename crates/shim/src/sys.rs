@@ -149,34 +149,6 @@ pub fn set_winsize(fd: &impl AsRawFd, width: u16, height: u16) -> io::Result<()>
     Ok(())
 }
 
-/// Writes `data` to `path` atomically: a temporary file in the same
-/// directory, fsync, rename over `path`, fsync of the directory.
-pub fn write_atomic(path: &std::path::Path, data: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| {
-        let mut file = File::create(&tmp)?;
-        file.write_all(data)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,16 +159,6 @@ mod tests {
         assert_eq!(exit_code(std::process::ExitStatus::from_raw(3 << 8)), 3);
         assert_eq!(exit_code(std::process::ExitStatus::from_raw(9)), 137);
         assert_eq!(exit_code(std::process::ExitStatus::from_raw(15)), 143);
-    }
-
-    #[test]
-    fn atomic_write_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

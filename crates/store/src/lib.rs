@@ -4,14 +4,12 @@
 //! and a status cell that persists a change before it is visible
 //! ([`StatusCell`]), and the [`Store`] built from them.
 
-mod atomic;
 mod cell;
 mod index;
 mod record;
 mod registrar;
 mod store;
 
-pub use atomic::write_atomic;
 pub use cell::StatusCell;
 pub use index::{IdIndex, LookupError};
 pub use record::{LoadedRecord, RecordDir, RecordError};

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::write_atomic;
-
 /// Format version written with every record.
 const FORMAT_VERSION: u32 = 1;
 
@@ -94,7 +92,7 @@ impl<T: Serialize + DeserializeOwned> RecordDir<T> {
             path: path.clone(),
             source,
         })?;
-        write_atomic(&path, &data, 0o600).map_err(|source| RecordError::Io {
+        berth_atomic_file::write(&path, &data, 0o600).map_err(|source| RecordError::Io {
             id: id.to_string(),
             path,
             source,

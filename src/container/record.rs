@@ -37,12 +37,7 @@ pub struct ContainerMeta {
 
 impl ContainerMeta {
     /// The decoded `ContainerConfig`.
-    pub fn config(&self) -> v1::ContainerConfig {
-        self.config_ref().clone()
-    }
-
-    /// The decoded `ContainerConfig`, borrowed.
-    pub fn config_ref(&self) -> &v1::ContainerConfig {
+    pub fn config(&self) -> &v1::ContainerConfig {
         self.decoded
             .get_or_init(|| v1::ContainerConfig::decode(self.config.as_slice()).unwrap_or_default())
     }
@@ -82,7 +77,7 @@ impl ContainerStatus {
     /// The resources the container runs with, as CRI names them.
     pub fn resources(&self, meta: &ContainerMeta) -> Option<v1::LinuxContainerResources> {
         if self.resources.is_empty() {
-            meta.config_ref()
+            meta.config()
                 .linux
                 .as_ref()
                 .and_then(|l| l.resources.clone())

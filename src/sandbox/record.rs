@@ -31,12 +31,7 @@ pub struct SandboxMeta {
 
 impl SandboxMeta {
     /// The decoded `PodSandboxConfig`.
-    pub fn config(&self) -> v1::PodSandboxConfig {
-        self.config_ref().clone()
-    }
-
-    /// The decoded `PodSandboxConfig`, borrowed.
-    pub fn config_ref(&self) -> &v1::PodSandboxConfig {
+    pub fn config(&self) -> &v1::PodSandboxConfig {
         self.decoded.get_or_init(|| {
             v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
         })

@@ -174,7 +174,7 @@ impl Cri {
             }
 
             let status = sandbox.status();
-            let ns = namespace_options(&sandbox_config);
+            let ns = namespace_options(sandbox_config);
             let files = SandboxFiles::new(&self.config.root, &self.config.state, &sandbox.meta.id);
             let host_ipc = ns.ipc == v1::NamespaceMode::Node as i32;
             let sandbox_info = berth_spec::SandboxInfo {

@@ -180,10 +180,11 @@ impl Cri {
             return;
         }
         let dirs = ContainerDirs::new(&self.config.root, &self.config.state, id);
-        match tokio::task::spawn_blocking(move || dirs.unmount()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(container = %id, error = %e, "unmounting the rootfs"),
-            Err(e) => tracing::warn!(container = %id, error = %e, "unmounting the rootfs"),
+        let unmounted = tokio::task::spawn_blocking(move || dirs.unmount())
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = unmounted {
+            tracing::warn!(container = %id, error = %e, "unmounting the rootfs");
         }
     }
 

@@ -35,7 +35,7 @@ impl Cri {
     }
 
     fn summary(&self, container: &Container) -> v1::Container {
-        let config = container.meta.config_ref();
+        let config = container.meta.config();
         v1::Container {
             id: container.meta.id.clone(),
             pod_sandbox_id: container.meta.sandbox_id.clone(),
@@ -56,7 +56,7 @@ impl Cri {
     ) -> Result<v1::ContainerStatusResponse, Error> {
         let container = self.containers.lookup(&req.container_id)?;
         let status = container.status();
-        let config = container.meta.config_ref();
+        let config = container.meta.config();
         let resources = status.resources(&container.meta);
         let mut info = HashMap::new();
         if req.verbose {

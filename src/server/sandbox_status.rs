@@ -19,7 +19,7 @@ fn cri_state(state: SandboxState) -> v1::PodSandboxState {
 
 /// The ListPodSandbox entry of a sandbox.
 fn summary(sandbox: &Sandbox) -> v1::PodSandbox {
-    let config = sandbox.meta.config_ref();
+    let config = sandbox.meta.config();
     v1::PodSandbox {
         id: sandbox.meta.id.clone(),
         metadata: config.metadata.clone(),
@@ -54,7 +54,7 @@ impl Cri {
             }
         }
         let status = sandbox.status();
-        let config = sandbox.meta.config_ref();
+        let config = sandbox.meta.config();
         let namespace_options = config
             .linux
             .as_ref()

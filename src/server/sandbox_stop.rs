@@ -93,7 +93,7 @@ impl Cri {
         if let Some(netns) = &sandbox.meta.netns {
             if status.network_attached {
                 // DEL runs even when the netns is already gone.
-                let attachment = self.attachment(id, netns, &sandbox.meta.config());
+                let attachment = self.attachment(id, netns, sandbox.meta.config());
                 self.cni.del(&attachment).await.map_err(|e| {
                     Error::Internal(format!("sandbox {id}: tearing down the pod network: {e}"))
                 })?;

@@ -258,6 +258,7 @@ impl Cri {
             .meta
             .config()
             .linux
+            .as_ref()
             .is_some_and(|l| !l.cgroup_parent.is_empty());
         if own_parent {
             return pause.parent().map(PodCgroup::Own);
@@ -322,9 +323,9 @@ impl Cri {
         let mut out = v1::ContainerStats {
             attributes: Some(v1::ContainerAttributes {
                 id: container.meta.id.clone(),
-                metadata: config.metadata,
-                labels: config.labels,
-                annotations: config.annotations,
+                metadata: config.metadata.clone(),
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
             }),
             writable_layer: reading.layer.map(|u| v1::FilesystemUsage {
                 timestamp,
@@ -373,9 +374,9 @@ impl Cri {
         v1::PodSandboxStats {
             attributes: Some(v1::PodSandboxAttributes {
                 id: sandbox.meta.id.clone(),
-                metadata: config.metadata,
-                labels: config.labels,
-                annotations: config.annotations,
+                metadata: config.metadata.clone(),
+                labels: config.labels.clone(),
+                annotations: config.annotations.clone(),
             }),
             linux: Some(linux),
             windows: None,
@@ -550,7 +551,7 @@ impl Cri {
     /// cAdvisor-style metrics of a pod: network counters at the pod level,
     /// CPU, memory, processes and writable layer per container.
     fn pod_metrics_now(&self, sandbox: &Sandbox) -> v1::PodSandboxMetrics {
-        let pod = sandbox.meta.config().metadata.unwrap_or_default();
+        let pod = sandbox.meta.config().metadata.clone().unwrap_or_default();
         let pod_labels = [sandbox.meta.id.clone(), pod.name.clone(), String::new()];
         let pid = sandbox.status().pid;
         let interfaces = match (&sandbox.meta.netns, pid) {
@@ -562,7 +563,13 @@ impl Cri {
             .iter()
             .filter(|c| c.status().state == ContainerState::Running)
             .map(|c| {
-                let name = c.meta.config().metadata.map(|m| m.name).unwrap_or_default();
+                let name = c
+                    .meta
+                    .config()
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default();
                 let labels = [c.meta.id.clone(), name, c.meta.image_name.clone()];
                 let reading = self.read_container(c);
                 v1::ContainerMetrics {

@@ -86,7 +86,7 @@ impl Cri {
         let dirs = ContainerDirs::new(&self.config.root, &self.config.state, id);
         let mut opts = ShimOptions::new(id, &dirs.bundle, self.shim_dir(id));
         opts.runtime = container.meta.runtime.clone().into();
-        opts.runtime_root = self.config.state.join("runtime");
+        opts.runtime_root = self.runtime_root();
         opts.stdin = config.stdin;
         opts.stdin_once = config.stdin_once;
         opts.tty = config.tty;
@@ -269,10 +269,7 @@ impl Cri {
     /// that was done at exit.
     async fn destroy_shim(&self, container: &Container) -> Result<(), Error> {
         let id = &container.meta.id;
-        let runtime = berth_shim::runc::Runtime::new(
-            &container.meta.runtime,
-            self.config.state.join("runtime"),
-        );
+        let runtime = berth_shim::runc::Runtime::new(&container.meta.runtime, self.runtime_root());
         berth_shim::delete_container(&self.shim_dir(id), &runtime, id)
             .await
             .map_err(shim_error(id, "deleting the container"))

@@ -37,6 +37,11 @@ pub fn shim_dir(state: &std::path::Path, id: &str) -> std::path::PathBuf {
     state.join("s").join(&id[..id.len().min(24)])
 }
 
+/// The OCI runtime's state root under `state` (`--root` of runc and crun).
+pub fn runtime_root(state: &std::path::Path) -> std::path::PathBuf {
+    state.join("runtime")
+}
+
 /// What recovery would change, from the records on disk; changes nothing.
 pub async fn recovery_plan(config: &Config) -> Result<Vec<String>, Error> {
     let open_err =
@@ -164,7 +169,7 @@ impl Cri {
             id: id.to_string(),
             bundle: files.bundle(),
             shim_dir: self.shim_dir(id),
-            runtime_root: self.config.state.join("runtime"),
+            runtime_root: self.runtime_root(),
             shim_binary: self.shim_binary(),
         }
     }
@@ -172,6 +177,11 @@ impl Cri {
     /// A shim's state dir: short, so its socket path fits a unix address.
     pub fn shim_dir(&self, id: &str) -> std::path::PathBuf {
         shim_dir(&self.config.state, id)
+    }
+
+    /// The OCI runtime's state root (`--root` of runc and crun).
+    pub fn runtime_root(&self) -> std::path::PathBuf {
+        runtime_root(&self.config.state)
     }
 
     /// The berth-shim executable: from config, else next to this binary, else in PATH.

@@ -165,7 +165,7 @@ pub async fn plan(
                 }
                 ContainerState::Exited => {
                     let dirs = ContainerDirs::new(&config.root, &config.state, &id);
-                    if config.state.join("runtime").join(&id).exists()
+                    if super::runtime_root(&config.state).join(&id).exists()
                         || shim_alive(&ShimPaths::new(shim_dir(&id)).socket()).await
                         || is_mounted(&dirs.rootfs())
                     {
@@ -188,7 +188,7 @@ pub async fn plan(
         let root = &config.root;
         for (dir, names) in [
             // First: runc's own state, so orphan containers are killed first.
-            (state.join("runtime"), &ids),
+            (super::runtime_root(state), &ids),
             (state.join("netns"), &ids),
             (state.join("sandboxes"), &ids),
             (root.join("sandboxes"), &ids),
@@ -379,8 +379,6 @@ impl Cri {
         }
     }
 
-    /// Removes an entry that no record owns: unmounts first, deletes the
-    /// runtime container of a live shim.
     /// A container runc holds that no record owns: `runc delete --force`
     /// kills what runs in it and removes its cgroup. Which handler made it
     /// is unknown: each configured one is asked until one succeeds.
@@ -389,42 +387,37 @@ impl Cri {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let root = self.config.state.join("runtime");
         let mut binaries = vec![self.config.default_runtime_handler().binary.clone()];
         for handler in self.config.runtime.handlers.values() {
             if !binaries.contains(&handler.binary) {
                 binaries.push(handler.binary.clone());
             }
         }
+        // Ok as soon as one deletes it (or finds it gone).
         let mut last = None;
         for binary in binaries {
-            let runtime = berth_shim::runc::Runtime::new(&binary, &root);
-            let id = id.clone();
-            let deleted = tokio::task::spawn_blocking(move || runtime.delete(&id, true))
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
-            match deleted {
+            let runtime = berth_shim::runc::Runtime::new(&binary, self.runtime_root());
+            match berth_shim::delete_container(&self.shim_dir(&id), &runtime, &id).await {
                 Ok(()) => return Ok(()),
                 Err(e) => last = Some(e),
             }
-            if !path.exists() {
-                return Ok(());
-            }
         }
         match last {
-            Some(e) if path.exists() => Err(Error::Internal(format!(
+            Some(e) => Err(Error::Internal(format!(
                 "deleting orphan container {id} from the runtime: {e}"
             ))),
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 
+    /// Removes an entry that no record owns: unmounts first, deletes the
+    /// runtime container of a live shim.
     async fn remove_orphan(&self, path: &Path) -> Result<(), Error> {
         let path = path.to_path_buf();
         if path.starts_with(self.netns_dir()) {
             return super::sandbox_run::remove_netns(path).await;
         }
-        if path.starts_with(self.config.state.join("runtime")) {
+        if path.starts_with(self.runtime_root()) {
             return self.delete_orphan_container(&path).await;
         }
         if path.starts_with(self.config.state.join("s")) {

@@ -178,8 +178,7 @@ impl ImageStore {
     /// The image named by `reference_or_id`: a full id (`sha256:…`), a
     /// reference (tag or digest, normalised), or a unique id prefix.
     pub fn get(&self, reference_or_id: &str) -> Option<Image> {
-        let state = self.inner.lock();
-        find(&state, reference_or_id).cloned()
+        self.with(reference_or_id, Image::clone)
     }
 
     /// `f` of the image named by `reference_or_id`, without copying the

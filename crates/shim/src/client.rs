@@ -257,21 +257,20 @@ pub async fn delete_container(
     if !runtime.root().join(id).exists() {
         return Ok(());
     }
-    let (runtime, id) = (runtime.clone(), id.to_string());
-    let joined = tokio::task::spawn_blocking(move || match runtime.delete(&id, true) {
+    let (runtime, owned) = (runtime.clone(), id.to_string());
+    let deleted = tokio::task::spawn_blocking(move || runtime.delete(&owned, true))
+        .await
+        .map_err(|e| Error::Protocol {
+            id: id.to_string(),
+            message: format!("runtime delete task: {e}"),
+        })?;
+    match deleted {
         Err(e) if !e.is_not_found() => Err(Error::Runtime {
-            id,
+            id: id.to_string(),
             source: Box::new(e),
         }),
         _ => Ok(()),
-    })
-    .await;
-    joined.unwrap_or_else(|e| {
-        Err(Error::Protocol {
-            id: String::new(),
-            message: format!("runtime delete task: {e}"),
-        })
-    })
+    }
 }
 
 /// A connection to one shim. Cheap to clone; holds no connection itself.

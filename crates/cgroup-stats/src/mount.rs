@@ -64,7 +64,7 @@ impl Mounts {
     /// The hierarchies in a `mountinfo` text; other mounts are skipped.
     pub fn parse(mountinfo: &str) -> Mounts {
         let mut mounts = Mounts::default();
-        for m in berth_mountinfo::parse(mountinfo) {
+        for m in berth_mountinfo::mounts(mountinfo) {
             let hierarchy = Hierarchy {
                 root: m.root,
                 mountpoint: m.mount_point,

@@ -128,23 +128,11 @@ fn default_mounts(privileged: bool) -> Vec<Mount> {
         .collect()
 }
 
-/// How the mount holding a path propagates, from /proc/self/mountinfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MountPropagation {
-    pub mount_point: PathBuf,
-    pub shared: bool,
-    pub slave: bool,
-}
-
 /// The mount `path` lies on (the deepest mount point above it; of stacked
-/// mounts, the last).
-pub(crate) fn propagation_of(mountinfo: &str, path: &Path) -> Option<MountPropagation> {
+/// mounts, the last), from a mountinfo text.
+pub(crate) fn propagation_of(mountinfo: &str, path: &Path) -> Option<berth_mountinfo::Mount> {
     let mounts = berth_mountinfo::parse(mountinfo);
-    berth_mountinfo::mount_of(&mounts, path).map(|m| MountPropagation {
-        mount_point: m.mount_point.clone(),
-        shared: m.is_shared(),
-        slave: m.is_slave(),
-    })
+    berth_mountinfo::mount_of(&mounts, path).cloned()
 }
 
 /// Everything that decides the mounts besides the config.
@@ -171,7 +159,7 @@ struct MountInfo<'a> {
 
 impl MountInfo<'_> {
     /// How the mount holding `path` propagates.
-    fn propagation(&mut self, path: &Path) -> Result<Option<MountPropagation>, Error> {
+    fn propagation(&mut self, path: &Path) -> Result<Option<berth_mountinfo::Mount>, Error> {
         if self.given.is_none() && self.live.is_none() {
             let file = Path::new(berth_mountinfo::SELF);
             let text =
@@ -207,13 +195,13 @@ fn host_propagation(
             let p = mountinfo.propagation(src)?;
             (
                 "rslave",
-                p.is_some_and(|p| p.shared || p.slave),
+                p.is_some_and(|p| p.is_shared() || p.is_slave()),
                 "a shared or slave",
             )
         }
         v1::MountPropagation::PropagationBidirectional => {
             let p = mountinfo.propagation(src)?;
-            ("rshared", p.is_some_and(|p| p.shared), "a shared")
+            ("rshared", p.is_some_and(|p| p.is_shared()), "a shared")
         }
     };
     if !ok {
@@ -447,14 +435,14 @@ mod tests {
     fn mountinfo_propagation() {
         let p = propagation_of(MOUNTINFO, Path::new("/mnt/shared/x/y")).unwrap();
         assert_eq!(p.mount_point, PathBuf::from("/mnt/shared"));
-        assert!(p.shared && !p.slave);
+        assert!(p.is_shared() && !p.is_slave());
         let p = propagation_of(MOUNTINFO, Path::new("/mnt/slave")).unwrap();
-        assert!(p.slave && !p.shared);
+        assert!(p.is_slave() && !p.is_shared());
         let p = propagation_of(MOUNTINFO, Path::new("/mnt/sharedness")).unwrap();
         assert_eq!(p.mount_point, PathBuf::from("/"));
-        assert!(!p.shared && !p.slave);
+        assert!(!p.is_shared() && !p.is_slave());
         let p = propagation_of(MOUNTINFO, Path::new("/mnt/with space/a")).unwrap();
-        assert!(p.shared);
+        assert!(p.is_shared());
     }
 
     fn inputs<'a>(

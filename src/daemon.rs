@@ -36,7 +36,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     // Held for the life of the daemon: a second berth on the same socket or root refuses to start.
     let _socket_lock = lock(&lock_path(&config.socket))?;
-    let _root_lock = lock(&config.root.join("berth.lock"))?;
+    let _root_lock = lock(&crate::core::Layout::new(&config.root, &config.state).lock_file())?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,8 +1,17 @@
-//! The daemon's RPC error, and the one place where it becomes a gRPC status.
+//! The lifecycle core's error, and the one place where it becomes a gRPC
+//! status ([`Error::code`], `From<Error> for Status`).
+//!
+//! Failures of a mechanism keep their cause and say which object and which
+//! step they belong to (`Network`, `Runtime`, `Io`, `Record`), so the code
+//! a client sees follows the cause: a timed-out plugin or runtime is
+//! DeadlineExceeded, a full disk ResourceExhausted, a shim that is gone
+//! FailedPrecondition.
+
+use std::path::PathBuf;
 
 use tonic::{Code, Status};
 
-/// What an RPC handler can fail with. Every variant maps to one gRPC code.
+/// What a core operation or an RPC handler can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{0}")]
@@ -31,9 +40,81 @@ pub enum Error {
     ResourceExhausted(String),
     #[error("{0}")]
     Internal(String),
+    /// A CNI call for a sandbox failed.
+    #[error("pod sandbox {id}: {op}: {source}")]
+    Network {
+        id: String,
+        op: &'static str,
+        #[source]
+        source: Box<berth_cni::Error>,
+    },
+    /// A shim or the OCI runtime failed for a container or sandbox.
+    #[error("{id}: {op}: {source}")]
+    Runtime {
+        id: String,
+        op: &'static str,
+        #[source]
+        source: Box<berth_shim::Error>,
+    },
+    /// A file, directory, mount or namespace operation failed.
+    #[error("{id}: {op} {}: {source}", path.display())]
+    Io {
+        id: String,
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be written or read.
+    #[error(transparent)]
+    Record(#[from] berth_store::RecordError),
+    /// A cleanup after a failure did not finish: the object is kept so that a
+    /// later Stop/Remove can finish it.
+    #[error("{error} (and cleanup failed: {cleanup})")]
+    Cleanup { error: Box<Error>, cleanup: String },
 }
 
 impl Error {
+    /// A file operation on `path` for object `id`.
+    pub fn io(
+        id: &str,
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let (id, path) = (id.to_string(), path.into());
+        move |source| Error::Io {
+            id,
+            op,
+            path,
+            source,
+        }
+    }
+
+    /// A shim or runtime call for object `id`.
+    pub fn runtime(id: &str, op: &'static str) -> impl FnOnce(berth_shim::Error) -> Error {
+        let id = id.to_string();
+        move |source| Error::Runtime {
+            id,
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// A CNI call for sandbox `id`.
+    pub fn network(id: &str, op: &'static str) -> impl FnOnce(berth_cni::Error) -> Error {
+        let id = id.to_string();
+        move |source| Error::Network {
+            id,
+            op,
+            source: Box::new(source),
+        }
+    }
+
+    /// A task that should not have failed (a panicked blocking task).
+    pub fn join(e: tokio::task::JoinError) -> Error {
+        Error::Internal(format!("a blocking task failed: {e}"))
+    }
+
     /// The gRPC code of this error.
     pub fn code(&self) -> Code {
         match self {
@@ -49,7 +130,57 @@ impl Error {
             Error::DataLoss(_) => Code::DataLoss,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Internal(_) => Code::Internal,
+            Error::Network { source, .. } => match &**source {
+                berth_cni::Error::Timeout { .. } => Code::DeadlineExceeded,
+                berth_cni::Error::InvalidAttachment { .. } => Code::InvalidArgument,
+                berth_cni::Error::NoNetwork { .. } | berth_cni::Error::NetworkNotFound { .. } => {
+                    Code::FailedPrecondition
+                }
+                berth_cni::Error::Io { source, .. } | berth_cni::Error::Exec { source, .. } => {
+                    io_code(source)
+                }
+                _ => Code::Internal,
+            },
+            Error::Runtime { source, .. } => shim_code(source),
+            Error::Io { source, .. } => io_code(source),
+            Error::Record(e) => match e {
+                berth_store::RecordError::Io { source, .. } => io_code(source),
+                _ => Code::Internal,
+            },
+            Error::Cleanup { error, .. } => error.code(),
         }
+    }
+
+    /// Adds the failures of a cleanup to this error, keeping its kind.
+    pub fn with_cleanup(self, cleanup: String) -> Error {
+        Error::Cleanup {
+            error: Box::new(self),
+            cleanup,
+        }
+    }
+}
+
+/// A full disk is ResourceExhausted; other I/O failures are Internal.
+fn io_code(e: &std::io::Error) -> Code {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => Code::ResourceExhausted,
+        _ => match e.kind() {
+            std::io::ErrorKind::TimedOut => Code::DeadlineExceeded,
+            _ => Code::Internal,
+        },
+    }
+}
+
+fn shim_code(e: &berth_shim::Error) -> Code {
+    match e {
+        e if e.is_shim_gone() => Code::FailedPrecondition,
+        berth_shim::Error::Timeout { .. } => Code::DeadlineExceeded,
+        berth_shim::Error::Runtime { source, .. } if source.is_timeout() => Code::DeadlineExceeded,
+        berth_shim::Error::Invalid { .. } => Code::InvalidArgument,
+        berth_shim::Error::Io { source, .. } => io_code(source),
+        e if e.is_not_found() => Code::NotFound,
+        e if e.is_failed_precondition() => Code::FailedPrecondition,
+        _ => Code::Internal,
     }
 }
 
@@ -69,6 +200,16 @@ impl From<berth_oci_image::Error> for Error {
             K::Unavailable => Error::Unavailable(message),
             K::DataLoss => Error::DataLoss(message),
             K::Internal => Error::Internal(message),
+        }
+    }
+}
+
+impl From<berth_spec::Error> for Error {
+    fn from(e: berth_spec::Error) -> Error {
+        if e.kind() == berth_spec::ErrorKind::InvalidArgument {
+            Error::InvalidArgument(e.to_string())
+        } else {
+            Error::Internal(e.to_string())
         }
     }
 }
@@ -97,5 +238,23 @@ mod tests {
         assert_eq!(s.message(), "container \"abc\" not found");
         let s: Status = Error::Starting.into();
         assert_eq!(s.code(), Code::Unavailable);
+    }
+
+    #[test]
+    fn causes_keep_their_kind() {
+        let full =
+            Error::io("abc", "writing", "/x")(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(full.code(), Code::ResourceExhausted);
+        assert_eq!(
+            full.to_string(),
+            "abc: writing /x: No space left on device (os error 28)"
+        );
+        let cleanup =
+            Error::FailedPrecondition("not ready".into()).with_cleanup("CNI DEL: busy".into());
+        assert_eq!(cleanup.code(), Code::FailedPrecondition);
+        assert_eq!(
+            cleanup.to_string(),
+            "not ready (and cleanup failed: CNI DEL: busy)"
+        );
     }
 }

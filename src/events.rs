@@ -19,7 +19,7 @@ use cri_api::v1;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
 
-use crate::container::{Container, ContainerState};
+use crate::core::mechanisms::{EventKind, EventSink};
 use crate::error::Error;
 use crate::server::{BoxStream, Cri};
 
@@ -112,6 +112,36 @@ impl Events {
     }
 }
 
+/// The core's [`EventSink`]: events carry the pod's and its containers'
+/// statuses, which the CRI layer encodes.
+#[derive(Default)]
+pub struct CoreEvents {
+    cri: std::sync::OnceLock<std::sync::Weak<Cri>>,
+}
+
+impl CoreEvents {
+    /// Events go out through `cri` from now on.
+    pub fn attach(&self, cri: &std::sync::Arc<Cri>) {
+        let _ = self.cri.set(std::sync::Arc::downgrade(cri));
+    }
+}
+
+#[tonic::async_trait]
+impl EventSink for CoreEvents {
+    async fn emit(&self, kind: EventKind, id: &str, sandbox_id: &str) {
+        let Some(cri) = self.cri.get().and_then(|w| w.upgrade()) else {
+            return;
+        };
+        let kind = match kind {
+            EventKind::Created => v1::ContainerEventType::ContainerCreatedEvent,
+            EventKind::Started => v1::ContainerEventType::ContainerStartedEvent,
+            EventKind::Stopped => v1::ContainerEventType::ContainerStoppedEvent,
+            EventKind::Deleted => v1::ContainerEventType::ContainerDeletedEvent,
+        };
+        cri.emit_event(id, sandbox_id, kind).await;
+    }
+}
+
 impl Cri {
     /// RuntimeService.GetContainerEvents.
     pub async fn get_container_events(
@@ -121,70 +151,8 @@ impl Cri {
         Ok(self.events.subscribe())
     }
 
-    /// Reports a new container of pod `sandbox_id`.
-    pub async fn container_created(&self, id: &str, sandbox_id: &str) {
-        let kind = v1::ContainerEventType::ContainerCreatedEvent;
-        self.emit_event(id, sandbox_id, kind).await;
-    }
-
-    /// Reports a started container.
-    pub async fn container_started(&self, container: &Container) {
-        let kind = v1::ContainerEventType::ContainerStartedEvent;
-        self.container_event(container, kind).await;
-    }
-
-    /// Reports a container that has exited (once, whichever path saw it first).
-    pub async fn container_stopped(&self, container: &Container) {
-        let kind = v1::ContainerEventType::ContainerStoppedEvent;
-        self.container_event(container, kind).await;
-    }
-
-    /// Reports a removed container.
-    pub async fn container_deleted(&self, container: &Container) {
-        let kind = v1::ContainerEventType::ContainerDeletedEvent;
-        self.container_event(container, kind).await;
-    }
-
-    /// Reports a pod sandbox that is ready: CREATED, then STARTED.
-    pub async fn sandbox_ready(&self, sandbox_id: &str) {
-        self.sandbox_event(sandbox_id, v1::ContainerEventType::ContainerCreatedEvent)
-            .await;
-        self.sandbox_event(sandbox_id, v1::ContainerEventType::ContainerStartedEvent)
-            .await;
-    }
-
-    /// Reports a stopped pod sandbox.
-    pub async fn sandbox_stopped(&self, sandbox_id: &str) {
-        let kind = v1::ContainerEventType::ContainerStoppedEvent;
-        self.sandbox_event(sandbox_id, kind).await;
-    }
-
-    /// Reports a removed pod sandbox.
-    pub async fn sandbox_deleted(&self, sandbox_id: &str) {
-        let kind = v1::ContainerEventType::ContainerDeletedEvent;
-        self.sandbox_event(sandbox_id, kind).await;
-    }
-
-    /// Reports a container's life-cycle change. STOPPED goes out once, and
-    /// only for a container that has exited.
-    async fn container_event(&self, container: &Container, kind: v1::ContainerEventType) {
-        if kind == v1::ContainerEventType::ContainerStoppedEvent
-            && container.status().state != ContainerState::Exited
-        {
-            return;
-        }
-        self.emit_event(&container.meta.id, &container.meta.sandbox_id, kind)
-            .await;
-    }
-
-    /// Reports a pod sandbox's life-cycle change (the sandbox id stands in
-    /// for the container id).
-    async fn sandbox_event(&self, sandbox_id: &str, kind: v1::ContainerEventType) {
-        self.emit_event(sandbox_id, sandbox_id, kind).await;
-    }
-
     /// Reports a change of container (or sandbox) `id` in pod `sandbox_id`.
-    async fn emit_event(&self, id: &str, sandbox_id: &str, kind: v1::ContainerEventType) {
+    pub async fn emit_event(&self, id: &str, sandbox_id: &str, kind: v1::ContainerEventType) {
         let _order = self.events.order.lock().await;
         if !self.events.first(id, kind) || self.events.subscribers() == 0 {
             return;
@@ -215,7 +183,7 @@ impl Cri {
     /// The statuses of the sandbox's containers, oldest first.
     async fn pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
         let mut statuses = Vec::new();
-        for container in self.sandbox_containers(sandbox_id) {
+        for container in self.core.sandbox_containers(sandbox_id) {
             let req = v1::ContainerStatusRequest {
                 container_id: container.meta.id.clone(),
                 verbose: false,

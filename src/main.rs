@@ -3,6 +3,7 @@
 mod cli;
 mod config;
 mod container;
+mod core;
 mod daemon;
 mod error;
 mod events;

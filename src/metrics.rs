@@ -193,7 +193,7 @@ pub fn subscriber_dropped() {
 /// The metrics in Prometheus text format, the gauges read from `cri` now.
 pub fn render(cri: &Cri) -> String {
     let m = &*METRICS;
-    let containers = cri.containers.list();
+    let containers = cri.core.containers.list();
     for (state, label) in [
         (ContainerState::Created, "created"),
         (ContainerState::Running, "running"),
@@ -206,7 +206,7 @@ pub fn render(cri: &Cri) -> String {
             .count();
         m.containers.with_label_values(&[label]).set(n as i64);
     }
-    let sandboxes = cri.sandboxes.list();
+    let sandboxes = cri.core.sandboxes.list();
     for (state, label) in [
         (SandboxState::Ready, "ready"),
         (SandboxState::NotReady, "notready"),

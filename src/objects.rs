@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use berth_store::{LookupError, Meta, Object, RecordError, Store};
+use berth_store::{LookupError, Meta, Object, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -11,12 +11,6 @@ use crate::error::Error;
 /// The name of a kind of object, for error messages.
 pub trait Kind {
     const KIND: &'static str;
-}
-
-impl From<RecordError> for Error {
-    fn from(e: RecordError) -> Error {
-        Error::Internal(e.to_string())
-    }
 }
 
 /// Store calls with RPC errors.

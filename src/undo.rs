@@ -1,6 +1,12 @@
 //! An undo stack: each step that allocates registers how to give it back
 //! before it runs; on failure the steps unwind in reverse, and their errors
 //! are reported together with the original one.
+//!
+//! Two kinds of step: those that give back a resource ([`Undo::push`]) and
+//! those that forget the object ([`Undo::push_forget`]: delete its record,
+//! free its name). Once a step has failed, forgetting is skipped: the object
+//! stays, so that the next Stop/Remove retries what is left (as containerd
+//! keeps a sandbox whose CNI DEL failed).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +22,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Steps to run, newest first, unless [`Undo::disarm`] is called.
 #[derive(Default)]
 pub struct Undo {
-    steps: Vec<(&'static str, Step)>,
+    steps: Vec<(&'static str, bool, Step)>,
 }
 
 impl Undo {
@@ -29,7 +35,16 @@ impl Undo {
     where
         F: Future<Output = Result<(), String>> + Send + 'static,
     {
-        self.steps.push((what, Box::pin(step)));
+        self.steps.push((what, false, Box::pin(step)));
+    }
+
+    /// Registers how to forget the object (record, name): skipped when a
+    /// later step's undo failed, so the object is kept for a retry.
+    pub fn push_forget<F>(&mut self, what: &'static str, step: F)
+    where
+        F: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        self.steps.push((what, true, Box::pin(step)));
     }
 
     /// Success: nothing is undone.
@@ -38,10 +53,15 @@ impl Undo {
     }
 
     /// Runs every step, newest first, each on its own timeout, and returns
-    /// `error` with any cleanup failures added to its message.
+    /// `error` with any cleanup failures added (its kind kept). Whether
+    /// something was kept is [`Error::Cleanup`].
     pub async fn unwind(mut self, error: Error) -> Error {
         let mut failures = Vec::new();
-        while let Some((what, step)) = self.steps.pop() {
+        while let Some((what, forget, step)) = self.steps.pop() {
+            if forget && !failures.is_empty() {
+                tracing::warn!(step = what, "kept: an earlier cleanup step failed");
+                continue;
+            }
             match tokio::time::timeout(STEP_TIMEOUT, step).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => failures.push(format!("{what}: {e}")),
@@ -52,15 +72,7 @@ impl Undo {
             return error;
         }
         tracing::error!(cleanup_errors = ?failures, "cleanup after a failure did not finish");
-        let note = format!(" (and cleanup failed: {})", failures.join("; "));
-        match error {
-            Error::InvalidArgument(m) => Error::InvalidArgument(m + &note),
-            Error::AlreadyExists(m) => Error::AlreadyExists(m + &note),
-            Error::FailedPrecondition(m) => Error::FailedPrecondition(m + &note),
-            Error::DeadlineExceeded(m) => Error::DeadlineExceeded(m + &note),
-            Error::Internal(m) => Error::Internal(m + &note),
-            other => Error::Internal(format!("{other}{note}")),
-        }
+        error.with_cleanup(failures.join("; "))
     }
 }
 
@@ -97,10 +109,32 @@ mod tests {
         }
         let err = undo.unwind(Error::Internal("cni add failed".into())).await;
         assert_eq!(*log.lock().unwrap(), vec![2, 1, 0]);
+        assert!(matches!(err, Error::Cleanup { .. }));
         assert_eq!(
             err.to_string(),
             "cni add failed (and cleanup failed: step: busy)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_keeps_the_object() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut undo = Undo::new();
+        let l = log.clone();
+        undo.push_forget("delete the record", async move {
+            l.lock().unwrap().push("record");
+            Ok(())
+        });
+        let l = log.clone();
+        undo.push("remove the netns", async move {
+            l.lock().unwrap().push("netns");
+            Ok(())
+        });
+        undo.push("CNI DEL", async { Err("plugin failed".to_string()) });
+        let err = undo.unwind(Error::DeadlineExceeded("slow".into())).await;
+        // Resources still given back; the record kept.
+        assert_eq!(*log.lock().unwrap(), vec!["netns"]);
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
     }
 
     #[tokio::test]

@@ -16,12 +16,6 @@ pub struct ContainerDirs {
 }
 
 impl ContainerDirs {
-    pub fn new(root_dir: &Path, state_dir: &Path, id: &str) -> ContainerDirs {
-        ContainerDirs {
-            root: root_dir.join("containers").join(id),
-            bundle: state_dir.join("containers").join(id),
-        }
-    }
     pub fn upper(&self) -> PathBuf {
         self.root.join("upper")
     }
@@ -33,6 +27,10 @@ impl ContainerDirs {
     }
     pub fn spec(&self) -> PathBuf {
         self.bundle.join("config.json")
+    }
+    /// Anonymous volumes (the image's VOLUMEs), persistent.
+    pub fn volumes(&self) -> PathBuf {
+        self.root.join("volumes")
     }
 
     /// Makes the dirs and mounts the overlay of `lowerdirs` (top layer first).

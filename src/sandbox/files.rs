@@ -2,7 +2,7 @@
 //! and the /dev/shm tmpfs.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cri_api::v1;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -28,12 +28,6 @@ pub struct SandboxFiles {
 }
 
 impl SandboxFiles {
-    pub fn new(root_dir: &Path, state_dir: &Path, id: &str) -> SandboxFiles {
-        SandboxFiles {
-            root: root_dir.join("sandboxes").join(id),
-            state: state_dir.join("sandboxes").join(id),
-        }
-    }
     pub fn hostname(&self) -> PathBuf {
         self.root.join("hostname")
     }
@@ -147,7 +141,8 @@ mod tests {
     #[test]
     fn writes_files() {
         let dir = tempfile::tempdir().unwrap();
-        let files = SandboxFiles::new(&dir.path().join("root"), &dir.path().join("state"), "abc");
+        let files = crate::core::Layout::new(dir.path().join("root"), dir.path().join("state"))
+            .sandbox_files("abc");
         let dns = v1::DnsConfig {
             servers: vec!["10.0.0.10".into()],
             ..Default::default()

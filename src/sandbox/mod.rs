@@ -2,7 +2,6 @@
 //! container's spec.
 
 pub mod files;
-pub mod pause;
 pub mod record;
 pub mod spec;
 pub mod store;

@@ -10,6 +10,8 @@ use cri_api::v1;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::core::facts::PodFacts;
+
 /// Fixed at creation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxMeta {
@@ -24,9 +26,16 @@ pub struct SandboxMeta {
     pub netns: Option<PathBuf>,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
+    /// What the pod is, worked out once at RunPodSandbox; absent in
+    /// records written before berth kept it.
+    #[serde(default)]
+    pub facts: Option<PodFacts>,
     /// `config`, decoded on first use (list calls read it for every sandbox).
     #[serde(skip)]
     pub decoded: OnceLock<v1::PodSandboxConfig>,
+    /// The facts derived from `config`, for records without `facts`.
+    #[serde(skip)]
+    pub derived: OnceLock<PodFacts>,
 }
 
 impl SandboxMeta {
@@ -35,6 +44,14 @@ impl SandboxMeta {
         self.decoded.get_or_init(|| {
             v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
         })
+    }
+
+    /// The pod's facts.
+    pub fn facts(&self) -> &PodFacts {
+        match &self.facts {
+            Some(facts) => facts,
+            None => self.derived.get_or_init(|| PodFacts::derive(self.config())),
+        }
     }
 }
 

@@ -9,7 +9,6 @@ use cri_api::v1;
 
 use super::sandbox_status::labels_match;
 use super::Cri;
-use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::objects::StoreExt;
@@ -54,7 +53,7 @@ impl Cri {
         &self,
         req: v1::ContainerStatusRequest,
     ) -> Result<v1::ContainerStatusResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = self.core.containers.lookup(&req.container_id)?;
         let status = container.status();
         let config = container.meta.config();
         let resources = status.resources(&container.meta);
@@ -66,7 +65,7 @@ impl Cri {
                 "sandboxID": container.meta.sandbox_id,
                 "pid": status.pid,
                 "runtime": container.meta.runtime,
-                "bundle": ContainerDirs::new(&self.config.root, &self.config.state, &container.meta.id).bundle,
+                "bundle": self.core.layout.container_dirs(&container.meta.id).bundle,
                 "state": format!("{:?}", status.state),
             });
             info.insert("info".to_string(), details.to_string());
@@ -105,9 +104,10 @@ impl Cri {
     ) -> Result<v1::ListContainersResponse, Error> {
         let filter = req.filter.unwrap_or_default();
         let candidates = if filter.id.is_empty() {
-            self.containers.list()
+            self.core.containers.list()
         } else {
-            self.containers
+            self.core
+                .containers
                 .get(&filter.id)
                 .map(|c| vec![c])
                 .unwrap_or_default()
@@ -116,7 +116,7 @@ impl Cri {
             None
         } else {
             // A sandbox id filter may be a prefix too; unknown means no match.
-            match self.sandboxes.get(&filter.pod_sandbox_id) {
+            match self.core.sandboxes.get(&filter.pod_sandbox_id) {
                 Ok(s) => Some(s.meta.id.clone()),
                 Err(_) => return Ok(v1::ListContainersResponse::default()),
             }
@@ -141,7 +141,7 @@ impl Cri {
         tty: bool,
     ) -> Result<oci_spec::runtime::Process, Error> {
         let id = container.meta.id.clone();
-        let spec_path = ContainerDirs::new(&self.config.root, &self.config.state, &id).spec();
+        let spec_path = self.core.layout.container_dirs(&id).spec();
         let spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&spec_path))
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
@@ -156,7 +156,7 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::ExecSyncRequest,
     ) -> Result<v1::ExecSyncResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = self.core.containers.lookup(&req.container_id)?;
         let id = &container.meta.id;
         if req.cmd.is_empty() {
             return Err(Error::InvalidArgument("ExecSync needs a command".into()));
@@ -169,7 +169,7 @@ impl Cri {
         let process = self
             .exec_process(&container, req.cmd.clone(), false)
             .await?;
-        let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
+        let socket = self.shim_socket(id);
         let client = ShimClient::connect(&socket)
             .await
             .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))?;

@@ -6,7 +6,6 @@ use berth_shim::ShimClient;
 use cri_api::v1;
 
 use super::Cri;
-use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::objects::StoreExt;
@@ -14,7 +13,7 @@ use crate::objects::StoreExt;
 impl Cri {
     async fn shim_of(&self, container: &Container) -> Result<ShimClient, Error> {
         let id = &container.meta.id;
-        let socket = berth_shim::ShimPaths::new(self.shim_dir(id)).socket();
+        let socket = self.shim_socket(id);
         ShimClient::connect(&socket)
             .await
             .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))
@@ -24,13 +23,13 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::UpdateContainerResourcesRequest,
     ) -> Result<v1::UpdateContainerResourcesResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = self.core.containers.lookup(&req.container_id)?;
         let _lifecycle = container.lifecycle.lock().await;
         let id = container.meta.id.clone();
         let Some(linux) = req.linux else {
             return Ok(v1::UpdateContainerResourcesResponse {});
         };
-        let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options())?;
+        let resources = berth_spec::linux_resources(&id, &linux, &self.core.spec_options)?;
         // Kept for ContainerStatus once applied.
         let applied = prost::Message::encode_to_vec(&linux);
         match container.status().state {
@@ -49,7 +48,7 @@ impl Cri {
             }
         }
         // The bundle's spec keeps the new values, for a later start.
-        let path = ContainerDirs::new(&self.config.root, &self.config.state, &id).spec();
+        let path = self.core.layout.container_dirs(&id).spec();
         tokio::task::spawn_blocking(move || -> Result<(), String> {
             let mut spec = oci_spec::runtime::Spec::load(&path).map_err(|e| e.to_string())?;
             if let Some(linux) = spec.linux_mut() {
@@ -72,7 +71,7 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::ReopenContainerLogRequest,
     ) -> Result<v1::ReopenContainerLogResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = self.core.containers.lookup(&req.container_id)?;
         let id = &container.meta.id;
         if container.status().state != ContainerState::Running {
             return Err(Error::FailedPrecondition(format!(

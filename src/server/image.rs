@@ -113,7 +113,7 @@ impl Cri {
         _req: v1::ImageFsInfoRequest,
     ) -> Result<v1::ImageFsInfoResponse, Error> {
         let usage = self.images.fs_info();
-        let timestamp = super::sandbox_run::now_nanos();
+        let timestamp = crate::core::now_nanos();
         Ok(v1::ImageFsInfoResponse {
             image_filesystems: vec![v1::FilesystemUsage {
                 timestamp,

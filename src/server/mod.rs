@@ -2,20 +2,22 @@
 //! that only pass each call through [`instrument::call`] to its handler.
 //! Handlers live one file per RPC family beside this one.
 
-mod container_create;
-mod container_start;
 mod container_status;
 mod container_update;
+mod create_container;
 mod ids;
 mod image;
 pub mod instrument;
-pub mod recovery;
+mod remove_container;
+mod remove_pod_sandbox;
+mod run_pod_sandbox;
 mod runtime_config;
-mod sandbox_run;
 mod sandbox_status;
-mod sandbox_stop;
+mod start_container;
 mod stats;
 mod status;
+mod stop_container;
+mod stop_pod_sandbox;
 mod streaming;
 mod version;
 
@@ -27,59 +29,68 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
 use crate::config::Config;
-use crate::container::ContainerStore;
+use crate::core::{real, Core, Mechanisms};
 use crate::error::Error;
-use crate::sandbox::SandboxStore;
 use instrument::{Gate, RequestIds};
-
-/// A shim's state dir under `state`: short, so its socket path fits a unix address.
-pub fn shim_dir(state: &std::path::Path, id: &str) -> std::path::PathBuf {
-    state.join("s").join(&id[..id.len().min(24)])
-}
-
-/// The OCI runtime's state root under `state` (`--root` of runc and crun).
-pub fn runtime_root(state: &std::path::Path) -> std::path::PathBuf {
-    state.join("runtime")
-}
 
 /// What recovery would change, from the records on disk; changes nothing.
 pub async fn recovery_plan(config: &Config) -> Result<Vec<String>, Error> {
-    let open_err =
-        |what: &str, e: std::io::Error| Error::Internal(format!("opening {what} records: {e}"));
-    let (sandboxes, mut problems) = SandboxStore::open(&config.root.join("records/sandboxes"))
-        .map_err(|e| open_err("sandbox", e))?;
-    let (containers, broken) = ContainerStore::open(&config.root.join("records/containers"))
-        .map_err(|e| open_err("container", e))?;
-    problems.extend(broken);
-    let mut lines: Vec<String> = problems
+    let layout = crate::core::Layout::new(&config.root, &config.state);
+    let mech = Mechanisms {
+        network: Arc::new(real::Cni(cni_client(config, &layout))),
+        namespaces: Arc::new(real::NetNs),
+        files: Arc::new(real::Host),
+        runtime: Arc::new(real::Shims {
+            layout,
+            shim_binary: "berth-shim".into(),
+        }),
+        // A dry run opens no image store (its start-up GC changes things).
+        images: Arc::new(real::NoImages),
+        events: Arc::new(real::NoEvents),
+    };
+    let core = Core::open(config.clone(), mech, spec_options(config))?;
+    Ok(core
+        .plan()
+        .await
         .into_iter()
-        .map(|p| format!("skip broken record: {p}"))
-        .collect();
-    lines.extend(
-        recovery::plan(config, &sandboxes, &containers)
-            .await
-            .into_iter()
-            .map(|a| a.to_string()),
-    );
-    Ok(lines)
+        .map(|a| a.to_string())
+        .collect())
+}
+
+/// The CNI client of a configuration.
+fn cni_client(config: &Config, layout: &crate::core::Layout) -> berth_cni::Cni {
+    berth_cni::Cni::new(berth_cni::CniOptions {
+        conf_dirs: vec![config.cni.conf_dir.clone()],
+        bin_dirs: config.cni.bin_dirs.clone(),
+        cache_dir: layout.cni_cache(),
+        network_name: Some(config.cni.network_name.clone()).filter(|n| !n.is_empty()),
+        timeout: std::time::Duration::from_secs(config.cni.timeout_secs),
+    })
+}
+
+/// What the host supports and the configured policies.
+fn spec_options(config: &Config) -> berth_spec::SpecOptions {
+    let mut opts = berth_spec::SpecOptions::detect();
+    opts.cgroup_driver_systemd =
+        config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
+    opts
 }
 
 /// A stream of replies for the server-streaming RPCs.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
-/// What all RPC handlers share.
+/// What all RPC handlers share: the lifecycle core, and what only the CRI
+/// layer needs (the gate, images, events, stats, streaming).
 pub struct Cri {
-    pub config: Config,
+    pub core: Arc<Core>,
     /// Closed until start-up has finished.
     pub gate: Gate,
     /// The pod CIDR kubelet last gave through UpdateRuntimeConfig.
     pod_cidr: Mutex<String>,
-    pub sandboxes: SandboxStore,
-    pub containers: ContainerStore,
-    /// The CNI client for pod networks.
+    /// The CNI client (Status asks it whether the network is ready).
     pub cni: berth_cni::Cni,
     /// Images: content store, metadata and snapshots.
-    pub images: berth_oci_image::ImageStore,
+    pub images: Arc<berth_oci_image::ImageStore>,
     /// Container and sandbox life-cycle events for GetContainerEvents.
     pub events: crate::events::Events,
     /// Cgroup mounts and the CPU sampler behind the stats RPCs.
@@ -89,124 +100,77 @@ pub struct Cri {
 }
 
 impl Cri {
-    /// Opens the stores under the configured root. Records that cannot be
-    /// read are logged and left on disk.
+    /// Opens the image store and the core's stores under the configured root.
     pub async fn new(config: Config) -> Result<Arc<Cri>, Error> {
-        let images =
-            berth_oci_image::ImageStore::open(&config.root.join("images"), config.registry.clone())
-                .await?;
-        let dir = config.root.join("records/sandboxes");
-        let (sandboxes, broken) = SandboxStore::open(&dir).map_err(|e| {
-            Error::Internal(format!("opening sandbox records in {}: {e}", dir.display()))
-        })?;
-        for problem in broken {
-            tracing::error!(%problem, "skipping a sandbox record that cannot be loaded");
-        }
-        let dir = config.root.join("records/containers");
-        let (containers, broken) = ContainerStore::open(&dir).map_err(|e| {
-            Error::Internal(format!(
-                "opening container records in {}: {e}",
-                dir.display()
-            ))
-        })?;
-        for problem in broken {
-            tracing::error!(%problem, "skipping a container record that cannot be loaded");
-        }
-        let cni = berth_cni::Cni::new(berth_cni::CniOptions {
-            conf_dirs: vec![config.cni.conf_dir.clone()],
-            bin_dirs: config.cni.bin_dirs.clone(),
-            cache_dir: config.root.join("cni"),
-            network_name: Some(config.cni.network_name.clone()).filter(|n| !n.is_empty()),
-            timeout: std::time::Duration::from_secs(config.cni.timeout_secs),
-        });
-        Ok(Arc::new(Cri {
-            config,
+        let layout = crate::core::Layout::new(&config.root, &config.state);
+        let images = Arc::new(
+            berth_oci_image::ImageStore::open(&layout.images(), config.registry.clone()).await?,
+        );
+        let cni = cni_client(&config, &layout);
+        let sink = Arc::new(crate::events::CoreEvents::default());
+        let mech = Mechanisms {
+            network: Arc::new(real::Cni(cni.clone())),
+            namespaces: Arc::new(real::NetNs),
+            files: Arc::new(real::Host),
+            runtime: Arc::new(real::Shims {
+                layout: layout.clone(),
+                shim_binary: crate::core::shim_binary(&config),
+            }),
+            images: images.clone(),
+            events: sink.clone(),
+        };
+        let options = spec_options(&config);
+        let core = Core::open(config, mech, options)?;
+        let cri = Arc::new(Cri {
+            core,
             gate: Gate::default(),
             pod_cidr: Mutex::new(String::new()),
-            sandboxes,
-            containers,
             cni,
             images,
             events: crate::events::Events::new(),
             stats: stats::Collector::new(),
             streaming: std::sync::OnceLock::new(),
-        }))
+        });
+        sink.attach(&cri);
+        Ok(cri)
+    }
+
+    /// Brings the records in line with what runs (before the gate opens).
+    pub async fn recover(&self) {
+        self.core.recover().await;
     }
 
     /// Writes berth's default CNI network when the config dir holds none.
     pub fn ensure_default_network(&self) -> Result<(), Error> {
-        if !self.config.cni.write_default_network {
+        let config = &self.core.config;
+        if !config.cni.write_default_network {
             return Ok(());
         }
-        let subnet = self.config.cni.default_subnet.parse().map_err(|e| {
-            Error::Internal(format!(
+        let subnet = config.cni.default_subnet.parse().map_err(|e| {
+            Error::InvalidArgument(format!(
                 "cni.default_subnet {:?}: {e}",
-                self.config.cni.default_subnet
+                config.cni.default_subnet
             ))
         })?;
-        let name = match self.config.cni.network_name.as_str() {
+        let name = match config.cni.network_name.as_str() {
             "" => "berth",
             name => name,
         };
-        let mut net = berth_cni::DefaultNetwork::new(name, subnet, &self.config.cni.default_bridge);
-        net.hostport_snat = self.config.cni.hostport_snat;
-        std::fs::create_dir_all(&self.config.cni.conf_dir).map_err(|e| {
-            Error::Internal(format!(
-                "creating {}: {e}",
-                self.config.cni.conf_dir.display()
-            ))
-        })?;
-        berth_cni::write_default_network(&self.config.cni.conf_dir, &net)
+        let mut net = berth_cni::DefaultNetwork::new(name, subnet, &config.cni.default_bridge);
+        net.hostport_snat = config.cni.hostport_snat;
+        std::fs::create_dir_all(&config.cni.conf_dir).map_err(Error::io(
+            "cni",
+            "creating",
+            &config.cni.conf_dir,
+        ))?;
+        berth_cni::write_default_network(&config.cni.conf_dir, &net)
             .map(|_| ())
             .map_err(|e| Error::Internal(format!("writing the default CNI network: {e}")))
     }
 
-    /// The files of a sandbox's pause container.
-    pub fn pause_paths(&self, id: &str) -> crate::sandbox::pause::PausePaths {
-        let files =
-            crate::sandbox::files::SandboxFiles::new(&self.config.root, &self.config.state, id);
-        crate::sandbox::pause::PausePaths {
-            id: id.to_string(),
-            bundle: files.bundle(),
-            shim_dir: self.shim_dir(id),
-            runtime_root: self.runtime_root(),
-            shim_binary: self.shim_binary(),
-        }
-    }
-
-    /// A shim's state dir: short, so its socket path fits a unix address.
-    pub fn shim_dir(&self, id: &str) -> std::path::PathBuf {
-        shim_dir(&self.config.state, id)
-    }
-
-    /// The OCI runtime's state root (`--root` of runc and crun).
-    pub fn runtime_root(&self) -> std::path::PathBuf {
-        runtime_root(&self.config.state)
-    }
-
-    /// The berth-shim executable: from config, else next to this binary, else in PATH.
-    pub fn shim_binary(&self) -> std::path::PathBuf {
-        if !self.config.runtime.shim_binary.is_empty() {
-            return std::path::PathBuf::from(&self.config.runtime.shim_binary);
-        }
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("berth-shim")))
-            .filter(|p| p.exists())
-            .unwrap_or_else(|| std::path::PathBuf::from("berth-shim"))
-    }
-
-    /// Cgroup version and the options the spec generator needs.
-    pub fn spec_options(&self) -> berth_spec::SpecOptions {
-        let mut opts = berth_spec::SpecOptions::detect();
-        opts.cgroup_driver_systemd =
-            self.config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
-        opts
-    }
-
-    /// Where pods' network namespaces are mounted.
-    pub fn netns_dir(&self) -> std::path::PathBuf {
-        self.config.state.join("netns")
+    /// Where container `id`'s shim listens.
+    pub fn shim_socket(&self, id: &str) -> std::path::PathBuf {
+        berth_shim::ShimPaths::new(self.core.layout.shim_dir(id)).socket()
     }
 }
 

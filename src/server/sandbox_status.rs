@@ -41,9 +41,9 @@ impl Cri {
         &self,
         req: v1::PodSandboxStatusRequest,
     ) -> Result<v1::PodSandboxStatusResponse, Error> {
-        let sandbox = self.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
         let mut containers_statuses = Vec::new();
-        for container in self.sandbox_containers(&sandbox.meta.id) {
+        for container in self.core.sandbox_containers(&sandbox.meta.id) {
             let req = v1::ContainerStatusRequest {
                 container_id: container.meta.id.clone(),
                 verbose: false,
@@ -101,7 +101,7 @@ impl Cri {
             info,
             // For kubelet's evented PLEG: the pod's containers, as of now.
             containers_statuses,
-            timestamp: super::sandbox_run::now_nanos(),
+            timestamp: crate::core::now_nanos(),
         })
     }
 
@@ -111,10 +111,11 @@ impl Cri {
     ) -> Result<v1::ListPodSandboxResponse, Error> {
         let filter = req.filter.unwrap_or_default();
         let candidates = if filter.id.is_empty() {
-            self.sandboxes.list()
+            self.core.sandboxes.list()
         } else {
             // An id filter is an id or a unique prefix; no match is an empty list.
-            self.sandboxes
+            self.core
+                .sandboxes
                 .get(&filter.id)
                 .map(|s| vec![s])
                 .unwrap_or_default()

@@ -19,10 +19,9 @@ use berth_cgroup_stats::{
 };
 use cri_api::v1;
 
-use super::sandbox_run::now_nanos;
 use super::Cri;
-use crate::container::rootfs::ContainerDirs;
 use crate::container::{Container, ContainerState};
+use crate::core::now_nanos;
 use crate::error::Error;
 use crate::objects::StoreExt;
 use crate::sandbox::{Sandbox, SandboxState};
@@ -219,13 +218,13 @@ impl Cri {
                 ));
             }
         };
-        for container in self.containers.list() {
+        for container in self.core.containers.list() {
             let usage = self
                 .container_cgroup(&container)
                 .and_then(|cg| cg.cpu_usage_ns().ok());
             push(&container.meta.id, usage);
         }
-        for sandbox in self.sandboxes.list() {
+        for sandbox in self.core.sandboxes.list() {
             let usage = self.pod_cgroup(&sandbox).and_then(|pod| match pod {
                 PodCgroup::Own(cg) => cg.cpu_usage_ns().ok(),
                 // A container that just exited drops out of the sum.
@@ -265,7 +264,8 @@ impl Cri {
         }
         let mut members = vec![pause];
         members.extend(
-            self.containers
+            self.core
+                .containers
                 .list()
                 .iter()
                 .filter(|c| c.meta.sandbox_id == sandbox.meta.id)
@@ -285,8 +285,7 @@ impl Cri {
                 })
                 .ok()
         });
-        let upper =
-            ContainerDirs::new(&self.config.root, &self.config.state, &container.meta.id).upper();
+        let upper = self.core.layout.container_dirs(&container.meta.id).upper();
         let layer = disk_usage(&upper)
             .map_err(|e| {
                 if !e.is_not_found() {
@@ -330,7 +329,13 @@ impl Cri {
             writable_layer: reading.layer.map(|u| v1::FilesystemUsage {
                 timestamp,
                 fs_id: Some(v1::FilesystemIdentifier {
-                    mountpoint: self.config.root.join("containers").display().to_string(),
+                    mountpoint: self
+                        .core
+                        .config
+                        .root
+                        .join("containers")
+                        .display()
+                        .to_string(),
                 }),
                 used_bytes: u64_value(u.bytes),
                 inodes_used: u64_value(u.inodes),
@@ -355,6 +360,7 @@ impl Cri {
         let mut linux = v1::LinuxPodSandboxStats {
             network: network_usage(timestamp, &reading.interfaces),
             containers: self
+                .core
                 .sandbox_containers(&sandbox.meta.id)
                 .iter()
                 .map(|c| self.container_stats_now(c))
@@ -383,23 +389,6 @@ impl Cri {
         }
     }
 
-    /// The containers of a pod, oldest first.
-    pub fn sandbox_containers(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
-        let mut containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == sandbox_id)
-            .collect();
-        containers.sort_by(|a, b| {
-            a.meta
-                .created_at
-                .cmp(&b.meta.created_at)
-                .then(a.meta.id.cmp(&b.meta.id))
-        });
-        containers
-    }
-
     /// The containers ListContainers would list for these filter fields.
     async fn filtered_containers(
         &self,
@@ -418,7 +407,7 @@ impl Cri {
         Ok(listed
             .containers
             .iter()
-            .filter_map(|c| self.containers.get(&c.id).ok())
+            .filter_map(|c| self.core.containers.get(&c.id).ok())
             .collect())
     }
 
@@ -441,7 +430,7 @@ impl Cri {
         Ok(listed
             .items
             .iter()
-            .filter_map(|s| self.sandboxes.get(&s.id).ok())
+            .filter_map(|s| self.core.sandboxes.get(&s.id).ok())
             .collect())
     }
 
@@ -460,7 +449,7 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::ContainerStatsRequest,
     ) -> Result<v1::ContainerStatsResponse, Error> {
-        let container = self.containers.lookup(&req.container_id)?;
+        let container = self.core.containers.lookup(&req.container_id)?;
         let stats = self
             .blocking(move |cri| cri.container_stats_now(&container))
             .await?;
@@ -489,7 +478,7 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::PodSandboxStatsRequest,
     ) -> Result<v1::PodSandboxStatsResponse, Error> {
-        let sandbox = self.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} is not ready: it has no stats",
@@ -559,6 +548,7 @@ impl Cri {
             _ => Vec::new(),
         };
         let container_metrics = self
+            .core
             .sandbox_containers(&sandbox.meta.id)
             .iter()
             .filter(|c| c.status().state == ContainerState::Running)

@@ -13,7 +13,7 @@ const NETWORK_READY: &str = "NetworkReady";
 
 impl Cri {
     pub async fn status(&self, req: v1::StatusRequest) -> Result<v1::StatusResponse, Error> {
-        let config = self.config.clone();
+        let config = self.core.config.clone();
         let runtime = tokio::task::spawn_blocking(move || runtime_condition(&config))
             .await
             .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
@@ -34,7 +34,7 @@ impl Cri {
 
         let mut info = HashMap::new();
         if req.verbose {
-            let config = serde_json::to_string(&self.config)
+            let config = serde_json::to_string(&self.core.config)
                 .map_err(|e| Error::Internal(format!("config to JSON: {e}")))?;
             info.insert("config".to_string(), config);
             info.insert(
@@ -47,7 +47,7 @@ impl Cri {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: runtime_handlers(&self.config).await,
+            runtime_handlers: runtime_handlers(&self.core.config).await,
             features: Some(v1::RuntimeFeatures {
                 supplemental_groups_policy: true,
                 user_namespaces_host_network: false,

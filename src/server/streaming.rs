@@ -32,6 +32,7 @@ impl Cri {
     /// for the RPCs; it serves until [`StreamingServer::shutdown`].
     pub fn start_streaming(self: &Arc<Self>) -> Result<StreamingServer, Error> {
         let config = self
+            .core
             .config
             .streaming
             .server_config()
@@ -121,7 +122,7 @@ impl Cri {
             ports,
         };
         request.validate().map_err(invalid)?;
-        let sandbox = self.sandboxes.lookup(&request.pod_sandbox_id)?;
+        let sandbox = self.core.sandboxes.lookup(&request.pod_sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",
@@ -147,7 +148,7 @@ fn invalid(e: berth_streaming::Error) -> Error {
 
 /// The container, if it is running (exec and attach need that).
 fn running(cri: &Cri, id: &str) -> Result<Arc<Container>, Error> {
-    let container = cri.containers.lookup(id)?;
+    let container = cri.core.containers.lookup(id)?;
     let state = container.status().state;
     if state != ContainerState::Running {
         return Err(Error::FailedPrecondition(format!(
@@ -183,7 +184,7 @@ impl ShimBackend {
     async fn shim(&self, id: &str) -> Result<(Arc<Cri>, Arc<Container>, ShimClient), BackendError> {
         let cri = self.cri()?;
         let container = running(&cri, id).map_err(backend_err)?;
-        let socket = berth_shim::ShimPaths::new(cri.shim_dir(&container.meta.id)).socket();
+        let socket = cri.shim_socket(&container.meta.id);
         let client = ShimClient::connect(&socket).await.map_err(|e| {
             BackendError::FailedPrecondition(format!("container {}: {e}", container.meta.id))
         })?;
@@ -252,7 +253,11 @@ impl Backend for ShimBackend {
         stream: PortStream,
     ) -> Result<(), BackendError> {
         let cri = self.cri()?;
-        let sandbox = cri.sandboxes.lookup(pod_sandbox_id).map_err(backend_err)?;
+        let sandbox = cri
+            .core
+            .sandboxes
+            .lookup(pod_sandbox_id)
+            .map_err(backend_err)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(BackendError::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",

@@ -156,6 +156,29 @@ impl Cache {
         Ok(None)
     }
 
+    /// (container id, interface) of every entry, from the file names.
+    pub(crate) fn list(&self) -> Result<Vec<(String, String)>, Error> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err("read CNI cache dir", &self.dir, e)),
+        };
+        let mut found = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| io_err("read CNI cache dir", &self.dir, e))?;
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if let [network, container_id, if_name] = stem.split('+').collect::<Vec<_>>()[..] {
+                if !network.is_empty() && !network.starts_with('.') {
+                    found.push((container_id.to_string(), if_name.to_string()));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     /// Removes an entry; a missing one is fine.
     pub(crate) fn remove(&self, path: &Path) -> Result<(), Error> {
         match std::fs::remove_file(path) {
@@ -188,6 +211,19 @@ mod tests {
             json!({"name": network}),
             Map::new(),
         )
+    }
+
+    #[test]
+    fn lists_attachments() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Cache::new(dir.path().to_path_buf());
+        cache.write(&entry("net", "c1", "eth0")).unwrap();
+        std::fs::write(dir.path().join(".net+c2+eth0.json.tmp-1-1"), "x").unwrap();
+        std::fs::write(dir.path().join("junk"), "x").unwrap();
+        assert_eq!(
+            cache.list().unwrap(),
+            vec![("c1".to_string(), "eth0".to_string())]
+        );
     }
 
     #[test]

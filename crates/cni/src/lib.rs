@@ -191,6 +191,12 @@ impl Cni {
         }
     }
 
+    /// (container id, interface) of every attachment in the cache: what DEL
+    /// can still release after a restart. Blocking.
+    pub fn cached_attachments(&self) -> Result<Vec<(String, String)>, Error> {
+        self.inner.cache.list()
+    }
+
     /// The options this client was made with.
     pub fn options(&self) -> &CniOptions {
         &self.inner.opts

@@ -36,6 +36,11 @@ impl<S: Clone> StatusCell<S> {
         Ok(next)
     }
 
+    /// Runs `f` under the status lock: no update persists while it runs.
+    pub fn exclusive<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self.lock())
+    }
+
     fn lock(&self) -> MutexGuard<'_, S> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }

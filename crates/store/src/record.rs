@@ -34,6 +34,9 @@ pub enum RecordError {
     },
     #[error("record id {0:?} is not a valid file name")]
     BadId(String),
+    /// The object was deleted: its record is not written again.
+    #[error("{0} was removed")]
+    Deleted(String),
 }
 
 #[derive(Serialize)]

@@ -43,6 +43,15 @@ impl Registrar {
             .remove(name);
     }
 
+    /// Releases `name` if `key` holds it (an undo must not free a name
+    /// someone else has taken since).
+    pub fn release_if(&self, name: &str, key: &str) {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if names.get(name).is_some_and(|holder| holder == key) {
+            names.remove(name);
+        }
+    }
+
     /// The key holding `name`.
     pub fn holder(&self, name: &str) -> Option<String> {
         self.names
@@ -56,6 +65,16 @@ impl Registrar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_if_frees_only_its_own_holder() {
+        let r = Registrar::default();
+        r.reserve("a", "k1").unwrap();
+        r.release_if("a", "k2");
+        assert_eq!(r.holder("a").as_deref(), Some("k1"));
+        r.release_if("a", "k1");
+        assert_eq!(r.holder("a"), None);
+    }
 
     #[test]
     fn reserve_release() {

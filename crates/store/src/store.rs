@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::de::DeserializeOwned;
@@ -34,7 +35,10 @@ pub struct Object<M, S> {
     status: StatusCell<S>,
     records: Arc<RecordDir<Record<M, S>>>,
     /// Serialises life-cycle operations (start, stop, remove) on the object.
-    pub lifecycle: tokio::sync::Mutex<()>,
+    pub lifecycle: Arc<tokio::sync::Mutex<()>>,
+    /// Set once the record is deleted: updates are refused from then on,
+    /// so a deleted record never comes back on disk.
+    deleted: AtomicBool,
 }
 
 impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
@@ -51,6 +55,9 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
                 Ok(())
             },
             |status| {
+                if self.deleted.load(Ordering::Acquire) {
+                    return Err(RecordError::Deleted(self.meta.id().to_string()));
+                }
                 self.records.save(
                     self.meta.id(),
                     &Record {
@@ -60,6 +67,21 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
                 )
             },
         )
+    }
+}
+
+/// A record that could not be loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    /// The id its file is named after.
+    pub id: String,
+    /// Why it could not be loaded.
+    pub problem: String,
+}
+
+impl std::fmt::Display for Broken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.problem)
     }
 }
 
@@ -74,8 +96,10 @@ pub struct Store<M, S> {
 
 impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
     /// Opens the store in `dir` and loads every record. Records that cannot
-    /// be loaded are described in the returned list and stay on disk.
-    pub fn open(dir: &Path) -> io::Result<(Store<M, S>, Vec<String>)> {
+    /// be loaded (damaged, of an unknown version, or holding a name another
+    /// record holds) are returned with their ids and stay on disk: whatever
+    /// they own must not be taken for an orphan.
+    pub fn open(dir: &Path) -> io::Result<(Store<M, S>, Vec<Broken>)> {
         let store: Store<M, S> = Store {
             records: Arc::new(RecordDir::open(dir)?),
             objects: RwLock::default(),
@@ -87,15 +111,31 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             match loaded.record {
                 Ok(record) => {
                     if let Err(e) = store.names.reserve(record.meta.name(), record.meta.id()) {
-                        broken.push(format!("record {}: {e}", loaded.id));
+                        broken.push(Broken {
+                            problem: format!("record {}: {e}", loaded.id),
+                            id: loaded.id,
+                        });
                         continue;
                     }
                     store.add(record.meta, record.status);
                 }
-                Err(e) => broken.push(e.to_string()),
+                Err(e) => broken.push(Broken {
+                    id: loaded.id,
+                    problem: e.to_string(),
+                }),
             }
         }
         Ok((store, broken))
+    }
+
+    /// Moves the record file of `id` (one that could not be loaded) into
+    /// `dir`, out of the way of later starts; where it went.
+    pub fn move_aside(&self, id: &str, dir: &Path) -> io::Result<std::path::PathBuf> {
+        let from = self.records.path(id).map_err(io::Error::other)?;
+        std::fs::create_dir_all(dir)?;
+        let to = dir.join(from.file_name().unwrap_or_default());
+        std::fs::rename(&from, &to)?;
+        Ok(to)
     }
 
     /// Reserves `name` for `id`.
@@ -106,6 +146,11 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
     /// Frees `name`.
     pub fn release_name(&self, name: &str) {
         self.names.release(name);
+    }
+
+    /// Frees `name` if `id` holds it.
+    pub fn release_name_of(&self, name: &str, id: &str) {
+        self.names.release_if(name, id);
     }
 
     /// Persists a new object, then makes it visible.
@@ -126,7 +171,8 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             meta,
             status: StatusCell::new(status),
             records: self.records.clone(),
-            lifecycle: tokio::sync::Mutex::new(()),
+            lifecycle: Arc::new(tokio::sync::Mutex::new(())),
+            deleted: AtomicBool::new(false),
         });
         self.index.add(&id);
         self.objects
@@ -160,13 +206,18 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
     /// Forgets an object: its record first, then memory, then its name.
     pub fn delete(&self, object: &Object<M, S>) -> Result<(), RecordError> {
         let id = object.meta.id();
-        self.records.remove(id)?;
+        // Under the status lock: an update racing this one is refused.
+        object.status.exclusive(|_| {
+            self.records.remove(id)?;
+            object.deleted.store(true, Ordering::Release);
+            Ok::<(), RecordError>(())
+        })?;
         self.objects
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
         self.index.remove(id);
-        self.names.release(object.meta.name());
+        self.names.release_if(object.meta.name(), id);
         Ok(())
     }
 }
@@ -222,6 +273,20 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_object_is_never_saved_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+        let obj = store.create(meta("id1", "a"), 0).unwrap();
+        store.delete(&obj).unwrap();
+        assert!(matches!(
+            obj.update(|s| *s = 1),
+            Err(RecordError::Deleted(_))
+        ));
+        let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+        assert!(store.list().is_empty());
+    }
+
+    #[test]
     fn duplicate_names_on_disk_are_reported() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
@@ -230,5 +295,12 @@ mod tests {
         let (store, broken) = Store::<M, u32>::open(dir.path()).unwrap();
         assert_eq!(store.list().len(), 1);
         assert_eq!(broken.len(), 1);
+        let kept = store.list()[0].meta.id.clone();
+        assert_ne!(broken[0].id, kept);
+        let aside = dir.path().join("aside");
+        let moved = store.move_aside(&broken[0].id, &aside).unwrap();
+        assert!(moved.exists());
+        let (_, broken) = Store::<M, u32>::open(dir.path()).unwrap();
+        assert!(broken.is_empty());
     }
 }

@@ -1,0 +1,334 @@
+//! CreateContainer: the rootfs overlay, image volumes, the OCI spec and
+//! bundle, the record; the process starts in StartContainer.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cri_api::v1;
+use prost::Message;
+
+use super::mechanisms::EventKind;
+use super::{new_id, now_nanos, Core};
+use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
+use crate::error::Error;
+use crate::failpoint;
+use crate::objects::StoreExt;
+use crate::sandbox::{Sandbox, SandboxState};
+use crate::undo::Undo;
+
+/// What CreateContainer is asked for.
+#[derive(Debug, Clone)]
+pub struct ContainerRequest {
+    pub sandbox_id: String,
+    pub config: v1::ContainerConfig,
+}
+
+/// The image-config part the spec needs.
+fn image_info(image: &berth_oci_image::Image) -> berth_spec::ImageInfo {
+    let c = &image.config;
+    berth_spec::ImageInfo {
+        name: image
+            .repo_tags
+            .first()
+            .cloned()
+            .unwrap_or_else(|| image.id.clone()),
+        env: c.env.clone(),
+        entrypoint: c.entrypoint.clone(),
+        cmd: c.cmd.clone(),
+        working_dir: c.working_dir.clone(),
+        user: c.user.clone(),
+        volumes: c.volumes.clone(),
+        stop_signal: c.stop_signal.clone(),
+    }
+}
+
+impl Core {
+    /// Makes a created container; its id.
+    pub async fn create_container(
+        self: &Arc<Self>,
+        req: ContainerRequest,
+    ) -> Result<String, Error> {
+        let config = req.config;
+        let md = config
+            .metadata
+            .clone()
+            .filter(|m| !m.name.is_empty())
+            .ok_or_else(|| Error::InvalidArgument("container metadata.name is empty".into()))?;
+        let sandbox = self.sandboxes.lookup(&req.sandbox_id)?;
+        if sandbox.status().state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                sandbox.meta.id
+            )));
+        }
+        let sandbox_config = sandbox.meta.config();
+        let image_name = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| Error::InvalidArgument("container image is empty".into()))?;
+        let image = self
+            .mech
+            .images
+            .get(&image_name)
+            .ok_or_else(|| Error::NotFound {
+                kind: "image",
+                id: image_name.clone(),
+            })?;
+        let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
+        let pod = sandbox_config.metadata.clone().unwrap_or_default();
+        let name = format!(
+            "{}_{}_{}_{}_{}",
+            md.name, pod.name, pod.namespace, pod.uid, md.attempt
+        );
+        let id = new_id();
+        self.containers.reserve(&name, &id)?;
+        let mut undo = Undo::new();
+        {
+            let core = self.clone();
+            let (name, id) = (name.clone(), id.clone());
+            undo.push_forget("release the container name", async move {
+                core.containers.release_name_of(&name, &id);
+                Ok(())
+            });
+        }
+        let info = image_info(&image);
+        let meta = ContainerMeta {
+            id: id.clone(),
+            name,
+            sandbox_id: sandbox.meta.id.clone(),
+            config: config.encode_to_vec(),
+            image_name,
+            image_id: image.id.clone(),
+            log_path,
+            runtime: self.runtime_binary(&sandbox.meta.runtime_handler),
+            stop_signal: berth_spec::stop_signal(&id, &config, &info)?,
+            created_at: now_nanos(),
+            decoded: config.into(),
+        };
+        match self
+            .build_container(&mut undo, meta, &sandbox, &image, info)
+            .await
+        {
+            Ok(()) => {
+                undo.disarm();
+                self.mech
+                    .events
+                    .emit(EventKind::Created, &id, &sandbox.meta.id)
+                    .await;
+                tracing::info!(container = %id, pod = %sandbox.meta.id, "container created");
+                Ok(id)
+            }
+            Err(e) => Err(undo.unwind(e).await),
+        }
+    }
+
+    /// Every step after the name is reserved; each registers its undo first.
+    async fn build_container(
+        self: &Arc<Self>,
+        undo: &mut Undo,
+        meta: ContainerMeta,
+        sandbox: &Sandbox,
+        image: &berth_oci_image::Image,
+        info: berth_spec::ImageInfo,
+    ) -> Result<(), Error> {
+        let id = meta.id.clone();
+        let container = self.containers.create(meta, ContainerStatus::default())?;
+        failpoint::hit("create_container:after_record");
+        {
+            let core = self.clone();
+            let container = container.clone();
+            undo.push_forget("delete the container record", async move {
+                core.containers
+                    .delete(&container)
+                    .map_err(|e| e.to_string())
+            });
+        }
+        let dirs = self.layout.container_dirs(&id);
+        {
+            let core = self.clone();
+            let (id, dirs) = (id.clone(), dirs.clone());
+            undo.push("remove the container's rootfs", async move {
+                core.mech
+                    .files
+                    .remove_container_files(&id, &dirs)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
+        self.mech
+            .files
+            .mount_rootfs(&id, &dirs, self.mech.images.lowerdirs(image))
+            .await?;
+        let image_mounts = self.mount_image_volumes(&container).await?;
+        let spec = self
+            .container_spec(&container, sandbox, info, image_mounts)
+            .await?;
+        failpoint::hit("create_container:after_rootfs");
+        self.mech.files.write_spec(&id, &dirs.spec(), &spec).await?;
+        container.update(|s| {
+            s.state = ContainerState::Created;
+            s.rootfs_mounted = true;
+        })?;
+        Ok(())
+    }
+
+    /// Image volumes: each named image, pulled beforehand, read-only.
+    async fn mount_image_volumes(
+        &self,
+        container: &Container,
+    ) -> Result<BTreeMap<String, PathBuf>, Error> {
+        let id = &container.meta.id;
+        let dirs = self.layout.container_dirs(id);
+        let mut image_mounts = BTreeMap::new();
+        for (n, mount) in container.meta.config().mounts.iter().enumerate() {
+            let Some(name) = mount
+                .image
+                .as_ref()
+                .map(|i| i.image.clone())
+                .filter(|i| !i.is_empty())
+            else {
+                continue;
+            };
+            if image_mounts.contains_key(&name) {
+                continue;
+            }
+            let volume = self.mech.images.get(&name).ok_or_else(|| Error::NotFound {
+                kind: "image (for an image volume)",
+                id: name.clone(),
+            })?;
+            let path = self
+                .mech
+                .files
+                .mount_image_volume(id, &dirs, n, self.mech.images.lowerdirs(&volume))
+                .await?;
+            image_mounts.insert(name, path);
+        }
+        Ok(image_mounts)
+    }
+
+    /// The container's OCI spec, from its config, the pod's facts and files,
+    /// and the image.
+    async fn container_spec(
+        &self,
+        container: &Container,
+        sandbox: &Sandbox,
+        info: berth_spec::ImageInfo,
+        image_mounts: BTreeMap<String, PathBuf>,
+    ) -> Result<oci_spec::runtime::Spec, Error> {
+        let id = container.meta.id.clone();
+        let config = container.meta.config().clone();
+        let facts = sandbox.meta.facts();
+        let files = self.layout.sandbox_files(&sandbox.meta.id);
+        let sandbox_info = berth_spec::SandboxInfo {
+            id: sandbox.meta.id.clone(),
+            pid: sandbox.status().pid.unwrap_or_default(),
+            netns: sandbox.meta.netns.clone(),
+            host_ipc: facts.host_ipc,
+            host_pid: facts.host_pid,
+            hostname: facts.hostname.clone(),
+            hostname_file: files.hostname(),
+            hosts_file: files.hosts(),
+            resolv_conf: files.resolv_conf(),
+            shm: self.pod_shm(sandbox),
+            cgroup_parent: facts.cgroup_parent.clone(),
+        };
+        let target_pid = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|sc| sc.namespace_options.as_ref())
+            .filter(|ns| ns.pid == v1::NamespaceMode::Target as i32)
+            .map(|ns| {
+                self.container_pid(&ns.target_id).ok_or_else(|| {
+                    Error::FailedPrecondition(format!(
+                        "PID namespace target {:?} is not a running container",
+                        ns.target_id
+                    ))
+                })
+            })
+            .transpose()?;
+        let dirs = self.layout.container_dirs(&id);
+        let volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
+        self.mech
+            .files
+            .create_dirs(&id, volumes.iter().map(|v| v.host_path.clone()).collect())
+            .await?;
+        let sandbox_config = sandbox.meta.config().clone();
+        let opts = self.spec_options.clone();
+        let rootfs = dirs.rootfs();
+        // Reads the rootfs's /etc/passwd and group, host paths and devices.
+        tokio::task::spawn_blocking(move || -> Result<_, Error> {
+            let mut req = berth_spec::SpecRequest::new(
+                &id,
+                &config,
+                &sandbox_config,
+                &sandbox_info,
+                &info,
+                &rootfs,
+            );
+            req.volumes = volumes;
+            req.target_pid = target_pid;
+            req.image_mounts = image_mounts;
+            Ok(berth_spec::container_spec(&req, &opts)?)
+        })
+        .await
+        .map_err(Error::join)?
+    }
+}
+
+/// The container's CRI log file: inside the pod's log directory, never
+/// outside it (an absolute path or a `..` that climbs out is refused).
+pub fn log_path(log_directory: &str, log_path: &str) -> Result<PathBuf, Error> {
+    if log_directory.is_empty() || log_path.is_empty() {
+        return Ok(PathBuf::new());
+    }
+    let relative = std::path::Path::new(log_path);
+    let mut depth = 0usize;
+    for part in relative.components() {
+        match part {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if depth > 0 => depth -= 1,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "log_path {log_path:?} must be a relative path inside the pod's log directory"
+                )))
+            }
+        }
+    }
+    if depth == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "log_path {log_path:?} names no file"
+        )));
+    }
+    Ok(PathBuf::from(log_directory).join(relative))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_paths_stay_in_the_log_directory() {
+        assert_eq!(
+            log_path("/var/log/pods/x", "c/0.log").unwrap(),
+            PathBuf::from("/var/log/pods/x/c/0.log")
+        );
+        assert_eq!(log_path("", "c/0.log").unwrap(), PathBuf::new());
+        for bad in [
+            "../../../tmp/x.log",
+            "/tmp/x.log",
+            "c/../../x.log",
+            ".",
+            "c/..",
+        ] {
+            let e = log_path("/var/log/pods/x", bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
+        }
+        // `..` that stays inside is fine.
+        assert!(log_path("/var/log/pods/x", "c/../d/0.log").is_ok());
+    }
+}

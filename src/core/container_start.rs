@@ -1,0 +1,176 @@
+//! StartContainer, and the task that records a container's exit.
+
+use std::sync::Arc;
+
+use berth_shim::{ExitInfo, ShimOptions};
+
+use super::mechanisms::{EventKind, Task};
+use super::{now_nanos, Core};
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::failpoint;
+use crate::objects::StoreExt;
+use crate::sandbox::SandboxState;
+
+impl Core {
+    /// Starts a created container under a new shim.
+    pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let container = self.containers.lookup(id)?;
+        let _lifecycle = container.lifecycle.lock().await;
+        let id = container.meta.id.clone();
+        let state = container.status().state;
+        if state != ContainerState::Created {
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is {state:?}, not Created"
+            )));
+        }
+        let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
+        if sandbox.status().state != SandboxState::Ready {
+            return Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} of container {id} is not ready",
+                sandbox.meta.id
+            )));
+        }
+        match self.spawn_container(&container).await {
+            Ok((task, pid, started_at)) => {
+                failpoint::hit("start_container:after_start");
+                container.update(|s| {
+                    s.state = ContainerState::Running;
+                    s.pid = Some(pid);
+                    s.started_at = started_at;
+                })?;
+                self.container_event(&container, EventKind::Started).await;
+                self.watch_exit(container.clone(), task);
+                tracing::info!(container = %id, pid, "container started");
+                Ok(())
+            }
+            Err(e) => {
+                // The container is not running and never will: say why.
+                let message = e.to_string();
+                if let Err(cleanup) = self.delete_from_runtime(&container).await {
+                    tracing::warn!(container = %id, error = %cleanup, "deleting a container that failed to start");
+                }
+                container.update(|s| {
+                    s.state = ContainerState::Exited;
+                    s.exit_code = 128;
+                    s.finished_at = now_nanos();
+                    s.reason = "StartError".into();
+                    s.message = message;
+                })?;
+                self.container_event(&container, EventKind::Stopped).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates and starts the container under a new shim: the shim, the
+    /// container's pid and when it was started.
+    async fn spawn_container(
+        &self,
+        container: &Container,
+    ) -> Result<(Arc<dyn Task>, u32, i64), Error> {
+        let id = &container.meta.id;
+        let config = container.meta.config();
+        let dirs = self.layout.container_dirs(id);
+        let mut opts = ShimOptions::new(id, &dirs.bundle, self.layout.shim_dir(id));
+        opts.runtime = container.meta.runtime.clone().into();
+        opts.runtime_root = self.layout.runtime_root();
+        opts.systemd_cgroup = self.spec_options.cgroup_driver_systemd;
+        opts.stdin = config.stdin;
+        opts.stdin_once = config.stdin_once;
+        opts.tty = config.tty;
+        if !container.meta.log_path.as_os_str().is_empty() {
+            if let Some(dir) = container.meta.log_path.parent() {
+                self.mech
+                    .files
+                    .create_dirs(id, vec![dir.to_path_buf()])
+                    .await?;
+            }
+            opts.log_path = Some(container.meta.log_path.clone());
+        }
+        let task = self.mech.runtime.create(opts).await?;
+        let started_at = now_nanos();
+        let pid = task.start().await?;
+        Ok((task, pid, started_at))
+    }
+
+    /// Records the container's exit when its shim reports it, then deletes
+    /// it from the runtime (its shim exits), as containerd does at exit: what
+    /// RemoveContainer has left to do is its files and its record.
+    pub fn watch_exit(self: &Arc<Self>, container: Arc<Container>, task: Arc<dyn Task>) {
+        let core = self.clone();
+        tokio::spawn(async move {
+            let info = match task.wait().await {
+                Ok(info) => Some(info),
+                Err(e) => {
+                    tracing::warn!(container = %container.meta.id, error = %e, "lost the shim while waiting for the exit");
+                    None
+                }
+            };
+            // After a stop or remove that holds it has done its own part.
+            let _lifecycle = container.lifecycle.lock().await;
+            if core.containers.lookup(&container.meta.id).is_err() {
+                return;
+            }
+            match info {
+                Some(info) => {
+                    if let Err(e) = record_exit(&container, &info) {
+                        tracing::error!(container = %container.meta.id, error = %e, "recording the exit");
+                    }
+                }
+                None => core.record_lost_exit(&container),
+            }
+            if container.status().state == ContainerState::Exited {
+                core.release_exited(&container).await;
+            }
+            core.container_event(&container, EventKind::Stopped).await;
+        });
+    }
+
+    /// A running container whose shim is gone: the exit its shim recorded,
+    /// or an unknown exit (never left Running forever).
+    pub(super) fn record_lost_exit(&self, container: &Container) {
+        let shim_dir = self.layout.shim_dir(&container.meta.id);
+        let result = match self.mech.runtime.exit_file(&shim_dir) {
+            Some(info) => record_exit(container, &info),
+            None if container.status().state == ContainerState::Running => container
+                .update(|s| {
+                    s.state = ContainerState::Exited;
+                    s.exit_code = 255;
+                    s.finished_at = now_nanos();
+                    s.pid = None;
+                    s.reason = "Unknown".into();
+                    s.message = "the container's shim was gone before it reported the exit".into();
+                })
+                .map(|_| ())
+                .map_err(Error::from),
+            None => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::error!(container = %container.meta.id, error = %e, "recording a lost exit");
+        }
+    }
+}
+
+/// Writes how the container ended, once.
+pub fn record_exit(container: &Container, info: &ExitInfo) -> Result<(), Error> {
+    if container.status().state == ContainerState::Exited {
+        return Ok(());
+    }
+    container.update(|s| {
+        s.state = ContainerState::Exited;
+        s.exit_code = info.exit_code;
+        s.finished_at = info.exited_at_ns;
+        s.pid = None;
+        s.reason = if info.oom_killed {
+            "OOMKilled"
+        } else if info.exit_code == 0 {
+            "Completed"
+        } else {
+            "Error"
+        }
+        .into();
+    })?;
+    tracing::info!(container = %container.meta.id, exit_code = info.exit_code, oom = info.oom_killed, "container exited");
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! StopContainer and RemoveContainer, and the release of an exited
+//! container (runtime delete, rootfs unmount).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::container_start::record_exit;
+use super::mechanisms::EventKind;
+use super::Core;
+use crate::container::{Container, ContainerState};
+use crate::error::Error;
+use crate::failpoint;
+use crate::objects::StoreExt;
+
+/// How long a SIGKILLed container may take to be reaped.
+const KILL_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Core {
+    /// StopContainer: gone or already stopped is fine.
+    pub async fn stop_container(self: &Arc<Self>, id: &str, grace: Duration) -> Result<(), Error> {
+        let container = match self.containers.lookup(id) {
+            Ok(c) => c,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lifecycle = container.lifecycle.lock().await;
+        self.stop(&container, grace).await?;
+        self.container_event(&container, EventKind::Stopped).await;
+        Ok(())
+    }
+
+    /// RemoveContainer: forced; gone is fine.
+    pub async fn remove_container(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let container = match self.containers.lookup(id) {
+            Ok(c) => c,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lifecycle = container.lifecycle.lock().await;
+        self.remove(&container).await
+    }
+
+    /// Stop signal, up to `grace` to exit, then SIGKILL; the exit recorded,
+    /// the container is deleted from the runtime. Idempotent.
+    pub(super) async fn stop(&self, container: &Container, grace: Duration) -> Result<(), Error> {
+        if container.status().state != ContainerState::Running {
+            return Ok(());
+        }
+        self.signal_until_exit(container, grace).await?;
+        failpoint::hit("stop_container:before_release");
+        self.release_exited(container).await;
+        Ok(())
+    }
+
+    /// Deletes an exited container from the runtime (its shim exits) and
+    /// unmounts its rootfs, as containerd does at exit. What fails here is
+    /// done again, and reported, by RemoveContainer.
+    pub(super) async fn release_exited(&self, container: &Container) {
+        let id = &container.meta.id;
+        if let Err(e) = self.delete_from_runtime(container).await {
+            tracing::warn!(container = %id, error = %e, "deleting the exited container from the runtime");
+            return;
+        }
+        if let Err(e) = self
+            .mech
+            .files
+            .unmount_rootfs(id, &self.layout.container_dirs(id))
+            .await
+        {
+            tracing::warn!(container = %id, error = %e, "unmounting the rootfs");
+        }
+    }
+
+    /// Stop signal, up to `grace` to exit, then SIGKILL; records the exit.
+    async fn signal_until_exit(&self, container: &Container, grace: Duration) -> Result<(), Error> {
+        let id = &container.meta.id;
+        let task = match self
+            .mech
+            .runtime
+            .connect(id, &self.layout.shim_dir(id))
+            .await
+        {
+            Ok(task) => task,
+            Err(e) => {
+                // No shim: the exit file tells how it ended, if it did; else
+                // the exit is unknown, and releasing it kills what is left.
+                tracing::warn!(container = %id, error = %e, "its shim does not answer");
+                self.record_lost_exit(container);
+                return Ok(());
+            }
+        };
+        if !grace.is_zero() {
+            let _ = task.kill(container.meta.stop_signal, false).await;
+            if let Ok(Ok(info)) = tokio::time::timeout(grace, task.wait()).await {
+                return record_exit(container, &info);
+            }
+        }
+        if let Err(e) = task.kill(libc::SIGKILL, true).await {
+            tracing::debug!(container = %id, error = %e, "SIGKILL (may have exited)");
+        }
+        match tokio::time::timeout(KILL_TIMEOUT, task.wait()).await {
+            Ok(Ok(info)) => record_exit(container, &info),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::DeadlineExceeded(format!(
+                "container {id} did not exit {KILL_TIMEOUT:?} after SIGKILL"
+            ))),
+        }
+    }
+
+    /// Kills (if running), deletes and forgets a container whose lifecycle
+    /// lock the caller holds.
+    pub(super) async fn remove(&self, container: &Container) -> Result<(), Error> {
+        let id = container.meta.id.clone();
+        self.stop(container, Duration::ZERO).await?;
+        self.container_event(container, EventKind::Stopped).await;
+        self.delete_from_runtime(container).await?;
+        self.mech
+            .files
+            .remove_container_files(&id, &self.layout.container_dirs(&id))
+            .await?;
+        self.mech
+            .files
+            .remove_dir(&id, &self.layout.shim_dir(&id))
+            .await?;
+        self.containers.delete(container)?;
+        self.container_event(container, EventKind::Deleted).await;
+        tracing::info!(container = %id, "container removed");
+        Ok(())
+    }
+
+    /// Deletes the runtime's container and lets its shim exit; cheap when
+    /// that was done at exit.
+    pub(super) async fn delete_from_runtime(&self, container: &Container) -> Result<(), Error> {
+        let id = &container.meta.id;
+        self.mech
+            .runtime
+            .delete(id, &self.layout.shim_dir(id), &container.meta.runtime)
+            .await
+    }
+}

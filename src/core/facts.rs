@@ -1,0 +1,231 @@
+//! What a pod is, worked out once at RunPodSandbox from its config and kept
+//! in the sandbox record: CreateContainer, recovery, stats and streaming read
+//! these facts and never take the raw pod config apart again.
+
+use cri_api::v1;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// The cgroup parent of pods that name none (cgroupfs driver).
+pub const DEFAULT_CGROUP_PARENT: &str = "/berth";
+
+/// Facts about a pod, fixed at creation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodFacts {
+    /// The pod uses the node's network (and UTS) namespace.
+    pub host_network: bool,
+    pub host_ipc: bool,
+    pub host_pid: bool,
+    /// The cgroup parent, as kubelet sent it or the default.
+    pub cgroup_parent: String,
+    /// The pod's hostname (kubelet's, or the node's for host network).
+    pub hostname: String,
+}
+
+impl PodFacts {
+    /// The facts of a pod config, checked. `node_hostname` is used for
+    /// host-network pods.
+    pub fn of(
+        config: &v1::PodSandboxConfig,
+        node_hostname: impl FnOnce() -> String,
+    ) -> Result<PodFacts, Error> {
+        let ns = namespace_options(config);
+        for (field, mode) in [("network", ns.network), ("pid", ns.pid), ("ipc", ns.ipc)] {
+            match v1::NamespaceMode::try_from(mode) {
+                Ok(v1::NamespaceMode::Pod) | Ok(v1::NamespaceMode::Node) => {}
+                Ok(v1::NamespaceMode::Container) if field == "pid" => {}
+                _ => {
+                    return Err(Error::InvalidArgument(format!(
+                        "pod namespace_options.{field} {mode} is not a mode a pod can have"
+                    )))
+                }
+            }
+        }
+        check_port_mappings(&config.port_mappings)?;
+        let security = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref());
+        for (field, value) in [
+            (
+                "run_as_user",
+                security
+                    .and_then(|s| s.run_as_user.as_ref())
+                    .map(|v| v.value),
+            ),
+            (
+                "run_as_group",
+                security
+                    .and_then(|s| s.run_as_group.as_ref())
+                    .map(|v| v.value),
+            ),
+        ] {
+            if let Some(v) = value {
+                check_id(field, v)?;
+            }
+        }
+        let mut facts = PodFacts::derive(config);
+        if facts.host_network {
+            facts.hostname = node_hostname();
+        }
+        Ok(facts)
+    }
+
+    /// The facts of a pod config, unchecked (records written before the
+    /// facts were kept).
+    pub fn derive(config: &v1::PodSandboxConfig) -> PodFacts {
+        let ns = namespace_options(config);
+        PodFacts {
+            host_network: ns.network == v1::NamespaceMode::Node as i32,
+            host_ipc: ns.ipc == v1::NamespaceMode::Node as i32,
+            host_pid: ns.pid == v1::NamespaceMode::Node as i32,
+            cgroup_parent: config
+                .linux
+                .as_ref()
+                .map(|l| l.cgroup_parent.clone())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_string()),
+            hostname: config.hostname.clone(),
+        }
+    }
+}
+
+/// The namespace options of a pod (defaults: pod-level namespaces).
+pub fn namespace_options(config: &v1::PodSandboxConfig) -> v1::NamespaceOption {
+    config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone())
+        .unwrap_or_default()
+}
+
+/// A uid or gid: 32 bits, and not the "no id" value 4294967295.
+pub fn check_id(field: &str, value: i64) -> Result<u32, Error> {
+    u32::try_from(value)
+        .ok()
+        .filter(|v| *v != u32::MAX)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "pod security_context.{field} {value} is not a valid id"
+            ))
+        })
+}
+
+/// Ports are 16-bit: a larger number is refused, never truncated.
+fn check_port_mappings(mappings: &[v1::PortMapping]) -> Result<(), Error> {
+    for (n, p) in mappings.iter().enumerate() {
+        for (field, port, min) in [
+            ("host_port", p.host_port, 0),
+            ("container_port", p.container_port, 1),
+        ] {
+            if !(min..=65535).contains(&port) {
+                return Err(Error::InvalidArgument(format!(
+                    "port_mappings[{n}].{field} {port} is out of range ({min}..=65535)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the pod's metadata and returns its sandbox name,
+/// `<name>_<namespace>_<uid>_<attempt>`.
+pub fn sandbox_name(config: &v1::PodSandboxConfig) -> Result<String, Error> {
+    let md = config
+        .metadata
+        .as_ref()
+        .ok_or_else(|| Error::InvalidArgument("pod sandbox config has no metadata".into()))?;
+    for (field, value) in [
+        ("name", &md.name),
+        ("namespace", &md.namespace),
+        ("uid", &md.uid),
+    ] {
+        if value.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "pod sandbox metadata.{field} is empty"
+            )));
+        }
+        if value.contains('_') && field != "uid" || value.contains('/') {
+            return Err(Error::InvalidArgument(format!(
+                "pod sandbox metadata.{field} {value:?} contains a character that is not allowed"
+            )));
+        }
+    }
+    Ok(format!(
+        "{}_{}_{}_{}",
+        md.name, md.namespace, md.uid, md.attempt
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: v1::NamespaceOption) -> v1::PodSandboxConfig {
+        v1::PodSandboxConfig {
+            hostname: "web-0".into(),
+            linux: Some(v1::LinuxPodSandboxConfig {
+                security_context: Some(v1::LinuxSandboxSecurityContext {
+                    namespace_options: Some(ns),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn facts_of_a_host_network_pod() {
+        let config = pod(v1::NamespaceOption {
+            network: v1::NamespaceMode::Node as i32,
+            ipc: v1::NamespaceMode::Node as i32,
+            ..Default::default()
+        });
+        let facts = PodFacts::of(&config, || "node-1".into()).unwrap();
+        assert!(facts.host_network && facts.host_ipc && !facts.host_pid);
+        assert_eq!(facts.hostname, "node-1");
+        assert_eq!(facts.cgroup_parent, DEFAULT_CGROUP_PARENT);
+        let facts = PodFacts::of(&pod(Default::default()), || unreachable!()).unwrap();
+        assert_eq!(facts.hostname, "web-0");
+    }
+
+    #[test]
+    fn out_of_range_ports_and_modes_are_refused() {
+        let mut config = pod(Default::default());
+        config.port_mappings.push(v1::PortMapping {
+            host_port: 70000,
+            container_port: 80,
+            ..Default::default()
+        });
+        let e = PodFacts::of(&config, String::new).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(
+            e.to_string().contains("port_mappings[0].host_port 70000"),
+            "{e}"
+        );
+        let config = pod(v1::NamespaceOption {
+            network: v1::NamespaceMode::Target as i32,
+            ..Default::default()
+        });
+        assert!(PodFacts::of(&config, String::new).is_err());
+    }
+
+    #[test]
+    fn sandbox_names() {
+        let mut config = v1::PodSandboxConfig {
+            metadata: Some(v1::PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "u_1".into(),
+                attempt: 2,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(sandbox_name(&config).unwrap(), "web_default_u_1_2");
+        config.metadata.as_mut().unwrap().name = "a/b".into();
+        assert!(sandbox_name(&config).is_err());
+    }
+}

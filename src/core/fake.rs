@@ -1,0 +1,471 @@
+//! Recording fakes of every mechanism, for unit tests of the core without
+//! root: one [`Fake`] plays the network, namespaces, host files, runtime,
+//! images and event sink, keeps what "exists" (netns, attachments, files,
+//! mounts, runtime containers), logs every call, and fails the steps a test
+//! names.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use berth_shim::{ContainerStatus, ExitInfo, ShimOptions, ShimState};
+use oci_spec::runtime::Spec;
+use tokio::sync::watch;
+use tonic::async_trait;
+
+use super::mechanisms::*;
+use crate::container::rootfs::ContainerDirs;
+use crate::error::Error;
+use crate::sandbox::files::SandboxFiles;
+
+/// A runtime container the fake runtime holds.
+#[derive(Debug, Clone)]
+pub struct FakeContainer {
+    pub started: bool,
+    /// Sent once the container's init has exited.
+    pub exit: watch::Sender<Option<ExitInfo>>,
+    /// Whether its shim answers.
+    pub shim_alive: bool,
+}
+
+/// What exists, as the fakes see it.
+#[derive(Debug, Default)]
+pub struct World {
+    pub netns: BTreeSet<PathBuf>,
+    /// Sandbox ids with a CNI attachment.
+    pub attached: BTreeSet<String>,
+    pub pod_files: BTreeSet<String>,
+    pub shm_mounted: BTreeSet<String>,
+    pub bundles: BTreeSet<PathBuf>,
+    pub rootfs_mounted: BTreeSet<String>,
+    pub container_files: BTreeSet<String>,
+    pub runtime: BTreeMap<String, FakeContainer>,
+    /// Dir entries a recovery test lays out.
+    pub entries: BTreeMap<PathBuf, Vec<String>>,
+    pub events: Vec<(EventKind, String)>,
+}
+
+/// The fake of every mechanism.
+#[derive(Default)]
+pub struct Fake {
+    pub log: Mutex<Vec<String>>,
+    failing: Mutex<HashSet<String>>,
+    pub world: Mutex<World>,
+    pub images: Mutex<BTreeMap<String, berth_oci_image::Image>>,
+}
+
+impl Fake {
+    pub fn new() -> Arc<Fake> {
+        let fake = Arc::new(Fake::default());
+        fake.add_image("busybox", "sha256:1111");
+        fake
+    }
+
+    /// Every mechanism, played by `fake`.
+    pub fn mechanisms(fake: &Arc<Fake>) -> Mechanisms {
+        Mechanisms {
+            network: fake.clone(),
+            namespaces: fake.clone(),
+            files: fake.clone(),
+            runtime: Arc::new(fake.clone()),
+            images: fake.clone(),
+            events: fake.clone(),
+        }
+    }
+
+    pub fn add_image(&self, name: &str, id: &str) {
+        let image = berth_oci_image::Image {
+            id: id.into(),
+            repo_tags: vec![format!("docker.io/library/{name}:latest")],
+            repo_digests: Vec::new(),
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: berth_oci_image::ImageConfig {
+                cmd: vec!["/bin/sh".into()],
+                ..Default::default()
+            },
+            layers: Vec::new(),
+            manifests: Vec::new(),
+            generation: 0,
+        };
+        self.images
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), image.clone());
+        self.images.lock().unwrap().insert(id.to_string(), image);
+    }
+
+    /// Makes every later call of `step` fail.
+    pub fn fail(&self, step: &str) {
+        self.failing.lock().unwrap().insert(step.to_string());
+    }
+
+    /// Lets `step` succeed again.
+    pub fn heal(&self, step: &str) {
+        self.failing.lock().unwrap().remove(step);
+    }
+
+    /// Logs a call of `step` for `id`, failing it when asked to.
+    fn call(&self, step: &str, id: &str) -> Result<(), Error> {
+        self.log.lock().unwrap().push(format!("{step} {id}"));
+        if self.failing.lock().unwrap().contains(step) {
+            return Err(Error::Internal(format!("{id}: injected failure of {step}")));
+        }
+        Ok(())
+    }
+
+    /// The steps called, in order, without ids.
+    pub fn steps(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// How many times `step` ran.
+    pub fn count(&self, step: &str) -> usize {
+        self.steps().iter().filter(|s| *s == step).count()
+    }
+
+    /// Makes container `id`'s init exit with `code`.
+    pub fn exit(&self, id: &str, code: i32) {
+        if let Some(c) = self.world.lock().unwrap().runtime.get(id) {
+            c.exit.send_replace(Some(ExitInfo {
+                pid: 42,
+                exit_code: code,
+                exited_at_ns: 1,
+                oom_killed: false,
+            }));
+        }
+    }
+
+    /// Kills the shim of `id` (the container goes on, unwatched).
+    pub fn kill_shim(&self, id: &str) {
+        if let Some(c) = self.world.lock().unwrap().runtime.get_mut(id) {
+            c.shim_alive = false;
+        }
+    }
+}
+
+/// Ids of runtime containers are the sandbox or container id.
+fn shim_id(shim_dir: &Path) -> String {
+    shim_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl Network for Fake {
+    async fn add(
+        &self,
+        id: &str,
+        _attachment: &berth_cni::Attachment,
+    ) -> Result<Vec<String>, Error> {
+        self.call("cni.add", id)?;
+        self.world.lock().unwrap().attached.insert(id.to_string());
+        Ok(vec!["10.88.0.2".into()])
+    }
+    async fn del(&self, id: &str, _attachment: &berth_cni::Attachment) -> Result<(), Error> {
+        self.call("cni.del", id)?;
+        self.world.lock().unwrap().attached.remove(id);
+        Ok(())
+    }
+    fn attachments(&self) -> Vec<(String, String)> {
+        let world = self.world.lock().unwrap();
+        world
+            .attached
+            .iter()
+            .map(|id| (id.clone(), "eth0".to_string()))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Namespaces for Fake {
+    async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
+        self.call("netns.create", id)?;
+        self.world.lock().unwrap().netns.insert(path.to_path_buf());
+        Ok(())
+    }
+    async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
+        self.call("netns.remove", id)?;
+        self.world.lock().unwrap().netns.remove(path);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl HostFiles for Fake {
+    async fn write_pod_files(
+        &self,
+        id: &str,
+        _files: &SandboxFiles,
+        content: PodFileContent,
+    ) -> Result<(), Error> {
+        self.call("files.pod", id)?;
+        let mut world = self.world.lock().unwrap();
+        world.pod_files.insert(id.to_string());
+        if content.shm {
+            world.shm_mounted.insert(id.to_string());
+        }
+        Ok(())
+    }
+    async fn unmount_shm(&self, id: &str, _files: &SandboxFiles) -> Result<(), Error> {
+        self.call("files.unmount_shm", id)?;
+        self.world.lock().unwrap().shm_mounted.remove(id);
+        Ok(())
+    }
+    async fn remove_pod_files(&self, id: &str, _files: &SandboxFiles) -> Result<(), Error> {
+        self.call("files.remove_pod", id)?;
+        let mut world = self.world.lock().unwrap();
+        world.shm_mounted.remove(id);
+        world.pod_files.remove(id);
+        Ok(())
+    }
+    async fn write_pause_bundle(&self, id: &str, bundle: &Path, _spec: &Spec) -> Result<(), Error> {
+        self.call("files.pause_bundle", id)?;
+        self.world
+            .lock()
+            .unwrap()
+            .bundles
+            .insert(bundle.to_path_buf());
+        Ok(())
+    }
+    async fn mount_rootfs(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        _lowerdirs: Vec<PathBuf>,
+    ) -> Result<(), Error> {
+        self.call("files.mount_rootfs", id)?;
+        // The spec generator reads the rootfs: an empty one will do.
+        std::fs::create_dir_all(dirs.rootfs()).map_err(Error::io(id, "creating", dirs.rootfs()))?;
+        let mut world = self.world.lock().unwrap();
+        world.container_files.insert(id.to_string());
+        world.rootfs_mounted.insert(id.to_string());
+        Ok(())
+    }
+    async fn mount_image_volume(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        n: usize,
+        _lowerdirs: Vec<PathBuf>,
+    ) -> Result<PathBuf, Error> {
+        self.call("files.mount_image_volume", id)?;
+        Ok(dirs.image_volume(n))
+    }
+    async fn unmount_rootfs(&self, id: &str, _dirs: &ContainerDirs) -> Result<(), Error> {
+        self.call("files.unmount_rootfs", id)?;
+        self.world.lock().unwrap().rootfs_mounted.remove(id);
+        Ok(())
+    }
+    async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
+        self.call("files.remove_container", id)?;
+        let _ = std::fs::remove_dir_all(&dirs.bundle);
+        let _ = std::fs::remove_dir_all(&dirs.root);
+        let mut world = self.world.lock().unwrap();
+        world.rootfs_mounted.remove(id);
+        world.container_files.remove(id);
+        Ok(())
+    }
+    async fn write_spec(&self, id: &str, _path: &Path, _spec: &Spec) -> Result<(), Error> {
+        self.call("files.write_spec", id)
+    }
+    async fn create_dirs(&self, id: &str, _dirs: Vec<PathBuf>) -> Result<(), Error> {
+        self.call("files.create_dirs", id)
+    }
+    async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
+        self.call("files.remove_dir", id)?;
+        let mut world = self.world.lock().unwrap();
+        world.bundles.remove(path);
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
+            if let Some(entries) = world.entries.get_mut(parent) {
+                entries.retain(|e| e.as_str() != name.to_string_lossy());
+            }
+        }
+        Ok(())
+    }
+    fn is_mounted(&self, path: &Path) -> bool {
+        let world = self.world.lock().unwrap();
+        world.rootfs_mounted.iter().any(|id| {
+            path.parent()
+                .and_then(|p| p.file_name())
+                .is_some_and(|n| n.to_string_lossy() == *id)
+        })
+    }
+    fn exists(&self, path: &Path) -> bool {
+        let world = self.world.lock().unwrap();
+        path.file_name()
+            .is_some_and(|n| world.runtime.contains_key(n.to_string_lossy().as_ref()))
+    }
+    fn entries(&self, dir: &Path) -> Vec<String> {
+        self.world
+            .lock()
+            .unwrap()
+            .entries
+            .get(dir)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// A fake shim holding one fake runtime container.
+pub struct FakeTask {
+    id: String,
+    fake: Arc<Fake>,
+}
+
+impl FakeTask {
+    fn container(&self) -> Result<FakeContainer, Error> {
+        self.fake
+            .world
+            .lock()
+            .unwrap()
+            .runtime
+            .get(&self.id)
+            .cloned()
+            .ok_or_else(|| Error::FailedPrecondition(format!("{}: no such container", self.id)))
+    }
+}
+
+#[async_trait]
+impl Task for FakeTask {
+    async fn start(&self) -> Result<u32, Error> {
+        self.fake.call("task.start", &self.id)?;
+        if let Some(c) = self.fake.world.lock().unwrap().runtime.get_mut(&self.id) {
+            c.started = true;
+        }
+        Ok(42)
+    }
+    async fn wait(&self) -> Result<ExitInfo, Error> {
+        let mut rx = self.container()?.exit.subscribe();
+        loop {
+            if let Some(info) = *rx.borrow_and_update() {
+                return Ok(info);
+            }
+            if !self.container()?.shim_alive {
+                return Err(Error::FailedPrecondition(format!(
+                    "{}: the shim is gone",
+                    self.id
+                )));
+            }
+            // The fake shim also "dies" while waiting: poll for it.
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() {
+                    return Err(Error::FailedPrecondition(format!("{}: the shim is gone", self.id)));
+                },
+                _ = tokio::time::sleep(std::time::Duration::from_millis(10)) => {}
+            }
+        }
+    }
+    async fn kill(&self, signal: i32, _all: bool) -> Result<(), Error> {
+        self.fake.call("task.kill", &self.id)?;
+        if signal == libc::SIGKILL {
+            self.fake.exit(&self.id, 137);
+        }
+        Ok(())
+    }
+    async fn state(&self) -> Result<ShimState, Error> {
+        let c = self.container()?;
+        let exit = *c.exit.borrow();
+        Ok(ShimState {
+            id: self.id.clone(),
+            pid: 42,
+            shim_pid: 41,
+            status: if c.started {
+                ContainerStatus::Running
+            } else {
+                ContainerStatus::Created
+            },
+            exit,
+            exit_file: PathBuf::new(),
+        })
+    }
+    async fn delete(&self, _force: bool) -> Result<(), Error> {
+        self.fake.call("task.delete", &self.id)?;
+        self.fake.world.lock().unwrap().runtime.remove(&self.id);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Runtime for Arc<Fake> {
+    async fn create(&self, opts: ShimOptions) -> Result<Arc<dyn Task>, Error> {
+        self.call("runtime.create", &opts.id)?;
+        let (exit, _) = watch::channel(None);
+        self.world.lock().unwrap().runtime.insert(
+            opts.id.clone(),
+            FakeContainer {
+                started: false,
+                exit,
+                shim_alive: true,
+            },
+        );
+        Ok(Arc::new(FakeTask {
+            id: opts.id,
+            fake: self.clone(),
+        }))
+    }
+    async fn connect(&self, id: &str, _shim_dir: &Path) -> Result<Arc<dyn Task>, Error> {
+        let alive = self
+            .world
+            .lock()
+            .unwrap()
+            .runtime
+            .get(id)
+            .is_some_and(|c| c.shim_alive);
+        if !alive {
+            return Err(Error::FailedPrecondition(format!("{id}: no shim")));
+        }
+        Ok(Arc::new(FakeTask {
+            id: id.to_string(),
+            fake: self.clone(),
+        }))
+    }
+    async fn delete(&self, id: &str, shim_dir: &Path, _runtime: &str) -> Result<(), Error> {
+        self.call("runtime.delete", id)?;
+        let _ = shim_id(shim_dir);
+        let mut world = self.world.lock().unwrap();
+        if let Some(c) = world.runtime.remove(id) {
+            // Deleting kills what runs.
+            if c.exit.borrow().is_none() {
+                c.exit.send_replace(Some(ExitInfo {
+                    pid: 42,
+                    exit_code: 137,
+                    exited_at_ns: 1,
+                    oom_killed: false,
+                }));
+            }
+        }
+        Ok(())
+    }
+    fn exit_file(&self, _shim_dir: &Path) -> Option<ExitInfo> {
+        None
+    }
+}
+
+impl Images for Fake {
+    fn get(&self, name: &str) -> Option<berth_oci_image::Image> {
+        self.images.lock().unwrap().get(name).cloned()
+    }
+    fn lowerdirs(&self, image: &berth_oci_image::Image) -> Vec<PathBuf> {
+        vec![PathBuf::from("/snapshots").join(&image.id)]
+    }
+}
+
+#[async_trait]
+impl EventSink for Fake {
+    async fn emit(&self, kind: EventKind, id: &str, _sandbox_id: &str) {
+        self.world
+            .lock()
+            .unwrap()
+            .events
+            .push((kind, id.to_string()));
+    }
+}

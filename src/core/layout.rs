@@ -1,0 +1,212 @@
+//! Every path berth keeps on disk, in one place: no other file spells one.
+//!
+//! `root` (persistent, default `/var/lib/berth`) holds records, images, the
+//! CNI cache, pods' shared files and containers' writable layers. `state`
+//! (gone after a reboot, default `/run/berth`) holds network namespaces,
+//! bundles, shims' sockets and the OCI runtime's own state.
+
+use std::path::{Path, PathBuf};
+
+use crate::container::rootfs::ContainerDirs;
+use crate::sandbox::files::SandboxFiles;
+
+/// The on-disk layout under the configured root and state dirs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    root: PathBuf,
+    state: PathBuf,
+}
+
+/// Longest shim dir name: its socket path must fit a unix address.
+const SHIM_DIR_NAME: usize = 24;
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>, state: impl Into<PathBuf>) -> Layout {
+        Layout {
+            root: root.into(),
+            state: state.into(),
+        }
+    }
+
+    /// Held while a daemon runs on this root.
+    pub fn lock_file(&self) -> PathBuf {
+        self.root.join("berth.lock")
+    }
+
+    /// One JSON record per sandbox.
+    pub fn sandbox_records(&self) -> PathBuf {
+        self.root.join("records/sandboxes")
+    }
+
+    /// One JSON record per container.
+    pub fn container_records(&self) -> PathBuf {
+        self.root.join("records/containers")
+    }
+
+    /// Where records that could not be read are moved aside.
+    pub fn quarantine(&self) -> PathBuf {
+        self.root.join("records/quarantine")
+    }
+
+    /// The image store: content, metadata, snapshots.
+    pub fn images(&self) -> PathBuf {
+        self.root.join("images")
+    }
+
+    /// The CNI client's cache of configs and results (for DEL after a restart).
+    pub fn cni_cache(&self) -> PathBuf {
+        self.root.join("cni")
+    }
+
+    /// Where pods' network namespaces are bind-mounted.
+    pub fn netns_dir(&self) -> PathBuf {
+        self.state.join("netns")
+    }
+
+    /// The network namespace of sandbox `id`.
+    pub fn netns(&self, id: &str) -> PathBuf {
+        self.netns_dir().join(id)
+    }
+
+    /// The OCI runtime's state root (`--root` of runc and crun).
+    pub fn runtime_root(&self) -> PathBuf {
+        self.state.join("runtime")
+    }
+
+    /// The parent of every shim's dir.
+    pub fn shim_dirs(&self) -> PathBuf {
+        self.state.join("s")
+    }
+
+    /// The name of the shim dir of `id` (a prefix of it).
+    pub fn shim_dir_name(id: &str) -> &str {
+        &id[..id.len().min(SHIM_DIR_NAME)]
+    }
+
+    /// A shim's dir (socket, exit file, its log): short, so its socket path
+    /// fits a unix address.
+    pub fn shim_dir(&self, id: &str) -> PathBuf {
+        self.shim_dirs().join(Self::shim_dir_name(id))
+    }
+
+    /// Parents of the sandboxes' persistent and runtime dirs.
+    pub fn sandboxes_root(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+
+    pub fn sandboxes_state(&self) -> PathBuf {
+        self.state.join("sandboxes")
+    }
+
+    /// Parents of the containers' writable layers and bundles.
+    pub fn containers_root(&self) -> PathBuf {
+        self.root.join("containers")
+    }
+
+    pub fn containers_state(&self) -> PathBuf {
+        self.state.join("containers")
+    }
+
+    /// The files a sandbox's containers share, and its pause bundle.
+    pub fn sandbox_files(&self, id: &str) -> SandboxFiles {
+        SandboxFiles {
+            root: self.sandboxes_root().join(id),
+            state: self.sandboxes_state().join(id),
+        }
+    }
+
+    /// A container's writable layer and bundle.
+    pub fn container_dirs(&self, id: &str) -> ContainerDirs {
+        ContainerDirs {
+            root: self.containers_root().join(id),
+            bundle: self.containers_state().join(id),
+        }
+    }
+
+    /// Dirs whose entries are named after a sandbox or container id (or,
+    /// for shims, its prefix): what recovery sweeps for orphans, runc's own
+    /// state first so an orphan container is killed before its files go.
+    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 7] {
+        [
+            (self.runtime_root(), Owner::Id),
+            (self.netns_dir(), Owner::Id),
+            (self.sandboxes_state(), Owner::Id),
+            (self.sandboxes_root(), Owner::Id),
+            (self.containers_state(), Owner::Id),
+            (self.containers_root(), Owner::Id),
+            (self.shim_dirs(), Owner::ShimPrefix),
+        ]
+    }
+
+    /// What kind of entry under a dir of ours `path` is.
+    pub fn entry_kind(&self, path: &Path) -> EntryKind {
+        let parent = path.parent().unwrap_or(Path::new(""));
+        if parent == self.netns_dir() {
+            EntryKind::Netns
+        } else if parent == self.runtime_root() {
+            EntryKind::RuntimeContainer
+        } else if parent == self.shim_dirs() {
+            EntryKind::ShimDir
+        } else if parent == self.sandboxes_state() || parent == self.sandboxes_root() {
+            EntryKind::SandboxDir
+        } else if parent == self.containers_state() {
+            EntryKind::ContainerBundle
+        } else {
+            EntryKind::Other
+        }
+    }
+}
+
+/// How entries of an owned dir are named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The full id.
+    Id,
+    /// [`Layout::shim_dir_name`] of the id.
+    ShimPrefix,
+}
+
+/// What an entry of an owned dir is, for removing it the right way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Netns,
+    RuntimeContainer,
+    ShimDir,
+    SandboxDir,
+    ContainerBundle,
+    Other,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let l = Layout::new("/var/lib/berth", "/run/berth");
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            l.shim_dir(id),
+            Path::new("/run/berth/s/0123456789abcdef01234567")
+        );
+        assert_eq!(l.netns("abc"), Path::new("/run/berth/netns/abc"));
+        assert_eq!(
+            l.sandbox_files("abc").shm(),
+            Path::new("/run/berth/sandboxes/abc/shm")
+        );
+        assert_eq!(
+            l.container_dirs("c").upper(),
+            Path::new("/var/lib/berth/containers/c/upper")
+        );
+        assert_eq!(l.entry_kind(&l.netns("x")), EntryKind::Netns);
+        assert_eq!(l.entry_kind(&l.shim_dir(id)), EntryKind::ShimDir);
+        assert_eq!(
+            l.entry_kind(&l.runtime_root().join("x")),
+            EntryKind::RuntimeContainer
+        );
+        assert_eq!(
+            l.entry_kind(&l.containers_root().join("x")),
+            EntryKind::Other
+        );
+    }
+}

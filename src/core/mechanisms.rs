@@ -1,0 +1,156 @@
+//! The seams between the lifecycle core and the host: each mechanism the
+//! core uses (CNI, namespaces, files and mounts, the runtime through shims,
+//! images, events) is a small trait. [`super::real`] implements them over
+//! berth's crates; the unit tests use recording fakes that can fail any call.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_shim::{ExitInfo, ShimOptions, ShimState};
+use cri_api::v1;
+use oci_spec::runtime::Spec;
+use tonic::async_trait;
+
+use crate::container::rootfs::ContainerDirs;
+use crate::error::Error;
+use crate::sandbox::files::SandboxFiles;
+
+/// A pod's network through CNI.
+#[async_trait]
+pub trait Network: Send + Sync {
+    /// ADD: the pod's IPs, primary first.
+    async fn add(&self, id: &str, attachment: &berth_cni::Attachment)
+        -> Result<Vec<String>, Error>;
+    /// DEL: works from the cache when the netns is gone; idempotent.
+    async fn del(&self, id: &str, attachment: &berth_cni::Attachment) -> Result<(), Error>;
+    /// (sandbox id, interface) of every attachment DEL can still release.
+    fn attachments(&self) -> Vec<(String, String)>;
+}
+
+/// Network namespaces, pinned by bind mounts.
+#[async_trait]
+pub trait Namespaces: Send + Sync {
+    async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
+    /// Idempotent: an absent namespace is fine.
+    async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
+}
+
+/// What a pod's shared files hold.
+#[derive(Debug, Clone, Default)]
+pub struct PodFileContent {
+    pub hostname: String,
+    pub host_network: bool,
+    pub dns: Option<v1::DnsConfig>,
+    /// Mount the pod's own /dev/shm tmpfs.
+    pub shm: bool,
+}
+
+/// Files, directories and mounts of pods and containers.
+#[async_trait]
+pub trait HostFiles: Send + Sync {
+    /// hostname, hosts, resolv.conf, and the /dev/shm tmpfs.
+    async fn write_pod_files(
+        &self,
+        id: &str,
+        files: &SandboxFiles,
+        content: PodFileContent,
+    ) -> Result<(), Error>;
+    /// Unmounts the pod's /dev/shm; not mounted is fine.
+    async fn unmount_shm(&self, id: &str, files: &SandboxFiles) -> Result<(), Error>;
+    /// Unmounts and removes the pod's files; absent is fine.
+    async fn remove_pod_files(&self, id: &str, files: &SandboxFiles) -> Result<(), Error>;
+    /// The pause's bundle: its rootfs and `config.json`.
+    async fn write_pause_bundle(&self, id: &str, bundle: &Path, spec: &Spec) -> Result<(), Error>;
+    /// Mounts the container's overlay rootfs over the image's snapshots.
+    async fn mount_rootfs(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        lowerdirs: Vec<PathBuf>,
+    ) -> Result<(), Error>;
+    /// Mounts an image read-only for an image volume; where it is.
+    async fn mount_image_volume(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        n: usize,
+        lowerdirs: Vec<PathBuf>,
+    ) -> Result<PathBuf, Error>;
+    /// Unmounts the rootfs and image volumes; not mounted is fine.
+    async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
+    /// Unmounts and removes the container's dirs; absent is fine.
+    async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
+    /// Replaces the bundle's `config.json` atomically.
+    async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error>;
+    /// Makes directories (volumes, the log dir).
+    async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error>;
+    /// Removes a directory tree; absent is fine.
+    async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error>;
+    /// Whether something is mounted on `path`.
+    fn is_mounted(&self, path: &Path) -> bool;
+    /// Whether `path` exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Names of the entries of `dir` (none when it is absent).
+    fn entries(&self, dir: &Path) -> Vec<String>;
+}
+
+/// One container (or pause) held by its shim.
+#[async_trait]
+pub trait Task: Send + Sync {
+    /// `runc start`: the pid.
+    async fn start(&self) -> Result<u32, Error>;
+    /// Until the container's init exits.
+    async fn wait(&self) -> Result<ExitInfo, Error>;
+    async fn kill(&self, signal: i32, all: bool) -> Result<(), Error>;
+    async fn state(&self) -> Result<ShimState, Error>;
+    /// Deletes the runtime's container; the shim exits afterwards.
+    async fn delete(&self, force: bool) -> Result<(), Error>;
+}
+
+/// The OCI runtime, through one shim per container.
+#[async_trait]
+pub trait Runtime: Send + Sync {
+    /// Spawns a shim that runs `runc create`.
+    async fn create(&self, opts: ShimOptions) -> Result<Arc<dyn Task>, Error>;
+    /// The live shim in `shim_dir`, if it answers.
+    async fn connect(&self, id: &str, shim_dir: &Path) -> Result<Arc<dyn Task>, Error>;
+    /// Deletes the runtime's container, through its shim when it answers,
+    /// else with the runtime itself; gone is fine.
+    async fn delete(&self, id: &str, shim_dir: &Path, runtime: &str) -> Result<(), Error>;
+    /// The exit the shim recorded, if any.
+    fn exit_file(&self, shim_dir: &Path) -> Option<ExitInfo>;
+}
+
+/// The images containers are made from.
+pub trait Images: Send + Sync {
+    fn get(&self, name: &str) -> Option<berth_oci_image::Image>;
+    /// The image's snapshot dirs, top layer first.
+    fn lowerdirs(&self, image: &berth_oci_image::Image) -> Vec<PathBuf>;
+}
+
+/// A life-cycle change to report (GetContainerEvents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Created,
+    Started,
+    Stopped,
+    Deleted,
+}
+
+/// Where the core reports life-cycle changes.
+#[async_trait]
+pub trait EventSink: Send + Sync {
+    /// Container (or, for a sandbox, the sandbox id) `id` of pod `sandbox_id`.
+    async fn emit(&self, kind: EventKind, id: &str, sandbox_id: &str);
+}
+
+/// Every mechanism the core uses.
+#[derive(Clone)]
+pub struct Mechanisms {
+    pub network: Arc<dyn Network>,
+    pub namespaces: Arc<dyn Namespaces>,
+    pub files: Arc<dyn HostFiles>,
+    pub runtime: Arc<dyn Runtime>,
+    pub images: Arc<dyn Images>,
+    pub events: Arc<dyn EventSink>,
+}

@@ -1,0 +1,173 @@
+//! The lifecycle core: pods and containers, and every rule about the order
+//! of steps, what is undone on failure, locking, and recovery.
+//!
+//! It takes typed inputs (decoded CRI configs), owns the stores, and reaches
+//! the host only through the traits of [`mechanisms`] — real ones over
+//! berth's crates ([`real`]), recording fakes in the unit tests. The CRI
+//! layer (`crate::server`) only decodes requests, calls the core, and
+//! encodes answers.
+
+pub mod facts;
+pub mod layout;
+pub mod mechanisms;
+pub mod real;
+pub mod recovery;
+
+mod container_create;
+mod container_start;
+mod container_stop;
+mod sandbox_run;
+mod sandbox_stop;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::config::Config;
+use crate::container::{Container, ContainerState, ContainerStore};
+use crate::error::Error;
+use crate::sandbox::SandboxStore;
+pub use container_create::ContainerRequest;
+pub use layout::Layout;
+pub use mechanisms::{EventKind, Mechanisms};
+pub use sandbox_run::SandboxRequest;
+
+/// Pods, containers and the mechanisms they are made with.
+pub struct Core {
+    pub config: Config,
+    pub layout: Layout,
+    pub sandboxes: SandboxStore,
+    pub containers: ContainerStore,
+    pub mech: Mechanisms,
+    /// What the host supports and the configured policies, for spec generation.
+    pub spec_options: berth_spec::SpecOptions,
+    /// Records that could not be loaded at open: recovery quarantines them.
+    pub broken: Vec<berth_store::Broken>,
+}
+
+impl Core {
+    /// Opens the stores under the layout. Records that cannot be read are
+    /// logged and left on disk.
+    pub fn open(
+        config: Config,
+        mech: Mechanisms,
+        spec_options: berth_spec::SpecOptions,
+    ) -> Result<Arc<Core>, Error> {
+        let layout = Layout::new(&config.root, &config.state);
+        let open = |dir: PathBuf| move |e| Error::io("records", "opening", dir)(e);
+        let (sandboxes, mut broken) = SandboxStore::open(&layout.sandbox_records())
+            .map_err(open(layout.sandbox_records()))?;
+        let (containers, more) = ContainerStore::open(&layout.container_records())
+            .map_err(open(layout.container_records()))?;
+        broken.extend(more);
+        for problem in &broken {
+            tracing::error!(%problem, "a record cannot be loaded: what it owns is left alone");
+        }
+        Ok(Arc::new(Core {
+            config,
+            layout,
+            sandboxes,
+            containers,
+            mech,
+            spec_options,
+            broken,
+        }))
+    }
+
+    /// The OCI runtime binary of a runtime handler (the default handler's
+    /// for an unknown one).
+    pub fn runtime_binary(&self, handler: &str) -> String {
+        self.config
+            .runtime
+            .handlers
+            .get(handler)
+            .unwrap_or_else(|| self.config.default_runtime_handler())
+            .binary
+            .clone()
+    }
+
+    /// A sandbox's containers, oldest first.
+    pub fn sandbox_containers(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
+        let mut containers: Vec<_> = self
+            .containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.sandbox_id == sandbox_id)
+            .collect();
+        containers.sort_by(|a, b| {
+            a.meta
+                .created_at
+                .cmp(&b.meta.created_at)
+                .then(a.meta.id.cmp(&b.meta.id))
+        });
+        containers
+    }
+
+    /// The pid of a running container (for a PID namespace TARGET).
+    pub fn container_pid(&self, id: &str) -> Option<u32> {
+        let c = self.containers.get(id).ok()?;
+        let status = c.status();
+        (status.state == ContainerState::Running)
+            .then_some(status.pid)
+            .flatten()
+    }
+
+    /// Reports a container's change; STOPPED only for one that has exited.
+    async fn container_event(&self, container: &Container, kind: EventKind) {
+        if kind == EventKind::Stopped && container.status().state != ContainerState::Exited {
+            return;
+        }
+        self.mech
+            .events
+            .emit(kind, &container.meta.id, &container.meta.sandbox_id)
+            .await;
+    }
+
+    /// Reports a sandbox's change (its id stands for the container id).
+    async fn sandbox_event(&self, id: &str, kind: EventKind) {
+        self.mech.events.emit(kind, id, id).await;
+    }
+}
+
+/// The berth-shim executable: from config, else next to this binary, else in PATH.
+pub fn shim_binary(config: &Config) -> PathBuf {
+    if !config.runtime.shim_binary.is_empty() {
+        return PathBuf::from(&config.runtime.shim_binary);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("berth-shim")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("berth-shim"))
+}
+
+/// A fresh 64-hex-digit id.
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 32];
+    if let Err(e) = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+    {
+        // Fall back to time and pid: ids must still be unique, not secret.
+        tracing::warn!(error = %e, "reading /dev/urandom");
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+            ^ u128::from(std::process::id());
+        bytes[..16].copy_from_slice(&seed.to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Nanoseconds since the epoch.
+pub fn now_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or_default()
+}

@@ -1,0 +1,328 @@
+//! RunPodSandbox: a ready pod with its network, files and pause process, or
+//! an error with nothing left behind — except what a failed cleanup could
+//! not give back, which stays recorded for the next Stop/Remove to finish.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_shim::ShimOptions;
+use cri_api::v1;
+use prost::Message;
+
+use super::facts::{check_id, sandbox_name, PodFacts};
+use super::mechanisms::{EventKind, PodFileContent};
+use super::{new_id, now_nanos, Core};
+use crate::error::Error;
+use crate::failpoint;
+use crate::objects::StoreExt;
+use crate::sandbox::spec::{pause_spec, PauseSpec};
+use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
+use crate::undo::Undo;
+
+/// What RunPodSandbox is asked for.
+#[derive(Debug, Clone)]
+pub struct SandboxRequest {
+    pub config: v1::PodSandboxConfig,
+    /// Empty: the default handler.
+    pub runtime_handler: String,
+}
+
+impl Core {
+    /// Makes a ready pod sandbox; its id.
+    pub async fn run_pod_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String, Error> {
+        let config = req.config;
+        let name = sandbox_name(&config)?;
+        let handler_name = match req.runtime_handler.as_str() {
+            "" => self.config.runtime.default_handler.clone(),
+            h => h.to_string(),
+        };
+        let handler = self
+            .config
+            .runtime
+            .handlers
+            .get(&handler_name)
+            .cloned()
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("unknown runtime handler {handler_name:?}"))
+            })?;
+        let facts = PodFacts::of(&config, || {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })?;
+
+        let id = new_id();
+        self.sandboxes.reserve(&name, &id)?;
+        let mut undo = Undo::new();
+        {
+            let core = self.clone();
+            let (name, id) = (name.clone(), id.clone());
+            undo.push_forget("release the sandbox name", async move {
+                core.sandboxes.release_name_of(&name, &id);
+                Ok(())
+            });
+        }
+        let meta = SandboxMeta {
+            id: id.clone(),
+            name: name.clone(),
+            config: config.encode_to_vec(),
+            runtime_handler: handler_name,
+            netns: (!facts.host_network).then(|| self.layout.netns(&id)),
+            created_at: now_nanos(),
+            facts: Some(facts),
+            decoded: config.into(),
+            derived: Default::default(),
+        };
+        match self.build_sandbox(&mut undo, meta, &handler.binary).await {
+            Ok(()) => {
+                undo.disarm();
+                self.sandbox_event(&id, EventKind::Created).await;
+                self.sandbox_event(&id, EventKind::Started).await;
+                tracing::info!(pod = %id, %name, "pod sandbox is ready");
+                Ok(id)
+            }
+            Err(e) => {
+                let e = undo.unwind(e).await;
+                if matches!(e, Error::Cleanup { .. }) {
+                    // Kept for a retry: visible, and not ready.
+                    if let Ok(sandbox) = self.sandboxes.lookup(&id) {
+                        let _ = sandbox.update(|s| s.state = SandboxState::NotReady);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Every step after the name is reserved; each registers its undo first.
+    async fn build_sandbox(
+        self: &Arc<Self>,
+        undo: &mut Undo,
+        meta: SandboxMeta,
+        runtime: &str,
+    ) -> Result<(), Error> {
+        let id = meta.id.clone();
+        // Persist before creating anything, so a crash leaves a record to clean up from.
+        let sandbox = self.sandboxes.create(meta, SandboxStatus::default())?;
+        failpoint::hit("run_pod_sandbox:after_record");
+        {
+            let core = self.clone();
+            let sandbox = sandbox.clone();
+            undo.push_forget("delete the sandbox record", async move {
+                core.sandboxes.delete(&sandbox).map_err(|e| e.to_string())
+            });
+        }
+        let config = sandbox.meta.config();
+        let facts = sandbox.meta.facts();
+
+        // Network namespace and CNI.
+        if let Some(path) = sandbox.meta.netns.clone() {
+            {
+                let core = self.clone();
+                let (id, path) = (id.clone(), path.clone());
+                undo.push("remove the network namespace", async move {
+                    core.mech
+                        .namespaces
+                        .remove_netns(&id, &path)
+                        .await
+                        .map_err(|e| e.to_string())
+                });
+            }
+            self.mech.namespaces.create_netns(&id, &path).await?;
+            failpoint::hit("run_pod_sandbox:after_netns");
+
+            let attachment = attachment(&id, &path, config);
+            {
+                let core = self.clone();
+                let (id, attachment, sandbox) = (id.clone(), attachment.clone(), sandbox.clone());
+                undo.push("CNI DEL", async move {
+                    core.mech
+                        .network
+                        .del(&id, &attachment)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    sandbox
+                        .update(|s| s.network_attached = false)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                });
+            }
+            // Recorded before ADD: a crash or a failure during ADD still DELs.
+            sandbox.update(|s| s.network_attached = true)?;
+            let ips = self.mech.network.add(&id, &attachment).await?;
+            sandbox.update(|s| s.ips = ips)?;
+            failpoint::hit("run_pod_sandbox:after_cni");
+        }
+
+        // Files shared by the pod's containers.
+        let files = self.layout.sandbox_files(&id);
+        {
+            let core = self.clone();
+            let (id, files) = (id.clone(), files.clone());
+            undo.push("remove the sandbox files", async move {
+                core.mech
+                    .files
+                    .remove_pod_files(&id, &files)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
+        let content = PodFileContent {
+            hostname: facts.hostname.clone(),
+            host_network: facts.host_network,
+            dns: config.dns_config.clone(),
+            shm: !facts.host_ipc,
+        };
+        self.mech
+            .files
+            .write_pod_files(&id, &files, content)
+            .await?;
+
+        // The pause process.
+        let spec = self.pause_spec(&sandbox)?;
+        let shim_dir = self.layout.shim_dir(&id);
+        {
+            let core = self.clone();
+            let (id, runtime) = (id.clone(), runtime.to_string());
+            undo.push("stop the pause process", async move {
+                core.destroy_pause(&id, &runtime)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
+        self.mech
+            .files
+            .write_pause_bundle(&id, &files.bundle(), &spec)
+            .await?;
+        let mut opts = ShimOptions::new(&id, files.bundle(), &shim_dir);
+        opts.runtime = PathBuf::from(runtime);
+        opts.runtime_root = self.layout.runtime_root();
+        opts.systemd_cgroup = self.spec_options.cgroup_driver_systemd;
+        let task = self.mech.runtime.create(opts).await?;
+        let pid = task.start().await?;
+        failpoint::hit("run_pod_sandbox:after_pause");
+        sandbox.update(|s| {
+            s.state = SandboxState::Ready;
+            s.pid = Some(pid);
+            s.shim_socket = Some(berth_shim::ShimPaths::new(&shim_dir).socket());
+            s.shm_mounted = !facts.host_ipc;
+        })?;
+        Ok(())
+    }
+
+    /// The pause container's spec.
+    fn pause_spec(&self, sandbox: &Sandbox) -> Result<oci_spec::runtime::Spec, Error> {
+        let id = &sandbox.meta.id;
+        let config = sandbox.meta.config();
+        let facts = sandbox.meta.facts();
+        let security = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.clone())
+            .unwrap_or_default();
+        let id_field = |field: &str, v: Option<i64>| v.map(|v| check_id(field, v)).transpose();
+        pause_spec(&PauseSpec {
+            id: id.clone(),
+            hostname: facts.hostname.clone(),
+            netns: sandbox.meta.netns.clone(),
+            host_ipc: facts.host_ipc,
+            host_pid: facts.host_pid,
+            shm: self.pod_shm(sandbox),
+            cgroups_path: berth_spec::cgroups_path(
+                &facts.cgroup_parent,
+                id,
+                self.spec_options.cgroup_driver_systemd,
+            ),
+            sysctls: config
+                .linux
+                .as_ref()
+                .map(|l| l.sysctls.clone())
+                .unwrap_or_default(),
+            run_as_user: id_field("run_as_user", security.run_as_user.map(|u| u.value))?,
+            run_as_group: id_field("run_as_group", security.run_as_group.map(|g| g.value))?,
+            annotations: HashMap::from([
+                (
+                    berth_spec::annotations::CONTAINER_TYPE.to_string(),
+                    "sandbox".to_string(),
+                ),
+                (berth_spec::annotations::SANDBOX_ID.to_string(), id.clone()),
+            ]),
+        })
+    }
+
+    /// The pod's /dev/shm: its own tmpfs, or the host's for host IPC.
+    pub fn pod_shm(&self, sandbox: &Sandbox) -> PathBuf {
+        if sandbox.meta.facts().host_ipc {
+            PathBuf::from("/dev/shm")
+        } else {
+            self.layout.sandbox_files(&sandbox.meta.id).shm()
+        }
+    }
+
+    /// Kills and deletes the pause and its shim, and removes their files.
+    /// Idempotent: whatever is already gone is skipped.
+    pub(super) async fn destroy_pause(&self, id: &str, runtime: &str) -> Result<(), Error> {
+        let shim_dir = self.layout.shim_dir(id);
+        if let Ok(task) = self.mech.runtime.connect(id, &shim_dir).await {
+            if let Err(e) = task.kill(libc::SIGKILL, true).await {
+                tracing::debug!(pod = %id, error = %e, "killing the pause (may have exited)");
+            }
+            if tokio::time::timeout(PAUSE_EXIT_TIMEOUT, task.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(pod = %id, "the pause did not exit in {PAUSE_EXIT_TIMEOUT:?}");
+            }
+        }
+        self.mech.runtime.delete(id, &shim_dir, runtime).await?;
+        self.mech.files.remove_dir(id, &shim_dir).await?;
+        self.mech
+            .files
+            .remove_dir(id, &self.layout.sandbox_files(id).bundle())
+            .await
+    }
+}
+
+/// How long a killed pause may take to go.
+const PAUSE_EXIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The CNI attachment of a sandbox.
+pub fn attachment(id: &str, netns: &Path, config: &v1::PodSandboxConfig) -> berth_cni::Attachment {
+    let md = config.metadata.clone().unwrap_or_default();
+    let mut att = berth_cni::Attachment::new(
+        id,
+        netns,
+        berth_cni::PodArgs {
+            namespace: md.namespace,
+            name: md.name,
+            uid: md.uid,
+            infra_container_id: id.to_string(),
+        },
+    );
+    // Ports were range-checked at RunPodSandbox (PodFacts::of).
+    att.capabilities.port_mappings = config
+        .port_mappings
+        .iter()
+        .filter(|p| p.host_port > 0)
+        .map(|p| berth_cni::PortMapping {
+            host_port: p.host_port as u16,
+            container_port: p.container_port as u16,
+            protocol: match v1::Protocol::try_from(p.protocol) {
+                Ok(v1::Protocol::Udp) => "udp",
+                Ok(v1::Protocol::Sctp) => "sctp",
+                _ => "tcp",
+            }
+            .to_string(),
+            host_ip: p.host_ip.clone(),
+        })
+        .collect();
+    if let Some(dns) = &config.dns_config {
+        att.capabilities.dns = Some(berth_cni::DnsCapability {
+            servers: dns.servers.clone(),
+            searches: dns.searches.clone(),
+            options: dns.options.clone(),
+        });
+    }
+    att
+}

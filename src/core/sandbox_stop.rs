@@ -1,0 +1,117 @@
+//! StopPodSandbox and RemovePodSandbox: idempotent teardown. A step that
+//! fails leaves the sandbox recorded (NotReady), so the next call retries
+//! what is left: a pod whose CNI DEL failed never wedges and never leaks
+//! its IP.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::mechanisms::EventKind;
+use super::sandbox_run::attachment;
+use super::Core;
+use crate::error::Error;
+use crate::failpoint;
+use crate::objects::StoreExt;
+use crate::sandbox::{Sandbox, SandboxState};
+
+impl Core {
+    /// StopPodSandbox: gone is fine.
+    pub async fn stop_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let sandbox = match self.sandboxes.lookup(id) {
+            Ok(s) => s,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lifecycle = sandbox.lifecycle.lock().await;
+        self.stop_sandbox(&sandbox).await
+    }
+
+    /// RemovePodSandbox: forced (a ready sandbox is stopped first, its
+    /// containers removed); gone is fine.
+    pub async fn remove_pod_sandbox(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let sandbox = match self.sandboxes.lookup(id) {
+            Ok(s) => s,
+            Err(Error::NotFound { .. }) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let _lifecycle = sandbox.lifecycle.lock().await;
+        self.remove_sandbox(&sandbox).await
+    }
+
+    /// Removes a sandbox whose lifecycle lock the caller holds.
+    pub(super) async fn remove_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
+        self.stop_sandbox(sandbox).await?;
+        for container in self.sandbox_containers(&sandbox.meta.id) {
+            let _lifecycle = container.lifecycle.lock().await;
+            self.remove(&container).await?;
+        }
+        let id = sandbox.meta.id.clone();
+        self.mech
+            .files
+            .remove_pod_files(&id, &self.layout.sandbox_files(&id))
+            .await?;
+        self.mech
+            .files
+            .remove_dir(&id, &self.layout.shim_dir(&id))
+            .await?;
+        failpoint::hit("remove_pod_sandbox:before_delete");
+        self.sandboxes.delete(sandbox)?;
+        self.sandbox_event(&id, EventKind::Deleted).await;
+        tracing::info!(pod = %id, "pod sandbox removed");
+        Ok(())
+    }
+
+    /// Stops the containers and the pause, tears down the network and shm;
+    /// each step is skipped when already done, so this can run any number
+    /// of times.
+    async fn stop_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
+        let id = &sandbox.meta.id;
+        let status = sandbox.status();
+        let runtime = self.runtime_binary(&sandbox.meta.runtime_handler);
+
+        // Its containers go first, forcibly, as kubelet expects.
+        for container in self.sandbox_containers(id) {
+            let _lifecycle = container.lifecycle.lock().await;
+            self.stop(&container, Duration::ZERO).await?;
+            self.container_event(&container, EventKind::Stopped).await;
+        }
+        failpoint::hit("stop_pod_sandbox:after_containers");
+        self.destroy_pause(id, &runtime).await?;
+        failpoint::hit("stop_pod_sandbox:after_pause");
+        if status.pid.is_some() || status.state == SandboxState::Ready {
+            sandbox.update(|s| {
+                s.pid = None;
+                // Not ready from now on, whatever fails next.
+                if s.state == SandboxState::Ready {
+                    s.state = SandboxState::NotReady;
+                }
+            })?;
+        }
+
+        if let Some(netns) = &sandbox.meta.netns {
+            if status.network_attached {
+                // DEL runs even when the netns is already gone.
+                let attachment = attachment(id, netns, sandbox.meta.config());
+                self.mech.network.del(id, &attachment).await?;
+                sandbox.update(|s| s.network_attached = false)?;
+                failpoint::hit("stop_pod_sandbox:after_cni");
+            }
+            self.mech.namespaces.remove_netns(id, netns).await?;
+        }
+
+        self.mech
+            .files
+            .unmount_shm(id, &self.layout.sandbox_files(id))
+            .await?;
+
+        if status.state != SandboxState::NotReady || status.shm_mounted {
+            sandbox.update(|s| {
+                s.state = SandboxState::NotReady;
+                s.shm_mounted = false;
+            })?;
+            self.sandbox_event(id, EventKind::Stopped).await;
+            tracing::info!(pod = %id, "pod sandbox stopped");
+        }
+        Ok(())
+    }
+}

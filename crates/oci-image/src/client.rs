@@ -319,9 +319,11 @@ impl HostClient {
         match realm_url.scheme() {
             "https" => {}
             "http" if self.spec.plain_http => {}
-            _ => return Err(unauth(format!(
+            _ => {
+                return Err(unauth(format!(
                 "bearer realm {realm:?}: refusing to send credentials to it from an HTTPS registry"
-            ))),
+            )))
+            }
         }
         let scope = format!("repository:{}:pull", self.repository);
         let service = params.get("service");

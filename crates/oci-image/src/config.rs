@@ -342,6 +342,31 @@ mod tests {
     }
 
     #[test]
+    fn defaults_round_trip_through_toml() {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            registry: &'a RegistryConfig,
+        }
+        let mut cfg = RegistryConfig::default();
+        let text = toml::to_string(&Out { registry: &cfg }).unwrap();
+        assert!(text.contains("config_path = \"\""), "{text}");
+        assert!(text.contains("mirror_only = false"), "{text}");
+        assert_eq!(toml::from_str::<Wrapper>(&text).unwrap().registry, cfg);
+        cfg.auth_file = "/etc/berth/auth.json".into();
+        cfg.mirrors.insert(
+            "gcr.io".into(),
+            Mirror {
+                endpoints: vec!["m.local".into()],
+                mirror_only: true,
+            },
+        );
+        let text = toml::to_string(&Out { registry: &cfg }).unwrap();
+        let back = toml::from_str::<Wrapper>(&text).unwrap().registry;
+        back.validate().unwrap();
+        assert_eq!(back, cfg);
+    }
+
+    #[test]
     fn plain_http_hosts() {
         let cfg = RegistryConfig {
             plain_http: vec!["reg.local".into(), "other:5000".into()],

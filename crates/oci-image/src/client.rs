@@ -516,3 +516,176 @@ fn sensitive(value: &str) -> Option<HeaderValue> {
     v.set_sensitive(true);
     Some(v)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The authentication dance against a loopback stand-in registry whose
+    //! token endpoint checks what it is sent.
+    use super::*;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Requests seen: (request line, authorization, body).
+    type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    async fn token_registry() -> (String, Seen, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen: Seen = Arc::default();
+        let (a, s) = (addr.clone(), seen.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (addr, seen) = (a.clone(), s.clone());
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    let head_end = loop {
+                        if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&req[..head_end]).to_string();
+                    let header = |name: &str| {
+                        head.lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                            })
+                            .unwrap_or_default()
+                    };
+                    let len: usize = header("content-length").parse().unwrap_or(0);
+                    while req.len() < head_end + len {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = String::from_utf8_lossy(&req[head_end..]).to_string();
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    let authz = header("authorization");
+                    lock(&seen).push((line.clone(), authz.clone(), body.clone()));
+                    let path = line.split(' ').nth(1).unwrap_or("");
+                    let basic_ok = format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode("u:p")
+                    );
+                    let (status, extra, answer) = if path.starts_with("/token") {
+                        let ok = (line.starts_with("GET") && authz == basic_ok)
+                            || (line.starts_with("POST")
+                                && body.contains("grant_type=refresh_token")
+                                && body.contains("refresh_token=rt"));
+                        if ok {
+                            ("200 OK", String::new(), r#"{"access_token":"good"}"#)
+                        } else {
+                            ("401 Unauthorized", String::new(), r#"{"details":"no"}"#)
+                        }
+                    } else if authz == "Bearer good" {
+                        ("200 OK", String::new(), "{}")
+                    } else {
+                        (
+                            "401 Unauthorized",
+                            format!(
+                                "Www-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"svc\"\r\n"
+                            ),
+                            r#"{"errors":[{"code":"UNAUTHORIZED","message":"auth"}]}"#,
+                        )
+                    };
+                    let out = format!(
+                        "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = conn.write_all(out.as_bytes()).await;
+                });
+            }
+        });
+        (addr, seen, task)
+    }
+
+    fn host(addr: &str, creds: Creds) -> HostClient {
+        let spec = HostSpec {
+            plain_http: true,
+            host: addr.to_string(),
+            path: "/v2".into(),
+            pull: true,
+            resolve: true,
+            ca: vec![],
+            client: vec![],
+            skip_verify: false,
+            header: vec![("X-Extra".into(), "1".into())],
+            dial_timeout: None,
+            proxy: None,
+            upstream: true,
+            source: "test".into(),
+        };
+        let http = ClientCache::default()
+            .client_for(&spec, Duration::from_secs(10))
+            .unwrap();
+        HostClient::new(http, spec, addr, creds, "ref", "team/app")
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens_for_basic_refresh_and_registry_tokens() {
+        let (addr, seen, task) = token_registry().await;
+
+        // Username and password: GET at the realm with basic auth, scope and
+        // service; then the manifest with the token.
+        let h = host(&addr, Creds::Basic("u".into(), "p".into()));
+        let body = h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert_eq!(&body[..], b"{}");
+        {
+            let seen = lock(&seen);
+            let token = seen.iter().find(|(l, _, _)| l.contains("/token")).unwrap();
+            assert!(token.0.starts_with("GET"), "{token:?}");
+            assert!(
+                token.0.contains("scope=repository%3Ateam%2Fapp%3Apull"),
+                "{token:?}"
+            );
+            assert!(token.0.contains("service=svc"), "{token:?}");
+            assert_eq!(seen.last().unwrap().1, "Bearer good");
+            assert!(seen.last().unwrap().0.contains("/v2/team/app/manifests/v1"));
+        }
+        // The token is kept: the next request goes straight through.
+        let before = lock(&seen).len();
+        h.manifest("v2", "application/json", 1024).await.unwrap();
+        assert_eq!(lock(&seen).len(), before + 1);
+
+        // A refresh token: the OAuth2 grant, POSTed.
+        lock(&seen).clear();
+        let h = host(&addr, Creds::Refresh("rt".into()));
+        h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert!(lock(&seen)
+            .iter()
+            .any(|(l, _, b)| l.starts_with("POST /token") && b.contains("client_id=berth")));
+
+        // A registry token is sent as it is, and not exchanged.
+        lock(&seen).clear();
+        let h = host(&addr, Creds::Bearer("good".into()));
+        h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert_eq!(lock(&seen).len(), 1);
+
+        // Wrong or no credentials: Unauthenticated, naming the token
+        // endpoint, with no secret in the message.
+        for creds in [
+            Creds::Basic("u".into(), "wrong-pw".into()),
+            Creds::Anonymous,
+        ] {
+            let e = host(&addr, creds)
+                .manifest("v1", "application/json", 1024)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Unauthenticated, "{e}");
+            assert!(e.to_string().contains("token endpoint"), "{e}");
+            assert!(!e.to_string().contains("wrong-pw"), "{e}");
+        }
+        let e = host(&addr, Creds::Bearer("bad".into()))
+            .manifest("v1", "application/json", 1024)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Unauthenticated, "{e}");
+        task.abort();
+    }
+}

@@ -68,6 +68,25 @@ fn auth_names<'a>(spec: &'a HostSpec, domain: &'a str) -> Vec<&'a str> {
     names
 }
 
+/// `e` with a note of the hosts that failed before it (the last host's
+/// failure keeps its kind: a mirror's "not found" followed by an
+/// unreachable registry is Unavailable, and says both).
+fn with_tried(mut e: Error, tried: &[String]) -> Error {
+    if tried.is_empty() {
+        return e;
+    }
+    let note = format!(" (tried before: {})", tried.join("; "));
+    match &mut e {
+        Error::RemoteNotFound { message, .. }
+        | Error::Unauthenticated { message, .. }
+        | Error::PermissionDenied { message, .. }
+        | Error::Registry { message, .. } => message.push_str(&note),
+        Error::BadContent { reason, .. } => reason.push_str(&note),
+        _ => {}
+    }
+    e
+}
+
 impl Remote {
     /// Sets up the hosts for `reference` and resolves it on the first that
     /// can. A host that fails is logged and the next one tried; the last
@@ -139,6 +158,7 @@ impl Remote {
             )));
         }
         let mut last_err = None;
+        let mut tried = Vec::new();
         for (n, &i) in candidates.iter().enumerate() {
             match remote.resolve_manifest(i, reference, progress).await {
                 Ok(resolved) => {
@@ -149,12 +169,14 @@ impl Remote {
                 Err(e) => {
                     if n + 1 < candidates.len() {
                         tracing::warn!(image = %reference, host = %remote.hosts[i].host(), error = %e, "registry host failed; trying the next one");
+                        tried.push(format!("{}: {e}", remote.hosts[i].host()));
                     }
                     last_err = Some(e);
                 }
             }
         }
-        Err(last_err.unwrap_or_else(|| Error::Internal("no registry host".into())))
+        let e = last_err.unwrap_or_else(|| Error::Internal("no registry host".into()));
+        Err(with_tried(e, &tried))
     }
 
     /// Tries `f` on each host that may pull, in order; the last failure is

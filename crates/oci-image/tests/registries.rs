@@ -275,6 +275,13 @@ async fn mirror_only_never_contacts_the_upstream() {
     let e = s.pull(&missing, None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
     assert!(upstream.count() > 0);
+    // The error tells of the mirror's answer too, not only the upstream's.
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("tried before: {}", mirror.addr)),
+        "{text}"
+    );
+    assert!(text.contains("404"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -567,7 +567,12 @@ mod tests {
                     let body = String::from_utf8_lossy(&req[head_end..]).to_string();
                     let line = head.lines().next().unwrap_or("").to_string();
                     let authz = header("authorization");
-                    lock(&seen).push((line.clone(), authz.clone(), body.clone()));
+                    let extra = header("x-extra");
+                    lock(&seen).push((
+                        format!("{line} x-extra={extra}"),
+                        authz.clone(),
+                        body.clone(),
+                    ));
                     let path = line.split(' ').nth(1).unwrap_or("");
                     let basic_ok = format!(
                         "Basic {}",
@@ -646,7 +651,10 @@ mod tests {
             );
             assert!(token.0.contains("service=svc"), "{token:?}");
             assert_eq!(seen.last().unwrap().1, "Bearer good");
-            assert!(seen.last().unwrap().0.contains("/v2/team/app/manifests/v1"));
+            let last = &seen.last().unwrap().0;
+            assert!(last.contains("/v2/team/app/manifests/v1"), "{last}");
+            // The host's configured headers go with every registry request.
+            assert!(last.ends_with("x-extra=1"), "{last}");
         }
         // The token is kept: the next request goes straight through.
         let before = lock(&seen).len();

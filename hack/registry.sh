@@ -3,10 +3,13 @@
 # 127.0.0.1 on a free port, with its storage, config, log and pid file in DIR.
 #
 #   hack/registry.sh start DIR [--auth USER:PASS] [--max-lifetime SECS]
+#                              [--tls CERT:KEY [--client-ca CA]]
 #       starts a registry (or finds the one already running in DIR) and prints
 #       its address, e.g. 127.0.0.1:41234. --auth turns on htpasswd (bcrypt)
 #       basic auth for USER; --max-lifetime stops the registry by itself after
-#       SECS seconds (tests use it so that a crashed test leaks nothing).
+#       SECS seconds (tests use it so that a crashed test leaks nothing);
+#       --tls serves HTTPS with that certificate and key (PEM files), and
+#       --client-ca then requires client certificates signed by CA.
 #   hack/registry.sh stop DIR
 #       stops the registry of DIR (no error when none runs).
 #   hack/registry.sh addr DIR
@@ -21,7 +24,7 @@ die() {
 }
 
 usage() {
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -35,14 +38,23 @@ running_pid() {
 }
 
 # Answers 0 when the registry at $1 serves the v2 API (200, or 401 with auth).
+# With TLS ($2 = tls) any HTTP answer counts (the certificate is not checked);
+# with client certificates required ($2 = mtls) a listening port does.
 answers() {
-  local code
-  code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$1/v2/" || true)
+  local addr=$1 mode=${2:-plain} code
+  case $mode in
+  plain) code=$(curl -s -o /dev/null -m 2 -w '%{http_code}' "http://$addr/v2/" || true) ;;
+  tls) code=$(curl -sk -o /dev/null -m 2 -w '%{http_code}' "https://$addr/v2/" || true) ;;
+  mtls)
+    ss -Hltn "sport = :${addr##*:}" 2>/dev/null | grep -q .
+    return
+    ;;
+  esac
   [[ $code == 200 || $code == 401 ]]
 }
 
 write_config() {
-  local dir=$1 port=$2 auth=$3
+  local dir=$1 port=$2 auth=$3 tls=${4:-} client_ca=${5:-}
   {
     echo "version: 0.1"
     echo "log:"
@@ -60,6 +72,15 @@ write_config() {
     echo "http:"
     echo "  secret: berth-test-$port"
     echo "  addr: 127.0.0.1:$port"
+    if [[ -n $tls ]]; then
+      echo "  tls:"
+      echo "    certificate: ${tls%%:*}"
+      echo "    key: ${tls#*:}"
+      if [[ -n $client_ca ]]; then
+        echo "    clientcas:"
+        echo "      - $client_ca"
+      fi
+    fi
     if [[ -n $auth ]]; then
       echo "auth:"
       echo "  htpasswd:"
@@ -70,9 +91,18 @@ write_config() {
 }
 
 start() {
-  local dir="" auth="" lifetime=""
+  local dir="" auth="" lifetime="" tls="" client_ca="" mode=plain
   while (($#)); do
     case $1 in
+    --tls)
+      tls=${2:?--tls needs CERT:KEY}
+      [[ $tls == *:* ]] || die "--tls wants CERT:KEY"
+      shift 2
+      ;;
+    --client-ca)
+      client_ca=${2:?--client-ca needs a file}
+      shift 2
+      ;;
     --auth)
       auth=${2:?--auth needs USER:PASS}
       shift 2
@@ -91,12 +121,24 @@ start() {
     esac
   done
   [[ -n $dir ]] || usage
+  if [[ -n $tls ]]; then
+    local f
+    for f in "${tls%%:*}" "${tls#*:}"; do
+      [[ $f == /* && -r $f ]] || die "--tls: $f is not a readable absolute path"
+    done
+    mode=tls
+  fi
+  if [[ -n $client_ca ]]; then
+    [[ -n $tls ]] || die "--client-ca needs --tls"
+    [[ $client_ca == /* && -r $client_ca ]] || die "--client-ca: $client_ca is not a readable absolute path"
+    mode=mtls
+  fi
   [[ -x $REGISTRY_BIN ]] || die "$REGISTRY_BIN not found (apt-get install docker-registry, or run hack/install-deps.sh)"
   command -v curl >/dev/null || die "curl not found (run hack/install-deps.sh)"
   mkdir -p "$dir/data"
   dir=$(cd "$dir" && pwd)
 
-  if running_pid "$dir" >/dev/null && [[ -f $dir/registry.addr ]] && answers "$(<"$dir/registry.addr")"; then
+  if running_pid "$dir" >/dev/null && [[ -f $dir/registry.addr ]] && answers "$(<"$dir/registry.addr")" "$mode"; then
     cat "$dir/registry.addr"
     return 0
   fi
@@ -114,7 +156,7 @@ start() {
       continue
     fi
     addr=127.0.0.1:$port
-    write_config "$dir" "$port" "$auth"
+    write_config "$dir" "$port" "$auth" "$tls" "$client_ca"
     # Its own session, so that it outlives this script and gets no signal from
     # the caller's terminal; stdio to the log file.
     if [[ -n $lifetime ]]; then
@@ -130,7 +172,7 @@ start() {
       if ! kill -0 "$pid" 2>/dev/null; then
         break # died: most likely the port was taken meanwhile; try another
       fi
-      if answers "$addr"; then
+      if answers "$addr" "$mode"; then
         echo "$addr" >"$dir/registry.addr"
         echo "$addr"
         return 0

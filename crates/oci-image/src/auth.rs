@@ -1,14 +1,15 @@
-//! Registry credentials as CRI's `AuthConfig` carries them, and their
+//! Registry credentials as CRI's `AuthConfig` carries them, and as a
+//! node's docker `config.json` lists them per registry host; their
 //! translation into what the registry client sends: basic auth, a registry
 //! token used as a bearer token, or an identity token (an OAuth2 refresh
-//! token) exchanged for an access token at the registry's token endpoint.
+//! token) exchanged for an access token at the registry's token endpoint
+//! (see `client.rs`). Secrets never appear in `Debug` or in errors.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::time::Duration;
+use std::path::Path;
 
 use base64::Engine;
-use oci_client::secrets::RegistryAuth;
 
 use crate::error::Error;
 
@@ -72,32 +73,17 @@ impl Auth {
         }
     }
 
-    /// What the registry client sends to `scheme://host` for `repository`.
-    pub(crate) async fn to_registry_auth(
-        &self,
-        scheme: &str,
-        host: &str,
-        repository: &str,
-        reference: &str,
-    ) -> Result<RegistryAuth, Error> {
+    /// The credentials to send, by precedence: registry token, identity
+    /// token, username and password, `auth`.
+    pub(crate) fn creds(&self) -> Result<Creds, Error> {
         if !self.registry_token.is_empty() {
-            return Ok(RegistryAuth::Bearer(self.registry_token.clone()));
+            return Ok(Creds::Bearer(self.registry_token.clone()));
         }
         if !self.identity_token.is_empty() {
-            let token = exchange_identity_token(scheme, host, repository, &self.identity_token)
-                .await
-                .map_err(|message| Error::Unauthenticated {
-                    reference: reference.to_string(),
-                    registry: host.to_string(),
-                    message,
-                })?;
-            return Ok(RegistryAuth::Bearer(token));
+            return Ok(Creds::Refresh(self.identity_token.clone()));
         }
         if !self.username.is_empty() {
-            return Ok(RegistryAuth::Basic(
-                self.username.clone(),
-                self.password.clone(),
-            ));
+            return Ok(Creds::Basic(self.username.clone(), self.password.clone()));
         }
         if !self.auth.is_empty() {
             let decoded = base64::engine::general_purpose::STANDARD
@@ -110,9 +96,140 @@ impl Auth {
             let (user, pass) = decoded.split_once(':').ok_or_else(|| {
                 Error::InvalidAuth("`auth` does not decode to user:password".into())
             })?;
-            return Ok(RegistryAuth::Basic(user.to_string(), pass.to_string()));
+            return Ok(Creds::Basic(user.to_string(), pass.to_string()));
         }
-        Ok(RegistryAuth::Anonymous)
+        Ok(Creds::Anonymous)
+    }
+
+    fn is_empty(&self) -> bool {
+        [
+            &self.username,
+            &self.password,
+            &self.auth,
+            &self.identity_token,
+            &self.registry_token,
+        ]
+        .iter()
+        .all(|s| s.is_empty())
+    }
+}
+
+/// What the registry client authenticates with.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Creds {
+    Anonymous,
+    /// Username and password: sent as basic auth, or to the token endpoint.
+    Basic(String, String),
+    /// A registry token, sent as the bearer token.
+    Bearer(String),
+    /// An OAuth2 refresh token, exchanged at the token endpoint.
+    Refresh(String),
+}
+
+impl fmt::Debug for Creds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Creds::Anonymous => "Anonymous",
+            Creds::Basic(..) => "Basic(<redacted>)",
+            Creds::Bearer(_) => "Bearer(<redacted>)",
+            Creds::Refresh(_) => "Refresh(<redacted>)",
+        })
+    }
+}
+
+/// Node-level credentials: the `auths` of a docker `config.json`.
+#[derive(Default)]
+pub(crate) struct NodeAuths {
+    /// (key as written, key as a host name, credentials), in file order.
+    entries: Vec<(String, String, Auth)>,
+}
+
+#[derive(serde::Deserialize)]
+struct DockerConfig {
+    #[serde(default)]
+    auths: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct DockerAuth {
+    #[serde(default)]
+    auth: String,
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    identitytoken: String,
+    #[serde(default)]
+    registrytoken: String,
+}
+
+/// What docker's `ConvertToHostname` makes of an `auths` key: without
+/// `http://` or `https://` and without any path.
+fn key_host(key: &str) -> &str {
+    let rest = key
+        .strip_prefix("https://")
+        .or_else(|| key.strip_prefix("http://"))
+        .unwrap_or(key);
+    rest.split('/').next().unwrap_or(rest)
+}
+
+impl NodeAuths {
+    /// Reads `path`; a missing file means no credentials. Errors name the
+    /// file and never quote its content.
+    pub(crate) fn load(path: &Path) -> Result<NodeAuths, Error> {
+        let bytes = match crate::hosts::read_small(path) {
+            Ok(b) => b,
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(path = %path.display(), "no registry auth file");
+                return Ok(NodeAuths::default());
+            }
+            Err(e) => return Err(e),
+        };
+        let bad = |what: String| Error::Config(format!("auth_file {}: {what}", path.display()));
+        let cfg: DockerConfig = serde_json::from_slice(&bytes).map_err(|e| {
+            bad(format!(
+                "not a docker config.json (line {}, column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let mut entries = Vec::new();
+        for (key, value) in cfg.auths.unwrap_or_default() {
+            let a: DockerAuth = serde_json::from_value(value)
+                .map_err(|_| bad(format!("auths.{key:?}: not an auth entry")))?;
+            let auth = Auth {
+                username: a.username,
+                password: a.password,
+                auth: a.auth,
+                server_address: key.clone(),
+                identity_token: a.identitytoken,
+                registry_token: a.registrytoken,
+            };
+            if auth.is_empty() {
+                continue; // kept by a credential helper, which berth does not run
+            }
+            auth.creds()
+                .map_err(|e| bad(format!("auths.{key:?}: {e}")))?;
+            let host = key_host(&key).to_string();
+            entries.push((key, host, auth));
+        }
+        Ok(NodeAuths { entries })
+    }
+
+    /// The credentials for the first of `hosts` that has an entry, matched
+    /// as docker matches them: the key as written first, then the key's
+    /// host name (`https://index.docker.io/v1/` is `index.docker.io`).
+    pub(crate) fn lookup(&self, hosts: &[&str]) -> Option<&Auth> {
+        for host in hosts {
+            if let Some((_, _, a)) = self.entries.iter().find(|(k, _, _)| k == host) {
+                return Some(a);
+            }
+            if let Some((_, _, a)) = self.entries.iter().find(|(_, h, _)| h == host) {
+                return Some(a);
+            }
+        }
+        None
     }
 }
 
@@ -139,65 +256,6 @@ pub(crate) fn parse_challenge(header: &str) -> Option<(String, BTreeMap<String, 
     Some((scheme.to_ascii_lowercase(), params))
 }
 
-/// OAuth2 refresh-token grant at the realm the registry names.
-async fn exchange_identity_token(
-    scheme: &str,
-    host: &str,
-    repository: &str,
-    refresh_token: &str,
-) -> Result<String, String> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .user_agent("berth")
-        .build()
-        .map_err(|e| format!("http client: {e}"))?;
-    let ping = http
-        .get(format!("{scheme}://{host}/v2/"))
-        .send()
-        .await
-        .map_err(|e| format!("GET /v2/: {e}"))?;
-    let challenge = ping
-        .headers()
-        .get(reqwest::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_challenge)
-        .filter(|(scheme, _)| scheme == "bearer")
-        .ok_or("an identity token was given but the registry does not ask for a bearer token")?;
-    let params = challenge.1;
-    let realm = params
-        .get("realm")
-        .ok_or("bearer challenge without a realm")?;
-    let mut form = vec![
-        ("grant_type", "refresh_token".to_string()),
-        ("refresh_token", refresh_token.to_string()),
-        ("client_id", "berth".to_string()),
-        ("scope", format!("repository:{repository}:pull")),
-    ];
-    if let Some(service) = params.get("service") {
-        form.push(("service", service.clone()));
-    }
-    let res = http
-        .post(realm)
-        .form(&form)
-        .send()
-        .await
-        .map_err(|e| format!("token endpoint {realm}: {e}"))?;
-    let status = res.status();
-    if !status.is_success() {
-        let body = res.text().await.unwrap_or_default();
-        return Err(format!("token endpoint {realm}: {status}: {}", body.trim()));
-    }
-    let body: serde_json::Value = res
-        .json()
-        .await
-        .map_err(|e| format!("token endpoint {realm}: bad answer: {e}"))?;
-    body.get("access_token")
-        .or_else(|| body.get("token"))
-        .and_then(|t| t.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| format!("token endpoint {realm}: no access_token in the answer"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,40 +275,88 @@ mod tests {
         assert_eq!(p["realm"], "berth-test");
     }
 
-    #[tokio::test]
-    async fn credentials_translate() {
+    #[test]
+    fn credentials_translate() {
         let b64 = base64::engine::general_purpose::STANDARD.encode("u:p:x");
         let auth = Auth {
             auth: b64,
             ..Auth::default()
         };
-        match auth
-            .to_registry_auth("http", "h", "r", "ref")
-            .await
-            .unwrap()
-        {
-            RegistryAuth::Basic(u, p) => assert_eq!((u.as_str(), p.as_str()), ("u", "p:x")),
-            _ => panic!("not basic"),
-        }
+        assert_eq!(
+            auth.creds().unwrap(),
+            Creds::Basic("u".into(), "p:x".into())
+        );
         let auth = Auth {
             registry_token: "tok".into(),
             username: "ignored".into(),
             ..Auth::default()
         };
-        assert!(matches!(
-            auth.to_registry_auth("http", "h", "r", "ref").await.unwrap(),
-            RegistryAuth::Bearer(t) if t == "tok"
-        ));
+        assert_eq!(auth.creds().unwrap(), Creds::Bearer("tok".into()));
+        let auth = Auth {
+            identity_token: "refresh".into(),
+            username: "ignored".into(),
+            ..Auth::default()
+        };
+        assert_eq!(auth.creds().unwrap(), Creds::Refresh("refresh".into()));
         let bad = Auth {
             auth: "%%%".into(),
             ..Auth::default()
         };
-        let e = bad
-            .to_registry_auth("http", "h", "r", "ref")
-            .await
-            .err()
-            .unwrap();
+        let e = bad.creds().err().unwrap();
         assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
         assert!(!format!("{:?}", Auth::basic("u", "secret")).contains("secret"));
+        assert!(!format!("{:?}", Auth::basic("u", "secret").creds().unwrap()).contains("secret"));
+    }
+
+    #[test]
+    fn docker_config_json_matches_hosts_like_docker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        std::fs::write(
+            &path,
+            serde_json::json!({
+                "auths": {
+                    "https://index.docker.io/v1/": {"auth": b64("hub:hubpw")},
+                    "http://reg.local:5000/some/path": {"username": "u", "password": "p"},
+                    "quay.io": {"identitytoken": "refresh-me"},
+                    "helper.io": {},
+                },
+                "credsStore": "desktop",
+                "HttpHeaders": {"X-Ignored": "1"},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let auths = NodeAuths::load(&path).unwrap();
+        let creds = |hosts: &[&str]| auths.lookup(hosts).map(|a| a.creds().unwrap());
+        assert_eq!(
+            creds(&["docker.io", "index.docker.io"]),
+            Some(Creds::Basic("hub".into(), "hubpw".into()))
+        );
+        assert_eq!(
+            creds(&["reg.local:5000"]),
+            Some(Creds::Basic("u".into(), "p".into()))
+        );
+        assert_eq!(creds(&["reg.local"]), None);
+        assert_eq!(
+            creds(&["quay.io"]),
+            Some(Creds::Refresh("refresh-me".into()))
+        );
+        assert_eq!(creds(&["helper.io"]), None);
+        assert_eq!(creds(&["mirror.local"]), None);
+        // Missing: no credentials. Broken: an error that names the file and
+        // quotes nothing of it.
+        assert!(NodeAuths::load(&dir.path().join("none.json"))
+            .unwrap()
+            .lookup(&["quay.io"])
+            .is_none());
+        std::fs::write(&path, r#"{"auths": {"a.io": {"auth": "c2VjcmV0"}}, "x": "#).unwrap();
+        let e = NodeAuths::load(&path).err().unwrap();
+        assert!(e.to_string().contains("config.json"), "{e}");
+        std::fs::write(&path, r#"{"auths": {"a.io": {"auth": "c2VjcmV0"}}}"#).unwrap();
+        let e = NodeAuths::load(&path).err().unwrap();
+        assert!(!e.to_string().contains("c2VjcmV0"), "{e}");
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
     }
 }

@@ -1,18 +1,22 @@
-//! Registry configuration: mirrors per registry host, plain-HTTP hosts,
-//! download concurrency and the no-progress timeout. It is the `[registry]`
-//! table of berth's config file:
+//! Registry configuration: mirrors per registry host (inline, or a
+//! containerd `hosts.toml` directory), mirror-only mode, node credentials,
+//! plain-HTTP hosts, download concurrency and the no-progress timeout. It is
+//! the `[registry]` table of berth's config file:
 //!
 //! ```toml
 //! [registry]
 //! plain_http = ["registry.local:5000"]
 //! max_concurrent_downloads = 3
 //! progress_timeout = "5m"
+//! auth_file = "/etc/berth/auth.json"
 //!
 //! [registry.mirrors."registry.k8s.io"]
 //! endpoints = ["http://127.0.0.1:5000"]
+//! mirror_only = true
 //! ```
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -25,8 +29,21 @@ use crate::error::Error;
 pub struct RegistryConfig {
     /// Mirrors by registry host as written in image names (`docker.io`,
     /// `registry.k8s.io`, `host:port`; `*` applies to hosts without an entry).
-    /// Their endpoints are tried in order, then the registry itself.
+    /// Their endpoints are tried in order, then the registry itself (unless
+    /// the mirror is `mirror_only`). Cannot be combined with `config_path`.
     pub mirrors: BTreeMap<String, Mirror>,
+    /// A directory of `<host>/hosts.toml` files in containerd's format
+    /// (`_default/hosts.toml` for hosts without one); read at each pull.
+    /// Empty: not used.
+    pub config_path: PathBuf,
+    /// Never contact a registry that is not configured as a host: the
+    /// implicit fallback to the image's own registry is dropped for every
+    /// registry (inline mirrors and `hosts.toml` files without `server`).
+    pub mirror_only: bool,
+    /// A docker `config.json` whose `auths` give credentials per registry
+    /// host, used when the pull carries none for that host; read at each
+    /// pull. Empty: not used.
+    pub auth_file: PathBuf,
     /// Registry hosts (`host` or `host:port`) spoken to over plain HTTP.
     /// `localhost`, `127.0.0.1` and `::1` always are, on any port.
     pub plain_http: Vec<String>,
@@ -49,28 +66,22 @@ pub struct Mirror {
     /// `http://host:port`, `https://host[:port]` or `host[:port]` (HTTPS
     /// unless the host is plain HTTP). No path.
     pub endpoints: Vec<String>,
+    /// Only the endpoints: the registry itself is never contacted.
+    pub mirror_only: bool,
 }
 
 impl Default for RegistryConfig {
     fn default() -> Self {
         RegistryConfig {
             mirrors: BTreeMap::new(),
+            config_path: PathBuf::new(),
+            mirror_only: false,
+            auth_file: PathBuf::new(),
             plain_http: Vec::new(),
             max_concurrent_downloads: 3,
             progress_timeout: Duration::from_secs(300),
         }
     }
-}
-
-/// A place to fetch an image's content from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Endpoint {
-    /// `host[:port]`.
-    pub host: String,
-    /// Plain HTTP instead of HTTPS.
-    pub plain_http: bool,
-    /// A mirror (true) or the registry named by the image (false).
-    pub mirror: bool,
 }
 
 impl RegistryConfig {
@@ -91,6 +102,26 @@ impl RegistryConfig {
                 })?;
             }
         }
+        if !self.config_path.as_os_str().is_empty() {
+            if !self.mirrors.is_empty() {
+                return Err(Error::Config(
+                    "mirrors and config_path cannot both be set: write the mirrors as hosts.toml files"
+                        .into(),
+                ));
+            }
+            if !self.config_path.is_absolute() {
+                return Err(Error::Config(format!(
+                    "config_path: {:?} is not an absolute path",
+                    self.config_path
+                )));
+            }
+        }
+        if !self.auth_file.as_os_str().is_empty() && !self.auth_file.is_absolute() {
+            return Err(Error::Config(format!(
+                "auth_file: {:?} is not an absolute path",
+                self.auth_file
+            )));
+        }
         for host in &self.plain_http {
             check_host(host).map_err(|m| Error::Config(format!("plain_http: {host:?}: {m}")))?;
         }
@@ -105,23 +136,6 @@ impl RegistryConfig {
                 .plain_http
                 .iter()
                 .any(|h| h == host || (!h.contains(':') && h == bare))
-    }
-
-    /// The endpoints to try for images named under registry `domain`, in
-    /// order: its mirrors, then `upstream` (the registry's own host).
-    pub(crate) fn endpoints(&self, domain: &str, upstream: &str) -> Vec<Endpoint> {
-        let mirrors = self.mirrors.get(domain).or_else(|| self.mirrors.get("*"));
-        let mut out: Vec<Endpoint> = mirrors
-            .into_iter()
-            .flat_map(|m| m.endpoints.iter())
-            .filter_map(|e| parse_endpoint(e, self).ok())
-            .collect();
-        out.push(Endpoint {
-            host: upstream.to_string(),
-            plain_http: self.is_plain_http(upstream),
-            mirror: false,
-        });
-        out
     }
 }
 
@@ -170,7 +184,11 @@ pub(crate) fn check_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_endpoint(endpoint: &str, cfg: &RegistryConfig) -> Result<Endpoint, String> {
+/// An inline mirror endpoint as (`host[:port]`, plain HTTP).
+pub(crate) fn parse_endpoint(
+    endpoint: &str,
+    cfg: &RegistryConfig,
+) -> Result<(String, bool), String> {
     let (scheme, rest) = match endpoint.split_once("://") {
         Some((s, r)) => (Some(s), r),
         None => (None, endpoint),
@@ -187,11 +205,7 @@ fn parse_endpoint(endpoint: &str, cfg: &RegistryConfig) -> Result<Endpoint, Stri
         Some(other) => return Err(format!("unknown scheme {other:?}")),
         None => cfg.is_plain_http(host),
     };
-    Ok(Endpoint {
-        host: host.to_string(),
-        plain_http,
-        mirror: true,
-    })
+    Ok((host.to_string(), plain_http))
 }
 
 /// Parses `"5m"`, `"30s"`, `"1h30m"`, `"250ms"`, `"0s"`.
@@ -275,23 +289,19 @@ mod tests {
         cfg.validate().unwrap();
         assert_eq!(cfg.max_concurrent_downloads, 3);
         assert_eq!(cfg.progress_timeout, Duration::from_secs(300));
-        let eps = cfg.endpoints("registry.k8s.io", "registry.k8s.io");
+        let eps = crate::hosts::hosts_for(&cfg, "registry.k8s.io").unwrap();
+        let eps: Vec<_> = eps
+            .iter()
+            .map(|h| (h.host.as_str(), h.plain_http, h.upstream))
+            .collect();
         assert_eq!(
             eps,
-            vec![
-                Endpoint {
-                    host: "127.0.0.1:5000".into(),
-                    plain_http: true,
-                    mirror: true
-                },
-                Endpoint {
-                    host: "registry.k8s.io".into(),
-                    plain_http: false,
-                    mirror: false
-                },
+            [
+                ("127.0.0.1:5000", true, false),
+                ("registry.k8s.io", false, true)
             ]
         );
-        assert_eq!(cfg.endpoints("quay.io", "quay.io").len(), 1);
+        assert_eq!(crate::hosts::hosts_for(&cfg, "quay.io").unwrap().len(), 1);
     }
 
     #[test]
@@ -314,6 +324,46 @@ mod tests {
             .unwrap()
             .registry;
         assert!(cfg.validate().is_err());
+        let both = "[registry]\nconfig_path = \"/etc/berth/certs.d\"\n\
+                    [registry.mirrors.\"a.io\"]\nendpoints = [\"m.io\"]\n";
+        let e = toml::from_str::<Wrapper>(both)
+            .unwrap()
+            .registry
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("config_path"), "{e}");
+        let relative = "[registry]\nauth_file = \"auth.json\"\n";
+        let e = toml::from_str::<Wrapper>(relative)
+            .unwrap()
+            .registry
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("auth_file"), "{e}");
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            registry: &'a RegistryConfig,
+        }
+        let mut cfg = RegistryConfig::default();
+        let text = toml::to_string(&Out { registry: &cfg }).unwrap();
+        assert!(text.contains("config_path = \"\""), "{text}");
+        assert!(text.contains("mirror_only = false"), "{text}");
+        assert_eq!(toml::from_str::<Wrapper>(&text).unwrap().registry, cfg);
+        cfg.auth_file = "/etc/berth/auth.json".into();
+        cfg.mirrors.insert(
+            "gcr.io".into(),
+            Mirror {
+                endpoints: vec!["m.local".into()],
+                mirror_only: true,
+            },
+        );
+        let text = toml::to_string(&Out { registry: &cfg }).unwrap();
+        let back = toml::from_str::<Wrapper>(&text).unwrap().registry;
+        back.validate().unwrap();
+        assert_eq!(back, cfg);
     }
 
     #[test]
@@ -329,19 +379,21 @@ mod tests {
         assert!(cfg.is_plain_http("other:5000"));
         assert!(!cfg.is_plain_http("other:5001"));
         assert!(!cfg.is_plain_http("registry-1.docker.io"));
-        let eps = RegistryConfig {
+        let cfg = RegistryConfig {
             mirrors: [(
                 "*".to_string(),
                 Mirror {
                     endpoints: vec!["localhost:5000".into(), "https://m.io/".into()],
+                    mirror_only: false,
                 },
             )]
             .into(),
             ..Default::default()
-        }
-        .endpoints("docker.io", "registry-1.docker.io");
+        };
+        let eps = crate::hosts::hosts_for(&cfg, "docker.io").unwrap();
         assert_eq!(eps.len(), 3);
         assert!(eps[0].plain_http && !eps[1].plain_http && eps[1].host == "m.io");
+        assert_eq!(eps[2].host, "registry-1.docker.io");
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! berth's image side: pulls images from OCI registries (with mirrors,
-//! plain-HTTP registries and credentials), keeps their content by digest,
+//! containerd `hosts.toml` directories, private CAs and client
+//! certificates, plain-HTTP registries, request and node credentials),
+//! keeps their content by digest,
 //! their metadata as one record per image, and their layers unpacked into
 //! snapshot directories keyed by chain id, ready to be stacked as overlayfs
 //! lowerdirs. Hostile registries and tarballs are refused without a byte
@@ -15,9 +17,11 @@
 //! ```
 
 mod auth;
+mod client;
 mod config;
 mod content;
 mod error;
+mod hosts;
 mod image;
 mod layer;
 mod reference;

@@ -1,44 +1,47 @@
-//! Talking to registries with `oci-client`: choosing the endpoint (mirrors in
-//! order, then the registry itself), resolving a reference to a platform
-//! manifest, and fetching blobs. Every document is checked against the digest
-//! and size its parent names before it is used.
+//! Talking to registries: choosing the hosts (mirrors and the registry, see
+//! `hosts.rs`), resolving a reference to a platform manifest on the first
+//! host that can, and fetching documents and blobs by digest from the hosts
+//! that may pull, in order. Every document is checked against the digest and
+//! size its parent names before it is used.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
-use oci_client::manifest::OciDescriptor;
-use oci_client::secrets::RegistryAuth;
 
-use crate::auth::Auth;
-use crate::config::{Endpoint, RegistryConfig};
+use crate::auth::{Auth, Creds, NodeAuths};
+use crate::client::{ClientCache, HostClient};
+use crate::config::RegistryConfig;
 use crate::content::sha256_digest;
-use crate::error::{Error, ErrorKind};
+use crate::error::Error;
+use crate::hosts::{self, HostSpec};
 use crate::image::{self, Descriptor, ManifestKind, RawManifest};
 use crate::layer::Progress;
-use crate::reference::Reference;
+use crate::reference::{Reference, DEFAULT_DOMAIN};
 
 /// Largest manifest or index accepted.
-const MAX_MANIFEST: usize = 4 << 20;
+pub(crate) const MAX_MANIFEST: usize = 4 << 20;
 /// Largest image config accepted.
 pub(crate) const MAX_CONFIG: u64 = 16 << 20;
 
-const ACCEPT: &[&str] = &[
-    image::OCI_INDEX,
-    image::DOCKER_LIST,
-    image::OCI_MANIFEST,
-    image::DOCKER_MANIFEST,
-];
+const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+    application/vnd.docker.distribution.manifest.list.v2+json, \
+    application/vnd.oci.image.manifest.v1+json, \
+    application/vnd.docker.distribution.manifest.v2+json";
 
-/// One registry endpoint, with a client and credentials for it.
+/// The hosts of one pull, with a client and credentials for each.
 pub(crate) struct Remote {
-    client: oci_client::Client,
-    auth: RegistryAuth,
-    endpoint: Endpoint,
-    repository: String,
+    hosts: Vec<HostClient>,
+    /// Indexes of the hosts that may pull, the one that resolved first.
+    order: Vec<usize>,
     reference: String,
+}
+
+/// A blob's bytes as they arrive, and the host sending them.
+pub(crate) struct BlobStream {
+    pub stream: BoxStream<'static, Result<Bytes, reqwest::Error>>,
+    pub host: String,
 }
 
 /// What a reference resolved to.
@@ -53,52 +56,63 @@ pub(crate) struct Resolved {
     pub layers: Vec<Descriptor>,
 }
 
+/// The names `auths` keys of a docker `config.json` may use for `spec`.
+fn auth_names<'a>(spec: &'a HostSpec, domain: &'a str) -> Vec<&'a str> {
+    let mut names = vec![spec.host.as_str()];
+    if spec.upstream {
+        names.push(domain);
+        if domain == DEFAULT_DOMAIN {
+            names.extend(["index.docker.io", "registry-1.docker.io"]);
+        }
+    }
+    names
+}
+
+/// `e` with a note of the hosts that failed before it (the last host's
+/// failure keeps its kind: a mirror's "not found" followed by an
+/// unreachable registry is Unavailable, and says both).
+fn with_tried(mut e: Error, tried: &[String]) -> Error {
+    if tried.is_empty() {
+        return e;
+    }
+    let note = format!(" (tried before: {})", tried.join("; "));
+    match &mut e {
+        Error::RemoteNotFound { message, .. }
+        | Error::Unauthenticated { message, .. }
+        | Error::PermissionDenied { message, .. }
+        | Error::Registry { message, .. } => message.push_str(&note),
+        Error::BadContent { reason, .. } => reason.push_str(&note),
+        _ => {}
+    }
+    e
+}
+
 impl Remote {
-    /// Tries each endpoint for `reference` and returns the first that
-    /// resolves it. Mirror failures are logged and skipped; the registry's
-    /// own failure is the error.
+    /// Sets up the hosts for `reference` and resolves it on the first that
+    /// can. A host that fails is logged and the next one tried; the last
+    /// one's failure is the error.
     pub(crate) async fn resolve(
         cfg: &RegistryConfig,
+        clients: &ClientCache,
         reference: &Reference,
         auth: Option<&Auth>,
         progress: &Progress,
     ) -> Result<(Remote, Resolved), Error> {
-        let mut last_err = None;
-        for endpoint in cfg.endpoints(reference.domain(), reference.upstream_host()) {
-            let scheme = if endpoint.plain_http { "http" } else { "https" };
-            // Like containerd, the pull's credentials go to the image's own
-            // registry only, never to a mirror.
-            let creds = match (auth, endpoint.mirror) {
-                (Some(a), false) => {
-                    a.to_registry_auth(
-                        scheme,
-                        &endpoint.host,
-                        reference.path(),
-                        &reference.to_string(),
-                    )
-                    .await?
-                }
-                _ => RegistryAuth::Anonymous,
-            };
-            let remote = Remote::new(cfg, endpoint, creds, reference)?;
-            match remote.resolve_manifest(reference, progress).await {
-                Ok(resolved) => return Ok((remote, resolved)),
-                Err(e) if remote.endpoint.mirror => {
-                    tracing::warn!(image = %reference, mirror = %remote.endpoint.host, error = %e, "mirror failed; trying the next endpoint");
-                    last_err = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
+        let name = reference.to_string();
+        let domain = reference.domain();
+        let specs = hosts::hosts_for(cfg, domain)?;
+        if specs.is_empty() {
+            return Err(Error::RemoteNotFound {
+                reference: name,
+                registry: domain.to_string(),
+                message: "mirror-only mode and no mirror is configured for this registry".into(),
+            });
         }
-        Err(last_err.unwrap_or_else(|| Error::Internal("no registry endpoint".into())))
-    }
-
-    fn new(
-        cfg: &RegistryConfig,
-        endpoint: Endpoint,
-        auth: RegistryAuth,
-        reference: &Reference,
-    ) -> Result<Remote, Error> {
+        let node = if cfg.auth_file.as_os_str().is_empty() {
+            NodeAuths::default()
+        } else {
+            NodeAuths::load(&cfg.auth_file)?
+        };
         // The pull's watchdog enforces `progress_timeout`; the socket timeout
         // is only a backstop (and the bound when the watchdog is off).
         let timeout = if cfg.progress_timeout.is_zero() {
@@ -106,53 +120,99 @@ impl Remote {
         } else {
             cfg.progress_timeout + Duration::from_secs(30)
         };
-        let config = ClientConfig {
-            protocol: if endpoint.plain_http {
-                ClientProtocol::Http
-            } else {
-                ClientProtocol::Https
-            },
-            connect_timeout: Some(Duration::from_secs(30).min(timeout)),
-            read_timeout: Some(timeout),
-            user_agent: "berth",
-            ..ClientConfig::default()
+        let mut hosts = Vec::with_capacity(specs.len());
+        for spec in specs {
+            // Like containerd, the pull's credentials go to the image's own
+            // registry only, never to a mirror; the node's go to the host
+            // they are written for.
+            let creds = match auth {
+                Some(a) if spec.upstream => a.creds()?,
+                _ => match node.lookup(&auth_names(&spec, domain)) {
+                    Some(a) => a.creds()?,
+                    None => Creds::Anonymous,
+                },
+            };
+            let http = clients.client_for(&spec, timeout)?;
+            hosts.push(HostClient::new(
+                http,
+                spec,
+                domain,
+                creds,
+                &name,
+                reference.path(),
+            ));
+        }
+        let by_digest = reference.digest().is_some();
+        let candidates: Vec<usize> = (0..hosts.len())
+            .filter(|&i| hosts[i].spec.pull && (by_digest || hosts[i].spec.resolve))
+            .collect();
+        let mut remote = Remote {
+            order: (0..hosts.len()).filter(|&i| hosts[i].spec.pull).collect(),
+            hosts,
+            reference: name.clone(),
         };
-        let client = oci_client::Client::try_from(config)
-            .map_err(|e| Error::Internal(format!("registry client for {}: {e}", endpoint.host)))?;
-        Ok(Remote {
-            client,
-            auth,
-            endpoint,
-            repository: reference.path().to_string(),
-            reference: reference.to_string(),
-        })
+        if candidates.is_empty() {
+            return Err(Error::Config(format!(
+                "{name}: no host configured for {domain} may {}",
+                if by_digest { "pull" } else { "resolve tags" }
+            )));
+        }
+        let mut last_err = None;
+        let mut tried = Vec::new();
+        for (n, &i) in candidates.iter().enumerate() {
+            match remote.resolve_manifest(i, reference, progress).await {
+                Ok(resolved) => {
+                    remote.order.retain(|&j| j != i);
+                    remote.order.insert(0, i);
+                    return Ok((remote, resolved));
+                }
+                Err(e) => {
+                    if n + 1 < candidates.len() {
+                        tracing::warn!(image = %reference, host = %remote.hosts[i].host(), error = %e, "registry host failed; trying the next one");
+                        tried.push(format!("{}: {e}", remote.hosts[i].host()));
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        let e = last_err.unwrap_or_else(|| Error::Internal("no registry host".into()));
+        Err(with_tried(e, &tried))
     }
 
-    /// The endpoint in use.
-    pub(crate) fn host(&self) -> &str {
-        &self.endpoint.host
+    /// Tries `f` on each host that may pull, in order; the last failure is
+    /// the error.
+    async fn on_pull_hosts<'a, T, F, Fut>(&'a self, what: &str, mut f: F) -> Result<T, Error>
+    where
+        F: FnMut(&'a HostClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let mut last_err = None;
+        for (n, &i) in self.order.iter().enumerate() {
+            let host = &self.hosts[i];
+            match f(host).await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    if n + 1 < self.order.len() {
+                        tracing::warn!(image = %self.reference, host = %host.host(), error = %e, "fetching {what} failed; trying the next host");
+                    }
+                    last_err = Some(e);
+                }
+            }
+        }
+        Err(last_err.unwrap_or_else(|| Error::Internal("no registry host may pull".into())))
     }
 
-    fn oci_ref_digest(&self, digest: &str) -> oci_client::Reference {
-        oci_client::Reference::with_digest(
-            self.endpoint.host.clone(),
-            self.repository.clone(),
-            digest.to_string(),
-        )
-    }
-
+    /// Resolves `reference` on host `i`; the platform manifest comes from the
+    /// hosts that may pull.
     async fn resolve_manifest(
         &self,
+        i: usize,
         reference: &Reference,
         progress: &Progress,
     ) -> Result<Resolved, Error> {
         let top_ref = match (reference.digest(), reference.tag()) {
-            (Some(d), _) => self.oci_ref_digest(d),
-            (None, Some(tag)) => oci_client::Reference::with_tag(
-                self.endpoint.host.clone(),
-                self.repository.clone(),
-                tag.to_string(),
-            ),
+            (Some(d), _) => d,
+            (None, Some(tag)) => tag,
             (None, None) => {
                 return Err(Error::invalid_reference(
                     &self.reference,
@@ -161,7 +221,7 @@ impl Remote {
             }
         };
         let (top_digest, top) = self
-            .fetch_manifest(&top_ref, reference.digest(), None, progress)
+            .fetch_manifest(&self.hosts[i], top_ref, reference.digest(), None, progress)
             .await?;
         let mut documents = vec![(top_digest.clone(), top.clone())];
         let kind = self.parse(&top_digest, &top)?;
@@ -172,19 +232,35 @@ impl Remote {
                 let entry = image::pick_platform(&manifests, arch).ok_or_else(|| {
                     Error::RemoteNotFound {
                         reference: self.reference.clone(),
-                        registry: self.endpoint.host.clone(),
+                        registry: self.hosts[i].host().to_string(),
                         message: format!("the image index has no manifest for linux/{arch}"),
                     }
                 })?;
                 let size = self.size_of(entry, &top_digest)?;
-                let (digest, bytes) = self
-                    .fetch_manifest(
-                        &self.oci_ref_digest(&entry.digest),
-                        Some(&entry.digest),
-                        Some(size),
-                        progress,
-                    )
-                    .await?;
+                let want = entry.digest.as_str();
+                // The host that resolved first, then the other pull hosts.
+                let mut order = vec![i];
+                order.extend(self.order.iter().copied().filter(|&j| j != i));
+                let mut fetched = None;
+                for (n, &j) in order.iter().enumerate() {
+                    match self
+                        .fetch_manifest(&self.hosts[j], want, Some(want), Some(size), progress)
+                        .await
+                    {
+                        Ok(found) => {
+                            fetched = Some(Ok(found));
+                            break;
+                        }
+                        Err(e) => {
+                            if n + 1 < order.len() {
+                                tracing::warn!(image = %reference, host = %self.hosts[j].host(), error = %e, "fetching the platform manifest failed; trying the next host");
+                            }
+                            fetched = Some(Err(e));
+                        }
+                    }
+                }
+                let (digest, bytes) =
+                    fetched.unwrap_or_else(|| Err(Error::Internal("no registry host".into())))?;
                 let kind = self.parse(&digest, &bytes)?;
                 documents.push((digest.clone(), bytes));
                 match kind {
@@ -226,28 +302,30 @@ impl Remote {
             .map_err(|m| Error::bad(&self.reference, digest, m))
     }
 
-    /// Fetches a manifest; checks its digest (when known) and size (when known).
+    /// Fetches a manifest from `host`; checks its digest (when known) and
+    /// size (when known). Never holds more than [`MAX_MANIFEST`] bytes.
     async fn fetch_manifest(
         &self,
-        oref: &oci_client::Reference,
+        host: &HostClient,
+        tag_or_digest: &str,
         want_digest: Option<&str>,
         want_size: Option<u64>,
         progress: &Progress,
     ) -> Result<(String, Bytes), Error> {
-        let (bytes, _) = self
-            .client
-            .pull_manifest_raw(oref, &self.auth, ACCEPT)
-            .await
-            .map_err(|e| self.map_err(e, "manifest"))?;
+        let cap = match want_size {
+            Some(size) if size > MAX_MANIFEST as u64 => {
+                return Err(Error::bad(
+                    &self.reference,
+                    want_digest.unwrap_or(""),
+                    format!("manifest of {size} bytes is larger than 4 MiB"),
+                ))
+            }
+            Some(size) => size as usize,
+            None => MAX_MANIFEST,
+        };
+        let bytes = host.manifest(tag_or_digest, ACCEPT, cap).await?;
         progress.touch();
         let digest = sha256_digest(&bytes);
-        if bytes.len() > MAX_MANIFEST {
-            return Err(Error::bad(
-                &self.reference,
-                &digest,
-                "manifest larger than 4 MiB",
-            ));
-        }
         if let Some(want) = want_digest {
             if digest != want {
                 return Err(Error::bad(
@@ -269,36 +347,29 @@ impl Remote {
         Ok((digest, bytes))
     }
 
-    /// Opens the byte stream of a blob (digest and size checked by the reader).
-    pub(crate) async fn blob_stream(
-        &self,
-        digest: &str,
-        size: u64,
-        media_type: &str,
-    ) -> Result<oci_client::client::SizedStream, Error> {
-        let desc = OciDescriptor {
-            media_type: media_type.to_string(),
-            digest: digest.to_string(),
-            size: size as i64,
-            urls: None,
-            annotations: None,
-            artifact_type: None,
-        };
-        let stream = self
-            .client
-            .pull_blob_stream(&self.oci_ref_digest(digest), &desc)
-            .await
-            .map_err(|e| self.map_err(e, "blob"))?;
-        if let Some(len) = stream.content_length {
-            if len != size {
-                return Err(Error::bad(
-                    &self.reference,
-                    digest,
-                    format!("registry sends {len} bytes, the manifest says {size}"),
-                ));
+    /// Opens the byte stream of a blob on the first host that has it
+    /// (digest and size are checked by the reader).
+    pub(crate) async fn blob_stream(&self, digest: &str, size: u64) -> Result<BlobStream, Error> {
+        self.on_pull_hosts("a blob", |host| async move {
+            let res = host.blob(digest).await?;
+            if let Some(len) = res.content_length() {
+                if len != size {
+                    return Err(Error::bad(
+                        &self.reference,
+                        digest,
+                        format!(
+                            "{} sends {len} bytes, the manifest says {size}",
+                            host.host()
+                        ),
+                    ));
+                }
             }
-        }
-        Ok(stream)
+            Ok(BlobStream {
+                stream: res.bytes_stream().boxed(),
+                host: host.host().to_string(),
+            })
+        })
+        .await
     }
 
     /// Fetches a small blob (the config) into memory, checked.
@@ -317,11 +388,26 @@ impl Remote {
                 format!("{size} bytes is too large"),
             ));
         }
-        let mut stream = self.blob_stream(&d.digest, size, &d.media_type).await?;
+        self.on_pull_hosts("the image config", |host| async move {
+            self.small_blob_from(host, d, size, progress).await
+        })
+        .await
+    }
+
+    async fn small_blob_from(
+        &self,
+        host: &HostClient,
+        d: &Descriptor,
+        size: u64,
+        progress: &Progress,
+    ) -> Result<Vec<u8>, Error> {
+        let mut res = host.blob(&d.digest).await?;
         let mut out = Vec::with_capacity(size as usize);
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| self.stream_err(&d.digest, e, out.len() as u64 >= size))?;
+        while let Some(chunk) = res
+            .chunk()
+            .await
+            .map_err(|e| host.net_err(&format!("downloading {}", d.digest), &e))?
+        {
             progress.touch();
             out.extend_from_slice(&chunk);
             if out.len() as u64 > size {
@@ -350,78 +436,12 @@ impl Remote {
         Ok(out)
     }
 
-    /// An error in the middle of a blob stream. The client checks the digest
-    /// itself when the stream ends, so an error after all bytes arrived is a
-    /// digest mismatch; before that it is the network.
-    pub(crate) fn stream_err(&self, digest: &str, e: std::io::Error, complete: bool) -> Error {
-        if complete {
-            Error::bad(&self.reference, digest, format!("verification failed: {e}"))
-        } else {
-            Error::Registry {
-                reference: self.reference.clone(),
-                registry: self.endpoint.host.clone(),
-                message: format!("downloading {digest}: {e}"),
-            }
-        }
-    }
-
-    fn map_err(&self, e: OciDistributionError, what: &str) -> Error {
-        use OciDistributionError as E;
-        let kind = match &e {
-            E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => ErrorKind::Unauthenticated,
-            E::RegistryError { envelope, .. } => match envelope.errors.first().map(|e| &e.code) {
-                Some(OciErrorCode::Unauthorized) => ErrorKind::Unauthenticated,
-                Some(OciErrorCode::Denied) => ErrorKind::PermissionDenied,
-                Some(
-                    OciErrorCode::ManifestUnknown
-                    | OciErrorCode::NameUnknown
-                    | OciErrorCode::BlobUnknown
-                    | OciErrorCode::NotFound,
-                ) => ErrorKind::NotFound,
-                _ => ErrorKind::Unavailable,
-            },
-            E::ServerError { code: 401, .. } => ErrorKind::Unauthenticated,
-            E::ServerError { code: 403, .. } => ErrorKind::PermissionDenied,
-            E::ServerError { code: 404, .. } => ErrorKind::NotFound,
-            E::DigestError(_)
-            | E::ManifestParsingError(_)
-            | E::VersionedParsingError(_)
-            | E::UnsupportedMediaTypeError(_)
-            | E::UnsupportedSchemaVersionError(_)
-            | E::SpecViolationError(_) => ErrorKind::DataLoss,
-            _ => ErrorKind::Unavailable,
-        };
-        let (reference, registry, message) = (
-            self.reference.clone(),
-            self.endpoint.host.clone(),
-            format!("{what}: {e}"),
-        );
-        match kind {
-            ErrorKind::Unauthenticated => Error::Unauthenticated {
-                reference,
-                registry,
-                message,
-            },
-            ErrorKind::PermissionDenied => Error::PermissionDenied {
-                reference,
-                registry,
-                message,
-            },
-            ErrorKind::NotFound => Error::RemoteNotFound {
-                reference,
-                registry,
-                message,
-            },
-            ErrorKind::DataLoss => Error::BadContent {
-                reference,
-                digest: String::new(),
-                reason: message,
-            },
-            _ => Error::Registry {
-                reference,
-                registry,
-                message,
-            },
+    /// An error in the middle of a blob stream from `host`.
+    pub(crate) fn stream_err(&self, digest: &str, host: &str, e: &reqwest::Error) -> Error {
+        Error::Registry {
+            reference: self.reference.clone(),
+            registry: host.to_string(),
+            message: format!("downloading {digest}: {}", crate::client::error_chain(e)),
         }
     }
 }

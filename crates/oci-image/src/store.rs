@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::auth::Auth;
+use crate::client::ClientCache;
 use crate::config::RegistryConfig;
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
@@ -59,6 +60,7 @@ pub struct ImageStore {
 struct Inner {
     paths: Paths,
     cfg: RegistryConfig,
+    clients: ClientCache,
     same_owner: bool,
     state: Mutex<State>,
     pulls: Mutex<HashMap<String, (u64, PullFuture)>>,
@@ -107,6 +109,7 @@ impl ImageStore {
         let inner = Arc::new(Inner {
             paths: Paths::new(root),
             cfg,
+            clients: ClientCache::default(),
             same_owner: nix::unistd::geteuid().is_root(),
             state: Mutex::new(State::default()),
             pulls: Mutex::new(HashMap::new()),
@@ -503,6 +506,7 @@ impl Inner {
         reference: Reference,
         auth: Option<Auth>,
     ) -> Result<Image, Error> {
+        let started = std::time::Instant::now();
         let progress = Arc::new(Progress::new());
         let active = Arc::new(Active::default());
         let timeout = self.cfg.progress_timeout;
@@ -526,7 +530,10 @@ impl Inner {
             active.wait_idle(std::time::Duration::from_secs(60)).await;
         }
         match &result {
-            Ok(image) => tracing::info!(image = %reference, id = %image.id, "pulled"),
+            Ok(image) => {
+                let secs = started.elapsed().as_secs_f64();
+                tracing::info!(image = %reference, id = %image.id, size = image.size, seconds = format!("{secs:.2}"), "pulled")
+            }
             Err(e) => tracing::warn!(image = %reference, error = %e, "pull failed"),
         }
         result
@@ -540,8 +547,14 @@ impl Inner {
         active: Arc<Active>,
     ) -> Result<Image, Error> {
         let name = reference.to_string();
-        let (remote, resolved) =
-            Remote::resolve(&self.cfg, reference, auth.as_ref(), &progress).await?;
+        let (remote, resolved) = Remote::resolve(
+            &self.cfg,
+            &self.clients,
+            reference,
+            auth.as_ref(),
+            &progress,
+        )
+        .await?;
         let bad = |digest: &str, reason: String| Error::bad(&name, digest, reason);
         let check = |digest: &str| reference::check_digest(digest).map_err(|r| bad(digest, r));
         check(&resolved.config.digest)?;
@@ -618,7 +631,7 @@ impl Inner {
                 chain_id: l.chain_id.clone(),
                 same_owner: self.same_owner,
             };
-            self.ensure_layer(&remote, job, &l.media_type, &progress, &active, &downloads)
+            self.ensure_layer(&remote, job, &progress, &active, &downloads)
         });
         futures_util::future::try_join_all(jobs).await?;
 
@@ -686,7 +699,6 @@ impl Inner {
         self: &Arc<Self>,
         remote: &Remote,
         job: LayerJob,
-        media_type: &str,
         progress: &Arc<Progress>,
         active: &Arc<Active>,
         downloads: &Semaphore,
@@ -715,10 +727,11 @@ impl Inner {
             .acquire()
             .await
             .map_err(|_| Error::Internal("download semaphore closed".into()))?;
-        let mut stream = remote
-            .blob_stream(&job.digest, job.size, media_type)
-            .await?;
+        let blob = remote.blob_stream(&job.digest, job.size).await?;
+        let (mut stream, host) = (blob.stream, blob.host);
         progress.touch();
+        let started = std::time::Instant::now();
+        let mut last_report = started;
         let (tx, rx) = mpsc::channel::<Msg>(16);
         let (inner, progress2, guard) = (self.clone(), progress.clone(), active.enter());
         let job2 = job.clone();
@@ -738,6 +751,10 @@ impl Inner {
                 Some(Ok(bytes)) => {
                     received += bytes.len() as u64;
                     progress.touch();
+                    if last_report.elapsed() >= REPORT_EVERY {
+                        last_report = std::time::Instant::now();
+                        tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, received, size = job.size, bytes_per_sec = rate(received, started), "downloading layer");
+                    }
                     if received > job.size {
                         break Err(Error::bad(
                             &job.reference,
@@ -749,7 +766,7 @@ impl Inner {
                         break Ok(()); // the unpacker stopped: its error tells why
                     }
                 }
-                Some(Err(e)) => break Err(remote.stream_err(&job.digest, e, received >= job.size)),
+                Some(Err(e)) => break Err(remote.stream_err(&job.digest, &host, &e)),
                 None => {
                     let _ = tx.send(Msg::End).await;
                     break Ok(());
@@ -760,9 +777,22 @@ impl Inner {
         let unpacked = unpack.await.map_err(join_err)?;
         download?;
         let usage = unpacked?;
-        tracing::debug!(image = %job.reference, layer = %job.digest, from = remote.host(), "layer unpacked");
+        tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, bytes = received, seconds = format!("{:.2}", started.elapsed().as_secs_f64()), bytes_per_sec = rate(received, started), "layer downloaded and unpacked");
         self.lock().usage.insert(job.chain_id, usage);
         Ok(())
+    }
+}
+
+/// How often a long layer download logs its progress (at debug).
+const REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Bytes per second since `since`.
+fn rate(bytes: u64, since: std::time::Instant) -> u64 {
+    let secs = since.elapsed().as_secs_f64();
+    if secs > 0.0 {
+        (bytes as f64 / secs) as u64
+    } else {
+        bytes
     }
 }
 

@@ -223,6 +223,16 @@ impl Pusher {
         }
     }
 
+    /// A pusher to `base` (`https://addr`) through `http` (which carries
+    /// the TLS settings the registry needs).
+    pub fn with_client(base: &str, http: reqwest::Client, auth: Option<(&str, &str)>) -> Pusher {
+        Pusher {
+            http,
+            base: base.to_string(),
+            auth: auth.map(|(u, p)| (u.to_string(), p.to_string())),
+        }
+    }
+
     fn req(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let r = self.http.request(method, url);
         match &self.auth {
@@ -367,7 +377,11 @@ impl Pusher {
 
 /// Builds every test image and pushes it to the registry at `addr`.
 pub async fn build_and_push(addr: &str, auth: Option<(&str, &str)>) -> Result<Pushed, String> {
-    let p = Pusher::new(addr, auth);
+    build_and_push_with(Pusher::new(addr, auth)).await
+}
+
+/// Builds every test image and pushes it through `p`.
+pub async fn build_and_push_with(p: Pusher) -> Result<Pushed, String> {
     let mut pushed = Pushed::new();
     let arch = host_arch();
     let busybox = busybox_layer(OCI_GZIP)?;

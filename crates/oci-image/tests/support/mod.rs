@@ -1,6 +1,8 @@
 //! Test rig: a real docker-registry on 127.0.0.1 (through hack/registry.sh)
-//! with the test images pushed, stopped when dropped; a TCP proxy that can
-//! stall or corrupt the registry's answers; helpers to look at a store.
+//! with the test images pushed, stopped when dropped, over HTTP or HTTPS
+//! (with certificates made by openssl, optionally requiring client
+//! certificates); a TCP proxy that can stall or corrupt the registry's
+//! answers; helpers to look at a store.
 #![allow(dead_code)]
 
 pub mod images;
@@ -49,10 +51,31 @@ pub struct Registry {
     pub pushed: images::Pushed,
 }
 
+/// How a test registry serves.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// htpasswd auth, `user:pass`.
+    pub auth: Option<&'a str>,
+    /// Serve HTTPS with the server certificate of these.
+    pub tls: Option<&'a Certs>,
+    /// Require client certificates signed by the client CA of `tls`.
+    pub client_certs: bool,
+}
+
 impl Registry {
     /// Starts a registry (with htpasswd auth for `auth` = "user:pass") and
     /// pushes the test images.
     pub async fn start(auth: Option<&str>) -> Registry {
+        Registry::start_with(Options {
+            auth,
+            ..Default::default()
+        })
+        .await
+    }
+
+    /// Starts a registry as `opts` say and pushes the test images.
+    pub async fn start_with(opts: Options<'_>) -> Registry {
+        let auth = opts.auth;
         let dir = tempfile::Builder::new()
             .prefix("berth-registry-")
             .tempdir()
@@ -62,6 +85,16 @@ impl Registry {
         cmd.args(["--max-lifetime", "900"]);
         if let Some(a) = auth {
             cmd.args(["--auth", a]);
+        }
+        if let Some(c) = opts.tls {
+            cmd.arg("--tls").arg(format!(
+                "{}:{}",
+                c.path("server.crt").display(),
+                c.path("server.key").display()
+            ));
+            if opts.client_certs {
+                cmd.arg("--client-ca").arg(c.path("client-ca.crt"));
+            }
         }
         let out = cmd.output().expect("run registry.sh");
         assert!(
@@ -77,7 +110,23 @@ impl Registry {
             pushed: Default::default(),
         };
         let creds = auth.and_then(|a| a.split_once(':'));
-        registry.pushed = images::build_and_push(&registry.addr, creds)
+        let pusher = match opts.tls {
+            None => images::Pusher::new(&registry.addr, creds),
+            Some(c) => {
+                let mut b = reqwest::Client::builder()
+                    .timeout(std::time::Duration::from_secs(60))
+                    .no_proxy()
+                    .tls_certs_only(
+                        reqwest::Certificate::from_pem_bundle(&c.read("ca.crt")).unwrap(),
+                    );
+                if opts.client_certs {
+                    b = b.identity(reqwest::Identity::from_pem(&c.read("client.pem")).unwrap());
+                }
+                let base = format!("https://{}", registry.addr);
+                images::Pusher::with_client(&base, b.build().unwrap(), creds)
+            }
+        };
+        registry.pushed = images::build_and_push_with(pusher)
             .await
             .expect("push test images");
         registry
@@ -102,6 +151,151 @@ impl Drop for Registry {
             .arg(self.dir.path())
             .status();
     }
+}
+
+/// Test certificates made with openssl in a temporary directory: a CA
+/// (`ca.crt`) and its server certificate for 127.0.0.1 (`server.crt`,
+/// `server.key`); a second CA for clients (`client-ca.crt`) and its client
+/// certificate (`client.crt`, `client.key`, both in `client.pem`); a CA
+/// nobody uses (`other-ca.crt`).
+pub struct Certs {
+    pub dir: tempfile::TempDir,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Certs {
+    pub fn make() -> Certs {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-certs-")
+            .tempdir()
+            .unwrap();
+        let d = dir.path();
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        for ca in ["ca", "client-ca", "other-ca"] {
+            let (key, crt, subj) = (
+                format!("{ca}.key"),
+                format!("{ca}.crt"),
+                format!("/CN=berth test {ca}"),
+            );
+            let mut args = vec!["req", "-x509"];
+            args.extend(ec);
+            args.extend([
+                "-keyout",
+                &key,
+                "-out",
+                &crt,
+                "-days",
+                "2",
+                "-subj",
+                &subj,
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(d, &args);
+        }
+        for (name, ca, ext) in [
+            ("server", "ca", "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n"),
+            ("client", "client-ca", "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n"),
+        ] {
+            let (key, csr, crt, extf) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.ext"),
+            );
+            std::fs::write(d.join(&extf), ext).unwrap();
+            let mut args = vec!["req"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=127.0.0.1"]);
+            openssl(d, &args);
+            let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+            openssl(
+                d,
+                &[
+                    "x509", "-req", "-in", &csr, "-CA", &ca_crt, "-CAkey", &ca_key,
+                    "-CAcreateserial", "-out", &crt, "-days", "2", "-extfile", &extf,
+                ],
+            );
+        }
+        let mut pem = std::fs::read(d.join("client.crt")).unwrap();
+        pem.extend(std::fs::read(d.join("client.key")).unwrap());
+        std::fs::write(d.join("client.pem"), pem).unwrap();
+        Certs { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn read(&self, name: &str) -> Vec<u8> {
+        std::fs::read(self.path(name)).unwrap()
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that counts connections and closes them:
+/// stands for a registry that must not be contacted.
+pub struct Tripwire {
+    pub addr: String,
+    pub connections: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Tripwire {
+    pub async fn start() -> Tripwire {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let connections = Arc::new(AtomicU64::new(0));
+        let c = connections.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                c.fetch_add(1, Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+        Tripwire {
+            addr,
+            connections,
+            task,
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Tripwire {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Resident memory of this process, in bytes.
+pub fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
 }
 
 /// What the proxy does to the registry's answers.

@@ -1,0 +1,699 @@
+//! berth's HTTP client for the OCI distribution API, on `reqwest` (rustls):
+//! one [`HostClient`] per host a pull may use, with that host's TLS
+//! settings (private CAs, client certificates, `skip_verify`), headers,
+//! `ns` parameter and credentials (basic, bearer, token endpoint, refresh
+//! token). Everything read into memory (manifests, token answers, error
+//! bodies) is capped while it is read, so a hostile registry cannot make us
+//! allocate more than the cap.
+//!
+//! `oci-client` was dropped for this: it reads manifests and token answers
+//! whole before any size check, has no client certificates and one TLS
+//! setting per client, and cannot use a path prefix or extra headers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::{Response, StatusCode, Url};
+use sha2::{Digest, Sha256};
+
+use crate::auth::{parse_challenge, Creds};
+use crate::error::Error;
+use crate::hosts::{read_small, HostSpec};
+
+/// Largest token endpoint answer read.
+pub(crate) const MAX_TOKEN: usize = 1 << 20;
+/// Largest error body read (for its message).
+const MAX_ERROR_BODY: usize = 16 << 10;
+/// Time limit of a manifest or token request, body included.
+pub(crate) const SMALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Clients kept for reuse (distinct TLS settings).
+const MAX_CLIENTS: usize = 64;
+
+/// The `Error::source` chain of `e` in one line (TLS and connection errors
+/// hide below reqwest's own message).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+/// Why a capped read stopped.
+pub(crate) enum ReadError {
+    TooLarge,
+    Net(reqwest::Error),
+}
+
+/// Reads the body of `res`, failing as soon as it passes `cap` bytes.
+pub(crate) async fn read_capped(mut res: Response, cap: usize) -> Result<Vec<u8>, ReadError> {
+    if res.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(ReadError::TooLarge);
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = res.chunk().await.map_err(ReadError::Net)? {
+        if out.len() + chunk.len() > cap {
+            return Err(ReadError::TooLarge);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// HTTP clients by TLS settings, shared by pulls (connections are reused).
+#[derive(Default)]
+pub(crate) struct ClientCache {
+    clients: Mutex<HashMap<String, reqwest::Client>>,
+    warned: Mutex<HashSet<String>>,
+}
+
+impl ClientCache {
+    /// A client for `spec`. Its CA, certificate and key files are read now
+    /// (so that replaced files take effect at the next pull).
+    pub(crate) fn client_for(
+        &self,
+        spec: &HostSpec,
+        timeout: Duration,
+    ) -> Result<reqwest::Client, Error> {
+        let mut key = Sha256::new();
+        key.update(format!(
+            "{}\0{timeout:?}\0{:?}\0{:?}\0{}\0",
+            spec.plain_http, spec.dial_timeout, spec.proxy, spec.skip_verify
+        ));
+        let tls = !spec.plain_http;
+        let mut cas = Vec::new();
+        let mut identity = None;
+        if tls {
+            for path in &spec.ca {
+                let pem = read_small(path)?;
+                key.update(&pem);
+                key.update(b"\0ca\0");
+                cas.push((path, pem));
+            }
+            if let Some((cert, k)) = spec.client.first() {
+                let mut pem = read_small(cert)?;
+                if let Some(k) = k {
+                    pem.push(b'\n');
+                    pem.extend(read_small(k)?);
+                }
+                key.update(&pem);
+                identity = Some((cert, pem));
+            }
+        }
+        let key = hex::encode(key.finalize());
+        if let Some(c) = lock(&self.clients).get(&key) {
+            return Ok(c.clone());
+        }
+        let cfg_err = |m: String| Error::Config(format!("{}: {m}", spec.source));
+        let mut b = reqwest::Client::builder()
+            .user_agent("berth")
+            .connect_timeout(
+                spec.dial_timeout
+                    .unwrap_or(Duration::from_secs(30))
+                    .min(timeout),
+            )
+            .read_timeout(timeout);
+        for (path, pem) in cas {
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .ok()
+                .filter(|c| !c.is_empty())
+                .ok_or_else(|| cfg_err(format!("ca {}: no PEM certificate", path.display())))?;
+            b = b.tls_certs_merge(certs);
+        }
+        if let Some((path, pem)) = identity {
+            let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                cfg_err(format!(
+                    "client {}: not a PEM certificate with its key: {e}",
+                    path.display()
+                ))
+            })?;
+            b = b.identity(id);
+            if spec.client.len() > 1 {
+                self.warn_once(&format!("clients {}", spec.host), || {
+                    tracing::warn!(host = %spec.host, source = %spec.source, "only the first client certificate is used");
+                });
+            }
+        }
+        if tls && spec.skip_verify {
+            b = b.tls_danger_accept_invalid_certs(true);
+            self.warn_once(&format!("skip_verify {}", spec.host), || {
+                tracing::warn!(host = %spec.host, source = %spec.source, "TLS certificate verification is off for this registry host (skip_verify)");
+            });
+        }
+        if !tls && spec.has_tls_settings() {
+            self.warn_once(&format!("plain {}", spec.host), || {
+                tracing::warn!(host = %spec.host, source = %spec.source, "TLS settings ignored: the host is spoken to over plain HTTP");
+            });
+        }
+        if let Some(p) = &spec.proxy {
+            let proxy = reqwest::Proxy::all(p).map_err(|e| cfg_err(format!("proxy: {e}")))?;
+            b = b.proxy(proxy);
+        }
+        let client = b
+            .build()
+            .map_err(|e| cfg_err(format!("HTTP client: {}", error_chain(&e))))?;
+        let mut clients = lock(&self.clients);
+        if clients.len() >= MAX_CLIENTS {
+            clients.clear();
+        }
+        clients.insert(key, client.clone());
+        Ok(client)
+    }
+
+    fn warn_once(&self, what: &str, warn: impl FnOnce()) {
+        if lock(&self.warned).insert(what.to_string()) {
+            warn();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One host of one pull: where to send, how to authenticate.
+pub(crate) struct HostClient {
+    http: reqwest::Client,
+    pub spec: HostSpec,
+    /// The registry the image is named under, sent as `ns` to other hosts.
+    ns: Option<String>,
+    creds: Creds,
+    /// The `Authorization` value that worked last.
+    authorization: Mutex<Option<HeaderValue>>,
+    reference: String,
+    repository: String,
+}
+
+impl HostClient {
+    pub(crate) fn new(
+        http: reqwest::Client,
+        spec: HostSpec,
+        domain: &str,
+        creds: Creds,
+        reference: &str,
+        repository: &str,
+    ) -> HostClient {
+        let authorization = match &creds {
+            Creds::Bearer(t) => bearer(t),
+            _ => None,
+        };
+        HostClient {
+            http,
+            ns: (spec.host != domain).then(|| domain.to_string()),
+            spec,
+            creds,
+            authorization: Mutex::new(authorization),
+            reference: reference.to_string(),
+            repository: repository.to_string(),
+        }
+    }
+
+    /// `host[:port]`.
+    pub(crate) fn host(&self) -> &str {
+        &self.spec.host
+    }
+
+    fn url(&self, tail: &str) -> Result<Url, Error> {
+        let text = format!(
+            "{}{}/{}/{tail}",
+            self.spec.origin(),
+            self.spec.path,
+            self.repository
+        );
+        let mut url = Url::parse(&text)
+            .map_err(|e| Error::Internal(format!("registry URL {text:?}: {e}")))?;
+        if let Some(ns) = &self.ns {
+            url.query_pairs_mut().append_pair("ns", ns);
+        }
+        Ok(url)
+    }
+
+    /// GET `<api root>/<repository>/<tail>`, authenticating when the
+    /// registry asks to; errors for every answer but 2xx.
+    pub(crate) async fn get(
+        &self,
+        tail: &str,
+        accept: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<Response, Error> {
+        let url = self.url(tail)?;
+        let mut authorized = false;
+        loop {
+            let mut req = self.http.get(url.clone());
+            for (name, value) in &self.spec.header {
+                req = req.header(name.as_str(), value.as_str());
+            }
+            if let Some(a) = accept {
+                req = req.header(ACCEPT, a);
+            }
+            if let Some(t) = timeout {
+                req = req.timeout(t);
+            }
+            let current = lock(&self.authorization).clone();
+            if let Some(a) = &current {
+                req = req.header(AUTHORIZATION, a.clone());
+            }
+            let res = req.send().await.map_err(|e| self.net_err(tail, &e))?;
+            if res.status() == StatusCode::UNAUTHORIZED && !authorized {
+                authorized = true;
+                let challenge = res
+                    .headers()
+                    .get(WWW_AUTHENTICATE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                if let Some(new) = self.authorize(challenge.as_deref()).await? {
+                    if current.as_ref() != Some(&new) {
+                        *lock(&self.authorization) = Some(new);
+                        continue;
+                    }
+                }
+            }
+            if !res.status().is_success() {
+                return Err(self.status_err(tail, res).await);
+            }
+            return Ok(res);
+        }
+    }
+
+    /// The `Authorization` header answering `challenge`, if we have one.
+    async fn authorize(&self, challenge: Option<&str>) -> Result<Option<HeaderValue>, Error> {
+        let Some((scheme, params)) = challenge.and_then(parse_challenge) else {
+            return Ok(None);
+        };
+        match (scheme.as_str(), &self.creds) {
+            ("basic", Creds::Basic(user, pass)) => Ok(basic(user, pass)),
+            ("bearer", Creds::Bearer(_)) | ("basic", _) => Ok(None),
+            ("bearer", _) => {
+                let token = self.fetch_token(&params).await?;
+                Ok(bearer(&token))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// A bearer token from the realm the registry names.
+    async fn fetch_token(
+        &self,
+        params: &std::collections::BTreeMap<String, String>,
+    ) -> Result<String, Error> {
+        let unauth = |message: String| Error::Unauthenticated {
+            reference: self.reference.clone(),
+            registry: self.spec.host.clone(),
+            message,
+        };
+        let realm = params
+            .get("realm")
+            .ok_or_else(|| unauth("bearer challenge without a realm".into()))?;
+        let realm_url = Url::parse(realm)
+            .map_err(|_| unauth(format!("bearer realm {realm:?} is not a URL")))?;
+        match realm_url.scheme() {
+            "https" => {}
+            "http" if self.spec.plain_http => {}
+            _ => {
+                return Err(unauth(format!(
+                "bearer realm {realm:?}: refusing to send credentials to it from an HTTPS registry"
+            )))
+            }
+        }
+        let scope = format!("repository:{}:pull", self.repository);
+        let service = params.get("service");
+        let req = match &self.creds {
+            Creds::Refresh(refresh) => {
+                let mut form = vec![
+                    ("grant_type", "refresh_token".to_string()),
+                    ("refresh_token", refresh.clone()),
+                    ("client_id", "berth".to_string()),
+                    ("scope", scope),
+                ];
+                if let Some(s) = service {
+                    form.push(("service", s.clone()));
+                }
+                self.http.post(realm_url).form(&form)
+            }
+            creds => {
+                let mut query = vec![("scope", scope)];
+                if let Some(s) = service {
+                    query.push(("service", s.clone()));
+                }
+                let req = self.http.get(realm_url).query(&query);
+                match creds {
+                    Creds::Basic(u, p) => req.basic_auth(u, Some(p)),
+                    _ => req,
+                }
+            }
+        };
+        let res = req
+            .timeout(SMALL_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| self.net_err("token", &e))?;
+        let status = res.status();
+        if !status.is_success() {
+            let body = match read_capped(res, MAX_ERROR_BODY).await {
+                Ok(b) => String::from_utf8_lossy(&b)
+                    .trim()
+                    .chars()
+                    .take(300)
+                    .collect(),
+                Err(_) => String::new(),
+            };
+            return Err(unauth(format!("token endpoint {realm}: {status}: {body}")));
+        }
+        let body = match read_capped(res, MAX_TOKEN).await {
+            Ok(b) => b,
+            Err(ReadError::TooLarge) => {
+                return Err(Error::bad(
+                    &self.reference,
+                    "",
+                    format!("token endpoint {realm}: answer larger than {MAX_TOKEN} bytes"),
+                ))
+            }
+            Err(ReadError::Net(e)) => return Err(self.net_err("token", &e)),
+        };
+        #[derive(serde::Deserialize)]
+        struct TokenAnswer {
+            #[serde(default)]
+            token: String,
+            #[serde(default)]
+            access_token: String,
+        }
+        let answer: TokenAnswer = serde_json::from_slice(&body)
+            .map_err(|_| unauth(format!("token endpoint {realm}: not a token answer")))?;
+        let token = if answer.access_token.is_empty() {
+            answer.token
+        } else {
+            answer.access_token
+        };
+        if token.is_empty() {
+            return Err(unauth(format!(
+                "token endpoint {realm}: no token in the answer"
+            )));
+        }
+        Ok(token)
+    }
+
+    /// A manifest (or index) by tag or digest, capped at `cap` bytes.
+    pub(crate) async fn manifest(
+        &self,
+        reference: &str,
+        accept: &str,
+        cap: usize,
+    ) -> Result<Bytes, Error> {
+        let tail = format!("manifests/{reference}");
+        let res = self.get(&tail, Some(accept), Some(SMALL_TIMEOUT)).await?;
+        match read_capped(res, cap).await {
+            Ok(b) => Ok(Bytes::from(b)),
+            Err(ReadError::TooLarge) => Err(Error::bad(
+                &self.reference,
+                if reference.contains(':') {
+                    reference
+                } else {
+                    ""
+                },
+                format!("manifest larger than {cap} bytes (at {})", self.spec.host),
+            )),
+            Err(ReadError::Net(e)) => Err(self.net_err(&tail, &e)),
+        }
+    }
+
+    /// The answer to GET of a blob (redirects followed; reqwest drops our
+    /// `Authorization` when a redirect leaves the host).
+    pub(crate) async fn blob(&self, digest: &str) -> Result<Response, Error> {
+        self.get(&format!("blobs/{digest}"), None, None).await
+    }
+
+    /// A transport error.
+    pub(crate) fn net_err(&self, what: &str, e: &reqwest::Error) -> Error {
+        Error::Registry {
+            reference: self.reference.clone(),
+            registry: self.spec.host.clone(),
+            message: format!("{what}: {}", error_chain(e)),
+        }
+    }
+
+    /// The error for a non-2xx answer, with the registry's own message.
+    async fn status_err(&self, what: &str, res: Response) -> Error {
+        let status = res.status();
+        let body = read_capped(res, MAX_ERROR_BODY).await.unwrap_or_default();
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            #[serde(default)]
+            errors: Vec<Entry>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Entry {
+            #[serde(default)]
+            code: String,
+            #[serde(default)]
+            message: String,
+        }
+        let first = serde_json::from_slice::<Envelope>(&body)
+            .ok()
+            .and_then(|e| e.errors.into_iter().next());
+        let code = first.as_ref().map(|e| e.code.as_str()).unwrap_or("");
+        let detail = match &first {
+            Some(e) => format!(
+                "{} {}",
+                e.code,
+                e.message.chars().take(300).collect::<String>()
+            ),
+            None => String::from_utf8_lossy(&body)
+                .trim()
+                .chars()
+                .take(300)
+                .collect(),
+        };
+        let message = format!("{what}: {status}: {}", detail.trim());
+        let (reference, registry) = (self.reference.clone(), self.spec.host.clone());
+        match (status.as_u16(), code) {
+            (401, _) | (_, "UNAUTHORIZED") => Error::Unauthenticated {
+                reference,
+                registry,
+                message,
+            },
+            (403, _) | (_, "DENIED") => Error::PermissionDenied {
+                reference,
+                registry,
+                message,
+            },
+            (404, _) | (_, "MANIFEST_UNKNOWN" | "NAME_UNKNOWN" | "BLOB_UNKNOWN") => {
+                Error::RemoteNotFound {
+                    reference,
+                    registry,
+                    message,
+                }
+            }
+            _ => Error::Registry {
+                reference,
+                registry,
+                message,
+            },
+        }
+    }
+}
+
+fn basic(user: &str, pass: &str) -> Option<HeaderValue> {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
+    sensitive(&format!("Basic {b64}"))
+}
+
+fn bearer(token: &str) -> Option<HeaderValue> {
+    sensitive(&format!("Bearer {token}"))
+}
+
+fn sensitive(value: &str) -> Option<HeaderValue> {
+    let mut v = HeaderValue::from_str(value).ok()?;
+    v.set_sensitive(true);
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The authentication dance against a loopback stand-in registry whose
+    //! token endpoint checks what it is sent.
+    use super::*;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Requests seen: (request line, authorization, body).
+    type Seen = Arc<Mutex<Vec<(String, String, String)>>>;
+
+    async fn token_registry() -> (String, Seen, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen: Seen = Arc::default();
+        let (a, s) = (addr.clone(), seen.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let (addr, seen) = (a.clone(), s.clone());
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    let head_end = loop {
+                        if let Some(i) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&req[..head_end]).to_string();
+                    let header = |name: &str| {
+                        head.lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+                            })
+                            .unwrap_or_default()
+                    };
+                    let len: usize = header("content-length").parse().unwrap_or(0);
+                    while req.len() < head_end + len {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let body = String::from_utf8_lossy(&req[head_end..]).to_string();
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    let authz = header("authorization");
+                    let extra = header("x-extra");
+                    lock(&seen).push((
+                        format!("{line} x-extra={extra}"),
+                        authz.clone(),
+                        body.clone(),
+                    ));
+                    let path = line.split(' ').nth(1).unwrap_or("");
+                    let basic_ok = format!(
+                        "Basic {}",
+                        base64::engine::general_purpose::STANDARD.encode("u:p")
+                    );
+                    let (status, extra, answer) = if path.starts_with("/token") {
+                        let ok = (line.starts_with("GET") && authz == basic_ok)
+                            || (line.starts_with("POST")
+                                && body.contains("grant_type=refresh_token")
+                                && body.contains("refresh_token=rt"));
+                        if ok {
+                            ("200 OK", String::new(), r#"{"access_token":"good"}"#)
+                        } else {
+                            ("401 Unauthorized", String::new(), r#"{"details":"no"}"#)
+                        }
+                    } else if authz == "Bearer good" {
+                        ("200 OK", String::new(), "{}")
+                    } else {
+                        (
+                            "401 Unauthorized",
+                            format!(
+                                "Www-Authenticate: Bearer realm=\"http://{addr}/token\",service=\"svc\"\r\n"
+                            ),
+                            r#"{"errors":[{"code":"UNAUTHORIZED","message":"auth"}]}"#,
+                        )
+                    };
+                    let out = format!(
+                        "HTTP/1.1 {status}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = conn.write_all(out.as_bytes()).await;
+                });
+            }
+        });
+        (addr, seen, task)
+    }
+
+    fn host(addr: &str, creds: Creds) -> HostClient {
+        let spec = HostSpec {
+            plain_http: true,
+            host: addr.to_string(),
+            path: "/v2".into(),
+            pull: true,
+            resolve: true,
+            ca: vec![],
+            client: vec![],
+            skip_verify: false,
+            header: vec![("X-Extra".into(), "1".into())],
+            dial_timeout: None,
+            proxy: None,
+            upstream: true,
+            source: "test".into(),
+        };
+        let http = ClientCache::default()
+            .client_for(&spec, Duration::from_secs(10))
+            .unwrap();
+        HostClient::new(http, spec, addr, creds, "ref", "team/app")
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens_for_basic_refresh_and_registry_tokens() {
+        let (addr, seen, task) = token_registry().await;
+
+        // Username and password: GET at the realm with basic auth, scope and
+        // service; then the manifest with the token.
+        let h = host(&addr, Creds::Basic("u".into(), "p".into()));
+        let body = h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert_eq!(&body[..], b"{}");
+        {
+            let seen = lock(&seen);
+            let token = seen.iter().find(|(l, _, _)| l.contains("/token")).unwrap();
+            assert!(token.0.starts_with("GET"), "{token:?}");
+            assert!(
+                token.0.contains("scope=repository%3Ateam%2Fapp%3Apull"),
+                "{token:?}"
+            );
+            assert!(token.0.contains("service=svc"), "{token:?}");
+            assert_eq!(seen.last().unwrap().1, "Bearer good");
+            let last = &seen.last().unwrap().0;
+            assert!(last.contains("/v2/team/app/manifests/v1"), "{last}");
+            // The host's configured headers go with every registry request.
+            assert!(last.ends_with("x-extra=1"), "{last}");
+        }
+        // The token is kept: the next request goes straight through.
+        let before = lock(&seen).len();
+        h.manifest("v2", "application/json", 1024).await.unwrap();
+        assert_eq!(lock(&seen).len(), before + 1);
+
+        // A refresh token: the OAuth2 grant, POSTed.
+        lock(&seen).clear();
+        let h = host(&addr, Creds::Refresh("rt".into()));
+        h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert!(lock(&seen)
+            .iter()
+            .any(|(l, _, b)| l.starts_with("POST /token") && b.contains("client_id=berth")));
+
+        // A registry token is sent as it is, and not exchanged.
+        lock(&seen).clear();
+        let h = host(&addr, Creds::Bearer("good".into()));
+        h.manifest("v1", "application/json", 1024).await.unwrap();
+        assert_eq!(lock(&seen).len(), 1);
+
+        // Wrong or no credentials: Unauthenticated, naming the token
+        // endpoint, with no secret in the message.
+        for creds in [
+            Creds::Basic("u".into(), "wrong-pw".into()),
+            Creds::Anonymous,
+        ] {
+            let e = host(&addr, creds)
+                .manifest("v1", "application/json", 1024)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Unauthenticated, "{e}");
+            assert!(e.to_string().contains("token endpoint"), "{e}");
+            assert!(!e.to_string().contains("wrong-pw"), "{e}");
+        }
+        let e = host(&addr, Creds::Bearer("bad".into()))
+            .manifest("v1", "application/json", 1024)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Unauthenticated, "{e}");
+        task.abort();
+    }
+}

@@ -70,7 +70,7 @@ pub fn anonymous_volumes(
         .collect()
 }
 
-fn mount(dest: &str, typ: &str, source: &Path, options: &[&str]) -> Mount {
+pub(crate) fn mount(dest: &str, typ: &str, source: &Path, options: &[&str]) -> Mount {
     let mut m = Mount::default();
     m.set_destination(PathBuf::from(dest));
     m.set_typ(Some(typ.to_string()));
@@ -115,7 +115,7 @@ const DEFAULT_MOUNTS: &[(&str, &str, &[&str])] = &[
 
 /// The runtime's own mounts. sysfs and the cgroup tree are read-only unless
 /// the container is privileged.
-fn default_mounts(privileged: bool) -> Vec<Mount> {
+pub(crate) fn default_mounts(privileged: bool) -> Vec<Mount> {
     DEFAULT_MOUNTS
         .iter()
         .map(|(dest, typ, options)| {

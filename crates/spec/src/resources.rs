@@ -150,25 +150,106 @@ pub fn current_oom_score_adj() -> std::io::Result<i32> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// The cgroups path of a container: `<parent>/<id>` for cgroupfs, and
-/// `<parent slice>:berth:<id>` for systemd. An empty parent means `/berth`
-/// (cgroupfs) or `system.slice` (systemd).
-pub fn cgroups_path(parent: &str, id: &str, systemd: bool) -> String {
+/// The cgroup parent of a pod with no `linux.cgroup_parent`, cgroupfs driver.
+pub const DEFAULT_CGROUPFS_PARENT: &str = "/berth";
+
+/// The cgroup parent of a pod with no `linux.cgroup_parent`, systemd driver:
+/// where runc itself puts a container that names no slice.
+pub const DEFAULT_SYSTEMD_PARENT: &str = "system.slice";
+
+/// The prefix of the scopes of the systemd driver: `berth-<id>.scope`.
+const SCOPE_PREFIX: &str = "berth";
+
+const PARENT_FIELD: &str = "linux.cgroup_parent";
+
+/// Checks a cgroup parent for the driver and puts it in the form
+/// [`cgroups_path`] takes; empty gives the driver's default.
+///
+/// systemd: kubelet sends the pod's slice by name
+/// (`kubepods-besteffort-pod<uid>.slice`); a path of slices
+/// (`/kubepods.slice/kubepods-besteffort.slice/...slice`) stands for its last
+/// one, as containerd's `getCgroupsPath` reads it. Anything but a `.slice`
+/// unit name is refused (runc would fail on it, or worse, make a cgroup named
+/// after it). cgroupfs: an absolute path (a relative one is taken from the
+/// root), cleaned, without `..`.
+fn parent_for_driver(id: &str, parent: &str, systemd: bool) -> Result<String, Error> {
+    let bad = |why: &str| invalid(id, PARENT_FIELD, format!("{parent:?} {why}"));
+    if parent.chars().any(|c| c.is_control()) {
+        return Err(bad("holds a control character"));
+    }
     if systemd {
-        let slice = Path::new(parent)
-            .file_name()
-            .and_then(|s| s.to_str())
-            .filter(|s| !s.is_empty())
-            .unwrap_or("system.slice");
-        return format!("{slice}:berth:{id}");
+        let slice = parent
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or("");
+        if slice.is_empty() {
+            return if parent.is_empty() {
+                Ok(DEFAULT_SYSTEMD_PARENT.to_string())
+            } else {
+                Err(bad("names no slice"))
+            };
+        }
+        let stem = slice.strip_suffix(".slice").unwrap_or("");
+        let unit_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '\\');
+        if stem.is_empty() || !stem.chars().all(unit_char) || slice.len() > 255 {
+            return Err(bad(
+                "is not a systemd slice name (like kubepods-besteffort-pod<uid>.slice), \
+                 as the systemd cgroup driver needs",
+            ));
+        }
+        return Ok(slice.to_string());
     }
-    let parent = parent.trim_end_matches('/');
-    let parent = if parent.is_empty() { "/berth" } else { parent };
-    if parent.starts_with('/') {
-        format!("{parent}/{id}")
+    let mut parts = Vec::new();
+    for c in parent.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(bad("leads out of the cgroup tree")),
+            c => parts.push(c),
+        }
+    }
+    if parts.is_empty() {
+        return Ok(DEFAULT_CGROUPFS_PARENT.to_string());
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// The pod's cgroup parent, resolved once at RunPodSandbox for the
+/// configured driver: `linux.cgroup_parent` checked and normalized, or the
+/// driver's default when kubelet sends none — [`DEFAULT_CGROUPFS_PARENT`]
+/// for cgroupfs, [`DEFAULT_SYSTEMD_PARENT`] for systemd. (containerd leaves
+/// `cgroupsPath` unset then, and runc picks `/<id>` or `system.slice`;
+/// berth keeps its pods together under `/berth` with cgroupfs and takes
+/// runc's `system.slice` with systemd.) Store it as
+/// [`SandboxInfo::cgroup_parent`](crate::SandboxInfo) and in
+/// [`PauseRequest::cgroup_parent`](crate::PauseRequest): the pause and every
+/// container of the pod are then siblings under it.
+pub fn pod_cgroup_parent(
+    pod_id: &str,
+    config: &v1::PodSandboxConfig,
+    opts: &SpecOptions,
+) -> Result<String, Error> {
+    let parent = config
+        .linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.as_str())
+        .unwrap_or("");
+    parent_for_driver(pod_id, parent, opts.cgroup_driver_systemd)
+}
+
+/// The cgroups path of a container (or pause) `id` under a parent from
+/// [`pod_cgroup_parent`]: `<parent>/<id>` for cgroupfs, and
+/// `<slice>:berth:<id>` for systemd (runc's `slice:prefix:name`, the scope
+/// `berth-<id>.scope` in that slice, as containerd's `cri-containerd`). An
+/// empty parent means the driver's default. A parent that does not fit the
+/// driver is refused (see [`pod_cgroup_parent`]).
+pub fn cgroups_path(parent: &str, id: &str, systemd: bool) -> Result<String, Error> {
+    let parent = parent_for_driver(id, parent, systemd)?;
+    Ok(if systemd {
+        format!("{parent}:{SCOPE_PREFIX}:{id}")
     } else {
-        format!("/{parent}/{id}")
-    }
+        format!("{parent}/{id}")
+    })
 }
 
 #[cfg(test)]
@@ -298,17 +379,88 @@ mod tests {
 
     #[test]
     fn cgroups_paths() {
+        let path = |p: &str, systemd| cgroups_path(p, "abc", systemd).unwrap();
         assert_eq!(
-            cgroups_path("/kubepods/burstable/pod1", "abc", false),
+            path("/kubepods/burstable/pod1", false),
             "/kubepods/burstable/pod1/abc"
         );
-        assert_eq!(cgroups_path("/kubepods/", "abc", false), "/kubepods/abc");
-        assert_eq!(cgroups_path("", "abc", false), "/berth/abc");
-        assert_eq!(cgroups_path("kubepods", "abc", false), "/kubepods/abc");
+        assert_eq!(path("/kubepods/", false), "/kubepods/abc");
+        assert_eq!(path("", false), "/berth/abc");
+        assert_eq!(path("kubepods", false), "/kubepods/abc");
+        assert_eq!(path("/a//./b", false), "/a/b/abc");
         assert_eq!(
-            cgroups_path("kubepods-burstable-pod1.slice", "abc", true),
+            path("kubepods-burstable-pod1.slice", true),
             "kubepods-burstable-pod1.slice:berth:abc"
         );
-        assert_eq!(cgroups_path("", "abc", true), "system.slice:berth:abc");
+        // A path of slices stands for its last one, as containerd reads it.
+        assert_eq!(
+            path(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+                true
+            ),
+            "kubepods-besteffort-pod1.slice:berth:abc"
+        );
+        assert_eq!(path("", true), "system.slice:berth:abc");
+    }
+
+    #[test]
+    fn parents_that_do_not_fit_the_driver_are_refused() {
+        for (parent, systemd) in [
+            // Before, "podabc:berth:abc": runc fails on it or makes a cgroup named so.
+            ("/kubepods/besteffort/podabc", true),
+            ("kubepods", true),
+            (".slice", true),
+            ("a:b.slice", true),
+            ("/", true),
+            ("/kubepods/../../etc", false),
+            ("..", false),
+            ("/kube\npods", false),
+        ] {
+            let e = cgroups_path(parent, "c9", systemd).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{parent}");
+            let msg = e.to_string();
+            assert!(msg.contains("c9") && msg.contains("cgroup_parent"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn pod_cgroup_parent_per_driver() {
+        let pod = |parent: &str| v1::PodSandboxConfig {
+            linux: Some(v1::LinuxPodSandboxConfig {
+                cgroup_parent: parent.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cgroupfs = SpecOptions::default();
+        let systemd = SpecOptions {
+            cgroup_driver_systemd: true,
+            ..Default::default()
+        };
+        let none = v1::PodSandboxConfig::default();
+        assert_eq!(pod_cgroup_parent("p", &none, &cgroupfs).unwrap(), "/berth");
+        assert_eq!(
+            pod_cgroup_parent("p", &pod(""), &cgroupfs).unwrap(),
+            "/berth"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &none, &systemd).unwrap(),
+            "system.slice"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &pod("/kubepods/burstable/pod1/"), &cgroupfs).unwrap(),
+            "/kubepods/burstable/pod1"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &pod("kubepods-besteffort-pod1.slice"), &systemd).unwrap(),
+            "kubepods-besteffort-pod1.slice"
+        );
+        let e = pod_cgroup_parent("pod7", &pod("/kubepods/pod1"), &systemd).unwrap_err();
+        assert!(e.to_string().contains("pod7"), "{e}");
+        // The resolved parent gives the same paths again: resolving is idempotent.
+        for (p, o) in [("/kubepods/x", &cgroupfs), ("k-p.slice", &systemd)] {
+            let once = pod_cgroup_parent("p", &pod(p), o).unwrap();
+            assert_eq!(pod_cgroup_parent("p", &pod(&once), o).unwrap(), once);
+        }
     }
 }

@@ -53,7 +53,7 @@ pub use caps::{
 };
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
-pub use mounts::{anonymous_volumes, clean_path, AnonymousVolume};
+pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
 pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES};
 pub use process::{merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
 pub use resources::{
@@ -62,7 +62,7 @@ pub use resources::{
 };
 pub use seccomp::{
     default_profile as default_seccomp_profile, load_profile as load_seccomp_profile,
-    seccomp_available,
+    seccomp_available, MAX_PROFILE_BYTES as MAX_SECCOMP_PROFILE_BYTES,
 };
 pub use signal::{cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};

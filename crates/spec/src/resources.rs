@@ -12,6 +12,16 @@ use crate::SpecOptions;
 
 const FIELD: &str = "linux.resources";
 
+/// The CFS periods the kernel accepts, in µs.
+const CPU_PERIOD_US: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+
+/// The least CFS quota the kernel accepts, in µs.
+const MIN_CPU_QUOTA_US: i64 = 1_000;
+
+/// The cgroup v1 cpu shares the kernel keeps (runc maps them onto v2
+/// weights from the same range).
+const CPU_SHARES: std::ops::RangeInclusive<u64> = 2..=262_144;
+
 /// Maps CRI resources onto OCI ones. A zero or empty CRI field sets nothing.
 ///
 /// Memory swap follows containerd: `memory_swap_limit_in_bytes` when given,
@@ -35,13 +45,48 @@ pub fn linux_resources(
             )),
         }
     };
+    let bad = |field: &str, why: String| invalid(id, format!("{FIELD}.{field}"), why);
     let mut out = LinuxResources::default();
 
     let mut cpu = LinuxCpu::default();
-    cpu.set_period(positive(r.cpu_period, "cpu_period")?);
-    cpu.set_shares(positive(r.cpu_shares, "cpu_shares")?);
-    if r.cpu_quota != 0 {
-        cpu.set_quota(Some(r.cpu_quota));
+    let period = positive(r.cpu_period, "cpu_period")?;
+    if let Some(p) = period.filter(|p| !CPU_PERIOD_US.contains(p)) {
+        return Err(bad(
+            "cpu_period",
+            format!("{p} is outside {CPU_PERIOD_US:?} µs"),
+        ));
+    }
+    cpu.set_period(period);
+    let shares = positive(r.cpu_shares, "cpu_shares")?;
+    if let Some(s) = shares.filter(|s| !CPU_SHARES.contains(s)) {
+        return Err(bad("cpu_shares", format!("{s} is outside {CPU_SHARES:?}")));
+    }
+    cpu.set_shares(shares);
+    match r.cpu_quota {
+        0 => {}
+        -1 => {
+            cpu.set_quota(Some(-1));
+        }
+        q if q >= MIN_CPU_QUOTA_US => {
+            cpu.set_quota(Some(q));
+        }
+        q => {
+            return Err(bad(
+                "cpu_quota",
+                format!("{q} is neither -1 (no limit) nor at least {MIN_CPU_QUOTA_US} µs"),
+            ))
+        }
+    }
+    for (v, field) in [
+        (&r.cpuset_cpus, "cpuset_cpus"),
+        (&r.cpuset_mems, "cpuset_mems"),
+    ] {
+        if !v
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, ',' | '-'))
+        {
+            return Err(bad(field, format!("{v:?} is not a list like 0-3,7")));
+        }
     }
     if !r.cpuset_cpus.is_empty() {
         cpu.set_cpus(Some(r.cpuset_cpus.clone()));
@@ -67,6 +112,15 @@ pub fn linux_resources(
             ))
         }
     };
+    // The kernel's memory+swap limit cannot be below the memory limit.
+    if let (Some(l), Some(s)) = (limit, swap.filter(|s| *s > 0)) {
+        if (s as u64) < l {
+            return Err(bad(
+                "memory_swap_limit_in_bytes",
+                format!("{s} is below memory_limit_in_bytes {l}"),
+            ));
+        }
+    }
     if let Some(limit) = limit {
         memory.set_limit(Some(limit as i64));
     }
@@ -77,19 +131,31 @@ pub fn linux_resources(
         out.set_memory(Some(memory));
     }
 
+    // The page size names a cgroup file (hugetlb.<size>.limit_in_bytes).
+    for h in &r.hugepage_limits {
+        let digits = h.page_size.trim_end_matches(['K', 'M', 'G', 'T', 'P', 'B']);
+        let unit = &h.page_size[digits.len()..];
+        if digits.is_empty()
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+            || !matches!(unit, "KB" | "MB" | "GB" | "TB" | "PB")
+        {
+            return Err(bad(
+                "hugepage_limits",
+                format!("page size {:?} is not like 2MB or 1GB", h.page_size),
+            ));
+        }
+    }
     if opts.hugetlb_available && !r.hugepage_limits.is_empty() {
         let mut limits = Vec::new();
         for h in &r.hugepage_limits {
-            if h.page_size.is_empty() {
-                return Err(invalid(
-                    id,
-                    format!("{FIELD}.hugepage_limits"),
-                    "empty page size",
-                ));
-            }
             let mut l = LinuxHugepageLimit::default();
             l.set_page_size(h.page_size.clone());
-            l.set_limit(i64::try_from(h.limit).unwrap_or(i64::MAX));
+            l.set_limit(i64::try_from(h.limit).map_err(|_| {
+                bad(
+                    "hugepage_limits",
+                    format!("limit {} of {} is too large", h.limit, h.page_size),
+                )
+            })?);
             limits.push(l);
         }
         out.set_hugepage_limits(Some(limits));
@@ -107,6 +173,12 @@ pub fn linux_resources(
                 format!("{FIELD}.unified"),
                 "cgroup v2 settings on a cgroup v1 host",
             ));
+        }
+        // Each key names a file of the container's cgroup directory.
+        if let Some(k) = r.unified.keys().find(|k| {
+            k.is_empty() || k.contains('/') || k.starts_with('.') || k.chars().any(char::is_control)
+        }) {
+            return Err(bad("unified", format!("{k:?} is not a cgroup file name")));
         }
         out.set_unified(Some(r.unified.clone()));
     }
@@ -347,6 +419,86 @@ mod tests {
         o.cgroup_v2 = true;
         let out = linux_resources("c", &r, &o).unwrap();
         assert_eq!(out.unified().as_ref().unwrap()["memory.high"], "1000000");
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_field() {
+        let res = |f: fn(&mut v1::LinuxContainerResources)| {
+            let mut r = v1::LinuxContainerResources::default();
+            f(&mut r);
+            r
+        };
+        for (r, field) in [
+            // Before, all of these reached runc (or the kernel) as they were.
+            (res(|r| r.cpu_shares = 1), "cpu_shares"),
+            (res(|r| r.cpu_shares = 262_145), "cpu_shares"),
+            (res(|r| r.cpu_period = 999), "cpu_period"),
+            (res(|r| r.cpu_period = 1_000_001), "cpu_period"),
+            (res(|r| r.cpu_quota = 999), "cpu_quota"),
+            (res(|r| r.cpu_quota = -2), "cpu_quota"),
+            (res(|r| r.cpuset_cpus = "0-1; x".into()), "cpuset_cpus"),
+            (res(|r| r.cpuset_mems = "../".into()), "cpuset_mems"),
+            (
+                res(|r| {
+                    r.memory_limit_in_bytes = 100;
+                    r.memory_swap_limit_in_bytes = 50
+                }),
+                "memory_swap_limit_in_bytes",
+            ),
+            // Before, silently i64::MAX.
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: "2MB".into(),
+                        limit: u64::MAX,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: "../../x".into(),
+                        limit: 1,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: String::new(),
+                        limit: 1,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+        ] {
+            let e = linux_resources("c4", &r, &opts()).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{field}");
+            let msg = e.to_string();
+            assert!(msg.contains(field) && msg.contains("c4"), "{msg}");
+        }
+        let mut o = opts();
+        o.cgroup_v2 = true;
+        for k in ["../../cgroup.procs", "", ".x"] {
+            let mut r = v1::LinuxContainerResources::default();
+            r.unified.insert(k.into(), "1".into());
+            let e = linux_resources("c", &r, &o).unwrap_err();
+            assert!(e.to_string().contains("unified"), "{e}");
+        }
+        // The edges are fine.
+        let r = v1::LinuxContainerResources {
+            cpu_shares: 2,
+            cpu_period: 1_000,
+            cpu_quota: -1,
+            memory_limit_in_bytes: 100,
+            memory_swap_limit_in_bytes: 100,
+            cpuset_cpus: "0-3,7".into(),
+            ..Default::default()
+        };
+        let out = linux_resources("c", &r, &opts()).unwrap();
+        assert_eq!(out.cpu().as_ref().unwrap().quota(), Some(-1));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! groups resolved in the container's rootfs, mounts, devices, namespaces of
 //! the pod, capabilities, privileged mode, seccomp (berth's own RuntimeDefault
 //! profile), masked and read-only paths, sysctls, OOM score and cgroup
-//! resources, annotations.
+//! resources, annotations, CDI devices.
 //!
 //! [`pause_spec`] makes the spec of the pod's pause container from the same
 //! parts: one cgroup rule ([`pod_cgroup_parent`] once per pod, then
@@ -25,6 +25,7 @@
 //! profile files).
 
 mod caps;
+mod cdi;
 mod devices;
 mod error;
 mod mounts;
@@ -51,6 +52,7 @@ pub use caps::{
     capabilities_from_mask, capability_name, current_capabilities, parse_capability,
     DEFAULT_CAPABILITIES,
 };
+pub use cdi::{requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIRS};
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
 pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
@@ -166,6 +168,9 @@ pub struct SpecOptions {
     /// Container annotations passed on to the runtime, likewise
     /// (containerd's `container_annotations`).
     pub container_annotations: Vec<String>,
+    /// Where CDI spec files are, lowest priority first; read only for a
+    /// container that asks for CDI devices.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl Default for SpecOptions {
@@ -186,6 +191,7 @@ impl Default for SpecOptions {
             all_capabilities: None,
             pod_annotations: Vec::new(),
             container_annotations: Vec::new(),
+            cdi_spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -513,6 +519,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     spec.set_hostname(req.sandbox.netns.as_ref().and_then(|_| pod_hostname(req)));
     spec.set_annotations(Some(annotations(req, opts)));
     spec.set_linux(Some(linux));
+    cdi::apply(id, config, &opts.cdi_spec_dirs, &mut spec)?;
     Ok(spec)
 }
 

@@ -512,3 +512,60 @@ fn runc_runs_the_pause_spec() {
     assert!(out.lines().any(|l| l.ends_with(&cg)), "not in {cg}:\n{out}");
     assert!(out.trim_end().ends_with("done"), "{out}");
 }
+
+#[test]
+fn runc_runs_a_container_with_a_cdi_device() {
+    if !root_or_skip("runc_runs_a_container_with_a_cdi_device") {
+        return;
+    }
+    let s = Setup::new("cdi");
+    let cdi_dir = s.dir.path().join("cdi");
+    let data = s.data();
+    write(
+        &cdi_dir.join("example.yaml"),
+        &format!(
+            "cdiVersion: \"0.6.0\"\n\
+             kind: example.com/test\n\
+             devices:\n\
+             \x20 - name: nul\n\
+             \x20   containerEdits:\n\
+             \x20     env: [CDI_OK=yes]\n\
+             \x20     deviceNodes:\n\
+             \x20       - path: /dev/xcdi\n\
+             \x20         hostPath: /dev/null\n\
+             \x20     mounts:\n\
+             \x20       - hostPath: {}\n\
+             \x20         containerPath: /cdi-data\n\
+             \x20         options: [ro, rbind]\n",
+            data.display()
+        ),
+    );
+    let script = "test -c /dev/xcdi && echo cdi-node; echo x > /dev/xcdi && echo cdi-write; \
+        echo env=$CDI_OK; cat /cdi-data/hello; touch /cdi-data/x 2>/dev/null || echo cdi-ro; echo done";
+    let config = v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata {
+            name: "cdi".into(),
+            attempt: 0,
+        }),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        cdi_devices: vec![v1::CdiDevice {
+            name: "example.com/test=nul".into(),
+        }],
+        ..Default::default()
+    };
+    let opts = SpecOptions {
+        cdi_spec_dirs: vec![cdi_dir],
+        ..SpecOptions::detect()
+    };
+    let out = s.run(&config, &v1::PodSandboxConfig::default(), &opts);
+    for want in [
+        "cdi-node",
+        "cdi-write",
+        "env=yes",
+        "hello from the host",
+        "cdi-ro",
+    ] {
+        assert!(out.lines().any(|l| l == want), "no {want:?} in:\n{out}");
+    }
+    assert!(out.trim_end().ends_with("done"), "{out}");
+}

@@ -56,7 +56,7 @@ pub use cdi::{requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIR
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
 pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
-pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES};
+pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES, PAUSE_OOM_SCORE_ADJ};
 pub use process::{merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
 pub use resources::{
     cgroups_path, current_oom_score_adj, linux_resources, oom_score_adj, pod_cgroup_parent,

@@ -6,7 +6,8 @@
 //!
 //! As containerd's sandbox container: a read-only rootfs, the pod's
 //! /dev/shm bound read-only, the pod's user and supplemental groups, the
-//! pod's seccomp profile, cpu shares of 2, the pod's sysctls. Unlike it, the
+//! pod's seccomp profile, cpu shares of 2, an OOM score of -998 (or
+//! berth's own, if higher), the pod's sysctls. Unlike it, the
 //! pause holds no capabilities at all: it only waits for signals.
 
 use std::collections::HashMap;
@@ -18,6 +19,12 @@ use oci_spec::runtime::{Linux, LinuxCapabilities, LinuxCpu, Process, Root, Spec,
 use crate::error::{invalid, Error};
 use crate::{annotations, devices, mounts, namespaces, passthrough, resources, seccomp, sysctls};
 use crate::{user, SpecOptions};
+
+/// The OOM score adjustment of the pause, as containerd's
+/// `defaultSandboxOOMAdj` (kubernetes#47938): the last of the pod to be
+/// killed, since its death ends the pod's PID namespace. Never below
+/// berth's own score (see [`oom_score_adj`](crate::oom_score_adj)).
+pub const PAUSE_OOM_SCORE_ADJ: i64 = -998;
 
 /// Where the pause binary is in its rootfs, for [`PauseRequest::new`].
 pub const PAUSE_COMMAND: &str = "/pause";
@@ -178,6 +185,11 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
     process.set_capabilities(Some(none));
     process.set_no_new_privileges(Some(true));
     process.set_rlimits(None);
+    process.set_oom_score_adj(resources::oom_score_adj(
+        id,
+        PAUSE_OOM_SCORE_ADJ,
+        opts.oom_score_adj_floor,
+    )?);
 
     let mut root = Root::default();
     root.set_path(req.rootfs.to_owned());
@@ -309,6 +321,14 @@ mod tests {
         }
     }
 
+    /// No live reads: a fixed OOM floor.
+    fn opts() -> SpecOptions {
+        SpecOptions {
+            oom_score_adj_floor: Some(0),
+            ..Default::default()
+        }
+    }
+
     const NETNS: &str = "/run/berth/netns/abc";
     const SHM: &str = "/run/berth/sandboxes/abc/shm";
 
@@ -324,7 +344,7 @@ mod tests {
     }
 
     fn invalid_argument(config: &v1::PodSandboxConfig) -> String {
-        let e = spec_of(config, &SpecOptions::default()).unwrap_err();
+        let e = spec_of(config, &opts()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
         assert!(e.to_string().contains("abc"), "{e}");
         e.to_string()
@@ -332,7 +352,7 @@ mod tests {
 
     #[test]
     fn pod_network_spec() {
-        let spec = spec_of(&pod(|_| {}), &SpecOptions::default()).unwrap();
+        let spec = spec_of(&pod(|_| {}), &opts()).unwrap();
         assert!(joins_netns(&spec, Path::new(NETNS)));
         assert_eq!(spec.hostname().as_deref(), Some("web-0"));
         let t = types(&spec);
@@ -343,7 +363,14 @@ mod tests {
         assert!(!t.contains(&LinuxNamespaceType::Cgroup));
         let p = spec.process().as_ref().unwrap();
         assert_eq!(p.args().as_ref().unwrap(), &vec!["/pause".to_string()]);
-        assert!(p.oom_score_adj().is_none());
+        // -998, raised to the floor: never below berth's own score.
+        assert_eq!(p.oom_score_adj(), Some(0));
+        let o = SpecOptions {
+            oom_score_adj_floor: Some(-999),
+            ..opts()
+        };
+        let s2 = spec_of(&pod(|_| {}), &o).unwrap();
+        assert_eq!(s2.process().as_ref().unwrap().oom_score_adj(), Some(-998));
         assert_eq!((p.user().uid(), p.user().gid()), (0, 0));
         assert_eq!(p.no_new_privileges(), Some(true));
         let caps = p.capabilities().as_ref().unwrap();
@@ -391,7 +418,7 @@ mod tests {
     fn host_namespaces_spec() {
         let config = pod(host_ns());
         let req = PauseRequest::new("abc", &config, None, Path::new("/dev/shm"), "/berth");
-        let spec = pause_spec(&req, &SpecOptions::default()).unwrap();
+        let spec = pause_spec(&req, &opts()).unwrap();
         let t = types(&spec);
         assert!(!t.contains(&LinuxNamespaceType::Network));
         assert!(!t.contains(&LinuxNamespaceType::Uts));
@@ -401,10 +428,10 @@ mod tests {
         assert!(spec.hostname().is_none());
         // A netns for a host-network pod (or none for a pod network): refused.
         let req = PauseRequest::new("abc", &config, Some(Path::new(NETNS)), Path::new(SHM), "");
-        assert!(pause_spec(&req, &SpecOptions::default()).is_err());
+        assert!(pause_spec(&req, &opts()).is_err());
         let own = pod(|_| {});
         let req = PauseRequest::new("abc", &own, None, Path::new(SHM), "");
-        assert!(pause_spec(&req, &SpecOptions::default()).is_err());
+        assert!(pause_spec(&req, &opts()).is_err());
     }
 
     #[test]
@@ -435,7 +462,7 @@ mod tests {
             sc.run_as_group = Some(v1::Int64Value { value: 65534 });
             sc.supplemental_groups = vec![3000, 65534];
         });
-        let spec = spec_of(&config, &SpecOptions::default()).unwrap();
+        let spec = spec_of(&config, &opts()).unwrap();
         let u = spec.process().as_ref().unwrap().user();
         assert_eq!((u.uid(), u.gid()), (65535, 65534));
         assert_eq!(u.additional_gids().as_ref().unwrap(), &vec![3000, 65534]);
@@ -451,7 +478,7 @@ mod tests {
             .sysctls
             .insert("net.ipv4.ip_forward".into(), "1".into());
         let req = PauseRequest::new("abc", &config, None, Path::new("/dev/shm"), "");
-        let e = pause_spec(&req, &SpecOptions::default()).unwrap_err();
+        let e = pause_spec(&req, &opts()).unwrap_err();
         assert!(e.to_string().contains("linux.sysctls"), "{e}");
 
         let mut config = pod(|_| {});
@@ -461,7 +488,7 @@ mod tests {
             .unwrap()
             .sysctls
             .insert("net.ipv4.ip_unprivileged_port_start".into(), "0".into());
-        let spec = spec_of(&config, &SpecOptions::default()).unwrap();
+        let spec = spec_of(&config, &opts()).unwrap();
         let l = spec.linux().as_ref().unwrap();
         assert_eq!(
             l.sysctl().as_ref().unwrap()["net.ipv4.ip_unprivileged_port_start"],
@@ -492,11 +519,11 @@ mod tests {
                 localhost_ref: String::new(),
             })
         });
-        let spec = spec_of(&config, &SpecOptions::default()).unwrap();
+        let spec = spec_of(&config, &opts()).unwrap();
         assert!(spec.linux().as_ref().unwrap().seccomp().is_some());
         let o = SpecOptions {
             default_seccomp: true,
-            ..Default::default()
+            ..opts()
         };
         let spec = spec_of(&pod(|_| {}), &o).unwrap();
         assert!(spec.linux().as_ref().unwrap().seccomp().is_some());
@@ -514,14 +541,14 @@ mod tests {
         config
             .annotations
             .insert(annotations::CONTAINER_TYPE.into(), "container".into());
-        let spec = spec_of(&config, &SpecOptions::default()).unwrap();
+        let spec = spec_of(&config, &opts()).unwrap();
         let a = spec.annotations().as_ref().unwrap();
         assert!(!a.contains_key("run.oci.keep_original_groups"));
         assert!(!a.contains_key("io.katacontainers.config.x"));
         assert_eq!(a[annotations::CONTAINER_TYPE], "sandbox");
         let o = SpecOptions {
             pod_annotations: vec!["io.katacontainers.*".into(), "io.kubernetes.cri.*".into()],
-            ..Default::default()
+            ..opts()
         };
         let spec = spec_of(&config, &o).unwrap();
         let a = spec.annotations().as_ref().unwrap();
@@ -535,7 +562,7 @@ mod tests {
         let config = pod(|_| {});
         let o = SpecOptions {
             cgroup_driver_systemd: true,
-            ..Default::default()
+            ..opts()
         };
         let req = PauseRequest::new(
             "abc",

@@ -480,7 +480,7 @@ fn runc_runs_the_pause_spec() {
         "sh".into(),
         "-c".into(),
         "id; grep -E '^(Cap|Seccomp:|NoNewPrivs)' /proc/self/status; echo pid=$$; \
-         echo shm=$(cat /proc/sys/kernel/shm_rmid_forced); \
+         echo shm=$(cat /proc/sys/kernel/shm_rmid_forced); echo oom=$(cat /proc/self/oom_score_adj); \
          echo shares=$(cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || cat /sys/fs/cgroup/cpu.weight); touch /x 2>/dev/null || echo rootfs-ro; \
          test -s /proc/kcore || echo kcore-masked; grep -c . /proc/self/cgroup >/dev/null; \
          cat /proc/self/cgroup; echo done"
@@ -504,6 +504,8 @@ fn runc_runs_the_pause_spec() {
         assert!(out.contains(want), "no {want:?} in:\n{out}");
     }
     assert_eq!(line(&out, "shm="), "shm=1", "the pod's sysctl");
+    let own = berth_spec::current_oom_score_adj().unwrap();
+    assert_eq!(line(&out, "oom="), format!("oom={}", own.max(-998)));
     // cpu shares 2, or its cgroup v2 weight 1.
     let shares = line(&out, "shares=");
     assert!(shares == "shares=2" || shares == "shares=1", "{shares}");

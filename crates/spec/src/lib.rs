@@ -126,7 +126,8 @@ pub struct SandboxInfo {
     /// The pod's /dev/shm (or the host's /dev/shm for host IPC); empty or
     /// missing leaves the container a private tmpfs.
     pub shm: PathBuf,
-    /// The cgroup parent (cgroupfs path, or a systemd slice).
+    /// The pod's cgroup parent from [`pod_cgroup_parent`] (a cgroupfs path,
+    /// or a systemd slice name); empty means the driver's default.
     pub cgroup_parent: String,
 }
 
@@ -134,7 +135,8 @@ pub struct SandboxInfo {
 /// configured policies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecOptions {
-    /// Cgroups are managed by systemd: paths become `slice:berth:id`.
+    /// Cgroups are managed by systemd: paths become `slice:berth:id`, and a
+    /// cgroup parent must be a slice.
     pub cgroup_driver_systemd: bool,
     /// The host runs cgroup v2 (unified): `unified` resources work and
     /// containers get a cgroup namespace.

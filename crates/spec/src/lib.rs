@@ -9,7 +9,12 @@
 //! groups resolved in the container's rootfs, mounts, devices, namespaces of
 //! the pod, capabilities, privileged mode, seccomp (berth's own RuntimeDefault
 //! profile), masked and read-only paths, sysctls, OOM score and cgroup
-//! resources, annotations.
+//! resources, annotations, CDI devices.
+//!
+//! [`pause_spec`] makes the spec of the pod's pause container from the same
+//! parts: one cgroup rule ([`pod_cgroup_parent`] once per pod, then
+//! [`cgroups_path`] for the pause and each container), one set of id,
+//! sysctl, namespace, seccomp and annotation checks.
 //!
 //! The pieces are public too, for the RPCs that need one of them:
 //! [`linux_resources`] for UpdateContainerResources, [`stop_signal`] for
@@ -20,14 +25,18 @@
 //! profile files).
 
 mod caps;
+mod cdi;
 mod devices;
 mod error;
 mod mounts;
 mod namespaces;
+mod passthrough;
+mod pause;
 mod process;
 mod resources;
 mod seccomp;
 mod signal;
+mod sysctls;
 mod user;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,22 +52,29 @@ pub use caps::{
     capabilities_from_mask, capability_name, current_capabilities, parse_capability,
     DEFAULT_CAPABILITIES,
 };
+pub use cdi::{requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIRS};
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
-pub use mounts::{anonymous_volumes, clean_path, AnonymousVolume};
+pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
+pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES, PAUSE_OOM_SCORE_ADJ};
 pub use process::{merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
-pub use resources::{cgroups_path, current_oom_score_adj, linux_resources, oom_score_adj};
+pub use resources::{
+    cgroups_path, current_oom_score_adj, linux_resources, oom_score_adj, pod_cgroup_parent,
+    DEFAULT_CGROUPFS_PARENT, DEFAULT_SYSTEMD_PARENT,
+};
 pub use seccomp::{
     default_profile as default_seccomp_profile, load_profile as load_seccomp_profile,
-    seccomp_available,
+    seccomp_available, MAX_PROFILE_BYTES as MAX_SECCOMP_PROFILE_BYTES,
 };
 pub use signal::{cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
 
 /// Annotation keys berth sets on every container, as containerd does.
 pub mod annotations {
-    /// `container` for an application container.
+    /// `container` for an application container, `sandbox` for the pause.
     pub const CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+    /// The pod's log directory, on the pause.
+    pub const SANDBOX_LOG_DIRECTORY: &str = "io.kubernetes.cri.sandbox-log-directory";
     pub const SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
     pub const SANDBOX_NAME: &str = "io.kubernetes.cri.sandbox-name";
     pub const SANDBOX_NAMESPACE: &str = "io.kubernetes.cri.sandbox-namespace";
@@ -110,7 +126,8 @@ pub struct SandboxInfo {
     /// The pod's /dev/shm (or the host's /dev/shm for host IPC); empty or
     /// missing leaves the container a private tmpfs.
     pub shm: PathBuf,
-    /// The cgroup parent (cgroupfs path, or a systemd slice).
+    /// The pod's cgroup parent from [`pod_cgroup_parent`] (a cgroupfs path,
+    /// or a systemd slice name); empty means the driver's default.
     pub cgroup_parent: String,
 }
 
@@ -118,7 +135,8 @@ pub struct SandboxInfo {
 /// configured policies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecOptions {
-    /// Cgroups are managed by systemd: paths become `slice:berth:id`.
+    /// Cgroups are managed by systemd: paths become `slice:berth:id`, and a
+    /// cgroup parent must be a slice.
     pub cgroup_driver_systemd: bool,
     /// The host runs cgroup v2 (unified): `unified` resources work and
     /// containers get a cgroup namespace.
@@ -142,6 +160,19 @@ pub struct SpecOptions {
     /// What "ALL" and privileged mean; `None` reads this process's bounding
     /// set when needed.
     pub all_capabilities: Option<Vec<Capability>>,
+    /// Pod annotations passed on to the runtime, in the pause's spec and in
+    /// every container's, by glob pattern (Go's `path.Match`, as
+    /// containerd's per-runtime `pod_annotations`: `io.katacontainers.*`).
+    /// Set it from the pod's runtime handler. Empty: none pass — runtimes
+    /// act on annotations (crun on `run.oci.*`), so only berth's own reach
+    /// them.
+    pub pod_annotations: Vec<String>,
+    /// Container annotations passed on to the runtime, likewise
+    /// (containerd's `container_annotations`).
+    pub container_annotations: Vec<String>,
+    /// Where CDI spec files are, lowest priority first; read only for a
+    /// container that asks for CDI devices.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl Default for SpecOptions {
@@ -160,6 +191,9 @@ impl Default for SpecOptions {
             pids_limit: None,
             oom_score_adj_floor: None,
             all_capabilities: None,
+            pod_annotations: Vec::new(),
+            container_annotations: Vec::new(),
+            cdi_spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -282,9 +316,14 @@ fn hostname(req: &SpecRequest<'_>) -> String {
         .unwrap_or_default()
 }
 
-/// The annotations: the config's, then berth's (which win).
-fn annotations(req: &SpecRequest<'_>) -> HashMap<String, String> {
-    let mut out: HashMap<String, String> = req.config.annotations.clone();
+/// The annotations: the pod's and the container's that the runtime handler
+/// allows (see [`SpecOptions::pod_annotations`]), then berth's (which win).
+fn annotations(req: &SpecRequest<'_>, opts: &SpecOptions) -> HashMap<String, String> {
+    let mut out = passthrough::passthrough(&req.sandbox_config.annotations, &opts.pod_annotations);
+    out.extend(passthrough::passthrough(
+        &req.config.annotations,
+        &opts.container_annotations,
+    ));
     let meta = req.sandbox_config.metadata.clone().unwrap_or_default();
     let image_name = req
         .config
@@ -313,6 +352,50 @@ fn annotations(req: &SpecRequest<'_>) -> HashMap<String, String> {
         out.insert(k.to_string(), v.to_string());
     }
     out
+}
+
+/// The runtime's default masked paths: runc's list and
+/// /sys/devices/virtual/powercap (as containerd and Docker).
+fn default_masked_paths() -> Vec<String> {
+    let mut masked = get_default_maskedpaths();
+    masked.push("/sys/devices/virtual/powercap".to_string());
+    masked
+}
+
+/// The masked and read-only paths of a container (`sc` `None` for the
+/// pause).
+///
+/// Privileged: none. Otherwise a list the security context gives is taken
+/// as it is, as containerd does (it empties its defaults, then applies the
+/// CRI lists when they are set; kubelet sends its default lists for
+/// `procMount: Default`, which equal these).
+///
+/// An empty list is where berth departs from containerd on purpose.
+/// containerd takes it as "mask nothing": that is how kubelet asks for
+/// `procMount: Unmasked`. But Kubernetes allows `Unmasked` only in a pod
+/// with its own user namespace (`hostUsers: false`), and berth runs no pod
+/// in one (pod user namespaces are refused), so an empty list here cannot be
+/// a valid Unmasked request — it is a client that did not fill the lists in
+/// (crictl, an old kubelet), and taking it literally would leave /proc/kcore,
+/// /proc/sysrq-trigger and the rest of /proc and /sys open to the container.
+/// berth gives the runtime's defaults instead (CRI-O's outcome for an unset
+/// list too). When berth runs pods in user namespaces, the empty list of such
+/// a pod is to mean "none", as in containerd.
+pub(crate) fn masked_and_readonly(
+    privileged: bool,
+    sc: Option<&v1::LinuxContainerSecurityContext>,
+) -> (Vec<String>, Vec<String>) {
+    if privileged {
+        return (Vec::new(), Vec::new());
+    }
+    let given = |l: Option<&Vec<String>>, default: fn() -> Vec<String>| match l {
+        Some(l) if !l.is_empty() => l.clone(),
+        _ => default(),
+    };
+    (
+        given(sc.map(|s| &s.masked_paths), default_masked_paths),
+        given(sc.map(|s| &s.readonly_paths), get_default_readonly_paths),
+    )
 }
 
 /// Builds the OCI runtime spec of a container.
@@ -391,15 +474,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     let mut cgroup_resources = linux_resources(id, &resources, opts)?;
     cgroup_resources.set_devices(Some(device_rules));
 
-    let (masked, readonly) = match (privileged, sc) {
-        (true, _) => (Vec::new(), Vec::new()),
-        (false, Some(sc)) => (sc.masked_paths.clone(), sc.readonly_paths.clone()),
-        (false, None) => {
-            let mut masked = get_default_maskedpaths();
-            masked.push("/sys/devices/virtual/powercap".to_string());
-            (masked, get_default_readonly_paths())
-        }
-    };
+    let (masked, readonly) = masked_and_readonly(privileged, sc);
 
     let mut linux = Linux::default();
     linux.set_namespaces(Some(namespaces::namespaces(
@@ -414,7 +489,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         &req.sandbox.cgroup_parent,
         id,
         opts.cgroup_driver_systemd,
-    ))));
+    )?)));
     linux.set_devices(Some(devices));
     linux.set_seccomp(seccomp::seccomp(
         id,
@@ -426,13 +501,12 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     linux.set_rootfs_propagation(rootfs_propagation);
     linux.set_masked_paths(Some(masked));
     linux.set_readonly_paths(Some(readonly));
-    let sysctls = req
-        .sandbox_config
-        .linux
-        .as_ref()
-        .map(|l| l.sysctls.clone())
-        .unwrap_or_default();
-    linux.set_sysctl((!sysctls.is_empty()).then_some(sysctls));
+    linux.set_sysctl(sysctls::pod_sysctls(
+        id,
+        req.sandbox_config,
+        req.sandbox.netns.is_none(),
+        req.sandbox.host_ipc,
+    )?);
 
     let mut root = Root::default();
     root.set_path(req.rootfs.to_owned());
@@ -445,8 +519,9 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     // Only with the pod's own UTS namespace (joined, where the pause set the
     // same name already); host network keeps the host's.
     spec.set_hostname(req.sandbox.netns.as_ref().and_then(|_| pod_hostname(req)));
-    spec.set_annotations(Some(annotations(req)));
+    spec.set_annotations(Some(annotations(req, opts)));
     spec.set_linux(Some(linux));
+    cdi::apply(id, config, &opts.cdi_spec_dirs, &mut spec)?;
     Ok(spec)
 }
 

@@ -24,6 +24,36 @@ pub struct AnonymousVolume {
     pub host_path: PathBuf,
 }
 
+/// The host paths of the config's mounts that do not exist: the caller
+/// creates each as a directory (mode 0755, parents too) before
+/// [`container_spec`](crate::container_spec), which refuses a missing host
+/// path. containerd and CRI-O do the same for a mount whose source is
+/// missing: kubelet leaves it to the runtime for a hostPath volume of
+/// `type: ""` (it checks or creates the other types itself). Image volumes
+/// and relative or empty paths (which the spec refuses) are not listed; a
+/// dangling symlink exists, and is refused by the spec rather than followed
+/// into a directory created somewhere else.
+pub fn host_paths_to_create(config: &v1::ContainerConfig) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in &config.mounts {
+        if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) {
+            continue;
+        }
+        let host = Path::new(&m.host_path);
+        if !host.is_absolute() {
+            continue;
+        }
+        let missing = matches!(
+            std::fs::symlink_metadata(host),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound
+        );
+        if missing && !out.iter().any(|p| p == host) {
+            out.push(host.to_owned());
+        }
+    }
+    out
+}
+
 /// Cleans an absolute container path lexically: no `.`, `..` or doubled
 /// slashes; `..` stops at `/`.
 pub fn clean_path(p: &str) -> String {
@@ -70,7 +100,7 @@ pub fn anonymous_volumes(
         .collect()
 }
 
-fn mount(dest: &str, typ: &str, source: &Path, options: &[&str]) -> Mount {
+pub(crate) fn mount(dest: &str, typ: &str, source: &Path, options: &[&str]) -> Mount {
     let mut m = Mount::default();
     m.set_destination(PathBuf::from(dest));
     m.set_typ(Some(typ.to_string()));
@@ -115,7 +145,7 @@ const DEFAULT_MOUNTS: &[(&str, &str, &[&str])] = &[
 
 /// The runtime's own mounts. sysfs and the cgroup tree are read-only unless
 /// the container is privileged.
-fn default_mounts(privileged: bool) -> Vec<Mount> {
+pub(crate) fn default_mounts(privileged: bool) -> Vec<Mount> {
     DEFAULT_MOUNTS
         .iter()
         .map(|(dest, typ, options)| {
@@ -263,6 +293,14 @@ fn cri_mount(
         }
         None => {
             let host = Path::new(&m.host_path);
+            if !host.is_absolute() {
+                return Err(invalid_path(
+                    id,
+                    format!("{field}.host_path"),
+                    host,
+                    "is not an absolute path",
+                ));
+            }
             let src = std::fs::canonicalize(host)
                 .map_err(|e| path_error(id, &format!("{field}.host_path"), "resolving", host, e))?;
             let p = host_propagation(id, field, m, &src, mountinfo, rootfs_propagation)?;
@@ -655,6 +693,53 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not prepared"));
+    }
+
+    #[test]
+    fn missing_host_paths_are_listed_for_the_caller_to_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("a/b");
+        let there = dir.path().to_owned();
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).unwrap();
+        let m = |host: &Path, dest: &str| {
+            host_mount(host, dest, v1::MountPropagation::PropagationPrivate)
+        };
+        let config = v1::ContainerConfig {
+            mounts: vec![
+                m(&missing, "/a"),
+                m(&there, "/b"),
+                m(&missing, "/c"),
+                m(&dangling, "/d"),
+                m(Path::new("relative/x"), "/e"),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(host_paths_to_create(&config), vec![missing.clone()]);
+
+        // The spec refuses what is missing, and takes it once it is made.
+        let sb = SandboxInfo::default();
+        let none = BTreeMap::new();
+        let one = v1::ContainerConfig {
+            mounts: vec![m(&missing, "/a")],
+            ..Default::default()
+        };
+        let e = mounts(&inputs(&one, &sb, &none, "")).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        for p in host_paths_to_create(&one) {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        assert!(host_paths_to_create(&one).is_empty());
+        let (ms, _) = mounts(&inputs(&one, &sb, &none, "")).unwrap();
+        assert_eq!(at(&ms, "/a").source().as_deref(), Some(missing.as_path()));
+
+        // A relative host path is refused, not resolved against berth's cwd.
+        let rel = v1::ContainerConfig {
+            mounts: vec![m(Path::new("relative/x"), "/e")],
+            ..Default::default()
+        };
+        let e = mounts(&inputs(&rel, &sb, &none, "")).unwrap_err();
+        assert!(e.to_string().contains("absolute"), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! the PID namespace by the container's `NamespaceOption.pid`; a new cgroup
 //! namespace on cgroup v2 (not privileged).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use cri_api::v1;
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
@@ -83,17 +83,73 @@ pub(crate) fn namespaces(
         }
     }
 
-    if let Some(userns) = options.and_then(|o| o.userns_options.as_ref()) {
-        if userns.mode != v1::NamespaceMode::Node as i32 {
+    check_userns(id, FIELD, options)?;
+    if cgroup_ns {
+        out.push(ns(LinuxNamespaceType::Cgroup, None));
+    }
+    Ok(out)
+}
+
+/// Refuses a user namespace other than the host's: berth runs none.
+fn check_userns(id: &str, field: &str, options: Option<&v1::NamespaceOption>) -> Result<(), Error> {
+    match options.and_then(|o| o.userns_options.as_ref()) {
+        Some(userns) if userns.mode != v1::NamespaceMode::Node as i32 => Err(invalid(
+            id,
+            format!("{field}.userns_options"),
+            "user namespaces are not supported; only NODE mode",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The namespaces of a pod's pause: new mount, UTS, IPC and PID namespaces
+/// unless the pod uses the host's (host network means host UTS, as kubelet
+/// expects), the network namespace at `netns` (`None`: the host's). No
+/// cgroup namespace, as containerd's sandbox.
+pub(crate) fn pod_namespaces(
+    id: &str,
+    netns: Option<&Path>,
+    options: Option<&v1::NamespaceOption>,
+) -> Result<Vec<LinuxNamespace>, Error> {
+    const FIELD: &str = "linux.security_context.namespace_options";
+    let mode = |m: i32, name: &str| {
+        v1::NamespaceMode::try_from(m)
+            .map_err(|_| invalid(id, format!("{FIELD}.{name}"), format!("unknown mode {m}")))
+    };
+    let o = options.cloned().unwrap_or_default();
+    let network = mode(o.network, "network")?;
+    let ipc = mode(o.ipc, "ipc")?;
+    let pid = mode(o.pid, "pid")?;
+    for (m, name) in [(ipc, "ipc"), (pid, "pid")] {
+        if !matches!(m, v1::NamespaceMode::Pod | v1::NamespaceMode::Node) {
             return Err(invalid(
                 id,
-                format!("{FIELD}.userns_options"),
-                "user namespaces are not supported; only NODE mode",
+                format!("{FIELD}.{name}"),
+                format!("{} is not a pod namespace mode", m.as_str_name()),
             ));
         }
     }
-    if cgroup_ns {
-        out.push(ns(LinuxNamespaceType::Cgroup, None));
+    check_userns(id, FIELD, options)?;
+    let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    match (network, netns) {
+        (v1::NamespaceMode::Node, None) => {}
+        (v1::NamespaceMode::Node, Some(_)) | (_, None) => {
+            return Err(invalid(
+                id,
+                format!("{FIELD}.network"),
+                "the network namespace given does not fit the pod's network mode",
+            ))
+        }
+        (_, Some(path)) => {
+            out.push(ns(LinuxNamespaceType::Network, Some(path.to_owned())));
+            out.push(ns(LinuxNamespaceType::Uts, None));
+        }
+    }
+    if ipc != v1::NamespaceMode::Node {
+        out.push(ns(LinuxNamespaceType::Ipc, None));
+    }
+    if pid != v1::NamespaceMode::Node {
+        out.push(ns(LinuxNamespaceType::Pid, None));
     }
     Ok(out)
 }

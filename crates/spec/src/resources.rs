@@ -12,6 +12,16 @@ use crate::SpecOptions;
 
 const FIELD: &str = "linux.resources";
 
+/// The CFS periods the kernel accepts, in µs.
+const CPU_PERIOD_US: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+
+/// The least CFS quota the kernel accepts, in µs.
+const MIN_CPU_QUOTA_US: i64 = 1_000;
+
+/// The cgroup v1 cpu shares the kernel keeps (runc maps them onto v2
+/// weights from the same range).
+const CPU_SHARES: std::ops::RangeInclusive<u64> = 2..=262_144;
+
 /// Maps CRI resources onto OCI ones. A zero or empty CRI field sets nothing.
 ///
 /// Memory swap follows containerd: `memory_swap_limit_in_bytes` when given,
@@ -35,13 +45,48 @@ pub fn linux_resources(
             )),
         }
     };
+    let bad = |field: &str, why: String| invalid(id, format!("{FIELD}.{field}"), why);
     let mut out = LinuxResources::default();
 
     let mut cpu = LinuxCpu::default();
-    cpu.set_period(positive(r.cpu_period, "cpu_period")?);
-    cpu.set_shares(positive(r.cpu_shares, "cpu_shares")?);
-    if r.cpu_quota != 0 {
-        cpu.set_quota(Some(r.cpu_quota));
+    let period = positive(r.cpu_period, "cpu_period")?;
+    if let Some(p) = period.filter(|p| !CPU_PERIOD_US.contains(p)) {
+        return Err(bad(
+            "cpu_period",
+            format!("{p} is outside {CPU_PERIOD_US:?} µs"),
+        ));
+    }
+    cpu.set_period(period);
+    let shares = positive(r.cpu_shares, "cpu_shares")?;
+    if let Some(s) = shares.filter(|s| !CPU_SHARES.contains(s)) {
+        return Err(bad("cpu_shares", format!("{s} is outside {CPU_SHARES:?}")));
+    }
+    cpu.set_shares(shares);
+    match r.cpu_quota {
+        0 => {}
+        -1 => {
+            cpu.set_quota(Some(-1));
+        }
+        q if q >= MIN_CPU_QUOTA_US => {
+            cpu.set_quota(Some(q));
+        }
+        q => {
+            return Err(bad(
+                "cpu_quota",
+                format!("{q} is neither -1 (no limit) nor at least {MIN_CPU_QUOTA_US} µs"),
+            ))
+        }
+    }
+    for (v, field) in [
+        (&r.cpuset_cpus, "cpuset_cpus"),
+        (&r.cpuset_mems, "cpuset_mems"),
+    ] {
+        if !v
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, ',' | '-'))
+        {
+            return Err(bad(field, format!("{v:?} is not a list like 0-3,7")));
+        }
     }
     if !r.cpuset_cpus.is_empty() {
         cpu.set_cpus(Some(r.cpuset_cpus.clone()));
@@ -67,6 +112,15 @@ pub fn linux_resources(
             ))
         }
     };
+    // The kernel's memory+swap limit cannot be below the memory limit.
+    if let (Some(l), Some(s)) = (limit, swap.filter(|s| *s > 0)) {
+        if (s as u64) < l {
+            return Err(bad(
+                "memory_swap_limit_in_bytes",
+                format!("{s} is below memory_limit_in_bytes {l}"),
+            ));
+        }
+    }
     if let Some(limit) = limit {
         memory.set_limit(Some(limit as i64));
     }
@@ -77,19 +131,31 @@ pub fn linux_resources(
         out.set_memory(Some(memory));
     }
 
+    // The page size names a cgroup file (hugetlb.<size>.limit_in_bytes).
+    for h in &r.hugepage_limits {
+        let digits = h.page_size.trim_end_matches(['K', 'M', 'G', 'T', 'P', 'B']);
+        let unit = &h.page_size[digits.len()..];
+        if digits.is_empty()
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+            || !matches!(unit, "KB" | "MB" | "GB" | "TB" | "PB")
+        {
+            return Err(bad(
+                "hugepage_limits",
+                format!("page size {:?} is not like 2MB or 1GB", h.page_size),
+            ));
+        }
+    }
     if opts.hugetlb_available && !r.hugepage_limits.is_empty() {
         let mut limits = Vec::new();
         for h in &r.hugepage_limits {
-            if h.page_size.is_empty() {
-                return Err(invalid(
-                    id,
-                    format!("{FIELD}.hugepage_limits"),
-                    "empty page size",
-                ));
-            }
             let mut l = LinuxHugepageLimit::default();
             l.set_page_size(h.page_size.clone());
-            l.set_limit(i64::try_from(h.limit).unwrap_or(i64::MAX));
+            l.set_limit(i64::try_from(h.limit).map_err(|_| {
+                bad(
+                    "hugepage_limits",
+                    format!("limit {} of {} is too large", h.limit, h.page_size),
+                )
+            })?);
             limits.push(l);
         }
         out.set_hugepage_limits(Some(limits));
@@ -107,6 +173,12 @@ pub fn linux_resources(
                 format!("{FIELD}.unified"),
                 "cgroup v2 settings on a cgroup v1 host",
             ));
+        }
+        // Each key names a file of the container's cgroup directory.
+        if let Some(k) = r.unified.keys().find(|k| {
+            k.is_empty() || k.contains('/') || k.starts_with('.') || k.chars().any(char::is_control)
+        }) {
+            return Err(bad("unified", format!("{k:?} is not a cgroup file name")));
         }
         out.set_unified(Some(r.unified.clone()));
     }
@@ -150,25 +222,106 @@ pub fn current_oom_score_adj() -> std::io::Result<i32> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// The cgroups path of a container: `<parent>/<id>` for cgroupfs, and
-/// `<parent slice>:berth:<id>` for systemd. An empty parent means `/berth`
-/// (cgroupfs) or `system.slice` (systemd).
-pub fn cgroups_path(parent: &str, id: &str, systemd: bool) -> String {
+/// The cgroup parent of a pod with no `linux.cgroup_parent`, cgroupfs driver.
+pub const DEFAULT_CGROUPFS_PARENT: &str = "/berth";
+
+/// The cgroup parent of a pod with no `linux.cgroup_parent`, systemd driver:
+/// where runc itself puts a container that names no slice.
+pub const DEFAULT_SYSTEMD_PARENT: &str = "system.slice";
+
+/// The prefix of the scopes of the systemd driver: `berth-<id>.scope`.
+const SCOPE_PREFIX: &str = "berth";
+
+const PARENT_FIELD: &str = "linux.cgroup_parent";
+
+/// Checks a cgroup parent for the driver and puts it in the form
+/// [`cgroups_path`] takes; empty gives the driver's default.
+///
+/// systemd: kubelet sends the pod's slice by name
+/// (`kubepods-besteffort-pod<uid>.slice`); a path of slices
+/// (`/kubepods.slice/kubepods-besteffort.slice/...slice`) stands for its last
+/// one, as containerd's `getCgroupsPath` reads it. Anything but a `.slice`
+/// unit name is refused (runc would fail on it, or worse, make a cgroup named
+/// after it). cgroupfs: an absolute path (a relative one is taken from the
+/// root), cleaned, without `..`.
+fn parent_for_driver(id: &str, parent: &str, systemd: bool) -> Result<String, Error> {
+    let bad = |why: &str| invalid(id, PARENT_FIELD, format!("{parent:?} {why}"));
+    if parent.chars().any(|c| c.is_control()) {
+        return Err(bad("holds a control character"));
+    }
     if systemd {
-        let slice = Path::new(parent)
-            .file_name()
-            .and_then(|s| s.to_str())
-            .filter(|s| !s.is_empty())
-            .unwrap_or("system.slice");
-        return format!("{slice}:berth:{id}");
+        let slice = parent
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or("");
+        if slice.is_empty() {
+            return if parent.is_empty() {
+                Ok(DEFAULT_SYSTEMD_PARENT.to_string())
+            } else {
+                Err(bad("names no slice"))
+            };
+        }
+        let stem = slice.strip_suffix(".slice").unwrap_or("");
+        let unit_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '\\');
+        if stem.is_empty() || !stem.chars().all(unit_char) || slice.len() > 255 {
+            return Err(bad(
+                "is not a systemd slice name (like kubepods-besteffort-pod<uid>.slice), \
+                 as the systemd cgroup driver needs",
+            ));
+        }
+        return Ok(slice.to_string());
     }
-    let parent = parent.trim_end_matches('/');
-    let parent = if parent.is_empty() { "/berth" } else { parent };
-    if parent.starts_with('/') {
-        format!("{parent}/{id}")
+    let mut parts = Vec::new();
+    for c in parent.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => return Err(bad("leads out of the cgroup tree")),
+            c => parts.push(c),
+        }
+    }
+    if parts.is_empty() {
+        return Ok(DEFAULT_CGROUPFS_PARENT.to_string());
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// The pod's cgroup parent, resolved once at RunPodSandbox for the
+/// configured driver: `linux.cgroup_parent` checked and normalized, or the
+/// driver's default when kubelet sends none — [`DEFAULT_CGROUPFS_PARENT`]
+/// for cgroupfs, [`DEFAULT_SYSTEMD_PARENT`] for systemd. (containerd leaves
+/// `cgroupsPath` unset then, and runc picks `/<id>` or `system.slice`;
+/// berth keeps its pods together under `/berth` with cgroupfs and takes
+/// runc's `system.slice` with systemd.) Store it as
+/// [`SandboxInfo::cgroup_parent`](crate::SandboxInfo) and in
+/// [`PauseRequest::cgroup_parent`](crate::PauseRequest): the pause and every
+/// container of the pod are then siblings under it.
+pub fn pod_cgroup_parent(
+    pod_id: &str,
+    config: &v1::PodSandboxConfig,
+    opts: &SpecOptions,
+) -> Result<String, Error> {
+    let parent = config
+        .linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.as_str())
+        .unwrap_or("");
+    parent_for_driver(pod_id, parent, opts.cgroup_driver_systemd)
+}
+
+/// The cgroups path of a container (or pause) `id` under a parent from
+/// [`pod_cgroup_parent`]: `<parent>/<id>` for cgroupfs, and
+/// `<slice>:berth:<id>` for systemd (runc's `slice:prefix:name`, the scope
+/// `berth-<id>.scope` in that slice, as containerd's `cri-containerd`). An
+/// empty parent means the driver's default. A parent that does not fit the
+/// driver is refused (see [`pod_cgroup_parent`]).
+pub fn cgroups_path(parent: &str, id: &str, systemd: bool) -> Result<String, Error> {
+    let parent = parent_for_driver(id, parent, systemd)?;
+    Ok(if systemd {
+        format!("{parent}:{SCOPE_PREFIX}:{id}")
     } else {
-        format!("/{parent}/{id}")
-    }
+        format!("{parent}/{id}")
+    })
 }
 
 #[cfg(test)]
@@ -269,6 +422,86 @@ mod tests {
     }
 
     #[test]
+    fn out_of_range_values_name_their_field() {
+        let res = |f: fn(&mut v1::LinuxContainerResources)| {
+            let mut r = v1::LinuxContainerResources::default();
+            f(&mut r);
+            r
+        };
+        for (r, field) in [
+            // Before, all of these reached runc (or the kernel) as they were.
+            (res(|r| r.cpu_shares = 1), "cpu_shares"),
+            (res(|r| r.cpu_shares = 262_145), "cpu_shares"),
+            (res(|r| r.cpu_period = 999), "cpu_period"),
+            (res(|r| r.cpu_period = 1_000_001), "cpu_period"),
+            (res(|r| r.cpu_quota = 999), "cpu_quota"),
+            (res(|r| r.cpu_quota = -2), "cpu_quota"),
+            (res(|r| r.cpuset_cpus = "0-1; x".into()), "cpuset_cpus"),
+            (res(|r| r.cpuset_mems = "../".into()), "cpuset_mems"),
+            (
+                res(|r| {
+                    r.memory_limit_in_bytes = 100;
+                    r.memory_swap_limit_in_bytes = 50
+                }),
+                "memory_swap_limit_in_bytes",
+            ),
+            // Before, silently i64::MAX.
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: "2MB".into(),
+                        limit: u64::MAX,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: "../../x".into(),
+                        limit: 1,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+            (
+                res(|r| {
+                    r.hugepage_limits = vec![v1::HugepageLimit {
+                        page_size: String::new(),
+                        limit: 1,
+                    }]
+                }),
+                "hugepage_limits",
+            ),
+        ] {
+            let e = linux_resources("c4", &r, &opts()).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{field}");
+            let msg = e.to_string();
+            assert!(msg.contains(field) && msg.contains("c4"), "{msg}");
+        }
+        let mut o = opts();
+        o.cgroup_v2 = true;
+        for k in ["../../cgroup.procs", "", ".x"] {
+            let mut r = v1::LinuxContainerResources::default();
+            r.unified.insert(k.into(), "1".into());
+            let e = linux_resources("c", &r, &o).unwrap_err();
+            assert!(e.to_string().contains("unified"), "{e}");
+        }
+        // The edges are fine.
+        let r = v1::LinuxContainerResources {
+            cpu_shares: 2,
+            cpu_period: 1_000,
+            cpu_quota: -1,
+            memory_limit_in_bytes: 100,
+            memory_swap_limit_in_bytes: 100,
+            cpuset_cpus: "0-3,7".into(),
+            ..Default::default()
+        };
+        let out = linux_resources("c", &r, &opts()).unwrap();
+        assert_eq!(out.cpu().as_ref().unwrap().quota(), Some(-1));
+    }
+
+    #[test]
     fn negative_values_are_invalid() {
         let r = v1::LinuxContainerResources {
             cpu_shares: -2,
@@ -298,17 +531,88 @@ mod tests {
 
     #[test]
     fn cgroups_paths() {
+        let path = |p: &str, systemd| cgroups_path(p, "abc", systemd).unwrap();
         assert_eq!(
-            cgroups_path("/kubepods/burstable/pod1", "abc", false),
+            path("/kubepods/burstable/pod1", false),
             "/kubepods/burstable/pod1/abc"
         );
-        assert_eq!(cgroups_path("/kubepods/", "abc", false), "/kubepods/abc");
-        assert_eq!(cgroups_path("", "abc", false), "/berth/abc");
-        assert_eq!(cgroups_path("kubepods", "abc", false), "/kubepods/abc");
+        assert_eq!(path("/kubepods/", false), "/kubepods/abc");
+        assert_eq!(path("", false), "/berth/abc");
+        assert_eq!(path("kubepods", false), "/kubepods/abc");
+        assert_eq!(path("/a//./b", false), "/a/b/abc");
         assert_eq!(
-            cgroups_path("kubepods-burstable-pod1.slice", "abc", true),
+            path("kubepods-burstable-pod1.slice", true),
             "kubepods-burstable-pod1.slice:berth:abc"
         );
-        assert_eq!(cgroups_path("", "abc", true), "system.slice:berth:abc");
+        // A path of slices stands for its last one, as containerd reads it.
+        assert_eq!(
+            path(
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice",
+                true
+            ),
+            "kubepods-besteffort-pod1.slice:berth:abc"
+        );
+        assert_eq!(path("", true), "system.slice:berth:abc");
+    }
+
+    #[test]
+    fn parents_that_do_not_fit_the_driver_are_refused() {
+        for (parent, systemd) in [
+            // Before, "podabc:berth:abc": runc fails on it or makes a cgroup named so.
+            ("/kubepods/besteffort/podabc", true),
+            ("kubepods", true),
+            (".slice", true),
+            ("a:b.slice", true),
+            ("/", true),
+            ("/kubepods/../../etc", false),
+            ("..", false),
+            ("/kube\npods", false),
+        ] {
+            let e = cgroups_path(parent, "c9", systemd).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{parent}");
+            let msg = e.to_string();
+            assert!(msg.contains("c9") && msg.contains("cgroup_parent"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn pod_cgroup_parent_per_driver() {
+        let pod = |parent: &str| v1::PodSandboxConfig {
+            linux: Some(v1::LinuxPodSandboxConfig {
+                cgroup_parent: parent.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cgroupfs = SpecOptions::default();
+        let systemd = SpecOptions {
+            cgroup_driver_systemd: true,
+            ..Default::default()
+        };
+        let none = v1::PodSandboxConfig::default();
+        assert_eq!(pod_cgroup_parent("p", &none, &cgroupfs).unwrap(), "/berth");
+        assert_eq!(
+            pod_cgroup_parent("p", &pod(""), &cgroupfs).unwrap(),
+            "/berth"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &none, &systemd).unwrap(),
+            "system.slice"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &pod("/kubepods/burstable/pod1/"), &cgroupfs).unwrap(),
+            "/kubepods/burstable/pod1"
+        );
+        assert_eq!(
+            pod_cgroup_parent("p", &pod("kubepods-besteffort-pod1.slice"), &systemd).unwrap(),
+            "kubepods-besteffort-pod1.slice"
+        );
+        let e = pod_cgroup_parent("pod7", &pod("/kubepods/pod1"), &systemd).unwrap_err();
+        assert!(e.to_string().contains("pod7"), "{e}");
+        // The resolved parent gives the same paths again: resolving is idempotent.
+        for (p, o) in [("/kubepods/x", &cgroupfs), ("k-p.slice", &systemd)] {
+            let once = pod_cgroup_parent("p", &pod(p), o).unwrap();
+            assert_eq!(pod_cgroup_parent("p", &pod(&once), o).unwrap(), once);
+        }
     }
 }

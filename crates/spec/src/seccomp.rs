@@ -7,6 +7,8 @@
 //! so the table may name syscalls newer than the host.
 
 use std::collections::HashSet;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use cri_api::v1;
@@ -15,7 +17,7 @@ use oci_spec::runtime::{
     LinuxSeccompOperator, LinuxSyscall,
 };
 
-use crate::error::{invalid, invalid_path, io_error, Error};
+use crate::error::{invalid, invalid_path, io_error, path_error, Error};
 
 /// Files, directories and file descriptors.
 #[rustfmt::skip]
@@ -248,16 +250,51 @@ pub fn default_profile(caps: &HashSet<Capability>) -> LinuxSeccomp {
     profile
 }
 
-/// Loads a Localhost profile: an OCI `LinuxSeccomp` as JSON.
+/// The largest Localhost profile read (Docker's own profile is ~20 KiB).
+pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
+/// Loads a Localhost profile: an OCI `LinuxSeccomp` as JSON, from a regular
+/// file of at most [`MAX_PROFILE_BYTES`]. It is opened without blocking (a
+/// FIFO would hold the caller forever) and checked with fstat after the open
+/// (no race with a rename), so a device such as /dev/zero or a FIFO is
+/// refused before anything is read, and the read is bounded whatever the
+/// file does meanwhile.
 pub fn load_profile(id: &str, path: &Path) -> Result<LinuxSeccomp, Error> {
     const FIELD: &str = "linux.security_context.seccomp.localhost_ref";
     if !path.is_absolute() {
         return Err(invalid_path(id, FIELD, path, "is not an absolute path"));
     }
-    let text = std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => invalid_path(id, FIELD, path, "does not exist"),
-        _ => io_error(id, "reading the seccomp profile", path, e),
-    })?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| path_error(id, FIELD, "opening the seccomp profile", path, e))?;
+    let md = file
+        .metadata()
+        .map_err(|e| io_error(id, "inspecting the seccomp profile", path, e))?;
+    if !md.file_type().is_file() {
+        return Err(invalid_path(id, FIELD, path, "is not a regular file"));
+    }
+    if md.len() > MAX_PROFILE_BYTES {
+        return Err(invalid_path(
+            id,
+            FIELD,
+            path,
+            format!("is larger than {MAX_PROFILE_BYTES} bytes"),
+        ));
+    }
+    let mut text = Vec::new();
+    file.take(MAX_PROFILE_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| io_error(id, "reading the seccomp profile", path, e))?;
+    if text.len() as u64 > MAX_PROFILE_BYTES {
+        return Err(invalid_path(
+            id,
+            FIELD,
+            path,
+            format!("is larger than {MAX_PROFILE_BYTES} bytes"),
+        ));
+    }
     serde_json::from_slice(&text)
         .map_err(|e| invalid_path(id, FIELD, path, format!("is not a seccomp profile: {e}")))
 }
@@ -590,5 +627,97 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn localhost_profiles_must_be_small_regular_files() {
+        use v1::security_profile::ProfileType;
+        let caps = default_caps();
+        let load = |path: &Path| {
+            seccomp(
+                "c6",
+                Some(&sc(ProfileType::Localhost, path.to_str().unwrap())),
+                &caps,
+                true,
+                false,
+            )
+        };
+        // Before: opening a FIFO with no writer blocked forever. Run in a
+        // thread so a regression fails the test instead of hanging it.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("profile.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || {
+            let r = load_profile("c6", &f).map(|_| ());
+            let _ = tx.send(r.map_err(|e| e.to_string()));
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("loading a FIFO profile hangs");
+        assert!(r.unwrap_err().contains("regular file"));
+        // Unblock the thread of an old, blocking open if there is one.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo);
+
+        let big = dir.path().join("big.json");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_PROFILE_BYTES + 1).unwrap();
+        let e = load(&big).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+
+        // A directory is not a profile either; a symlink to a good file is.
+        assert!(load(dir.path()).is_err());
+        let good = dir.path().join("good.json");
+        std::fs::write(&good, r#"{"defaultAction":"SCMP_ACT_ALLOW"}"#).unwrap();
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert!(load(&link).unwrap().is_some());
+    }
+
+    /// Before: /dev/zero was read until memory ran out. The check runs in a
+    /// child (this test binary again) capped at 1 GiB of address space, so a
+    /// regression fails there instead of eating the machine's memory.
+    #[test]
+    fn a_dev_zero_profile_is_refused_without_reading() {
+        const CHILD: &str = "BERTH_SPEC_DEV_ZERO_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let e = load_profile("c6", Path::new("/dev/zero")).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+            assert!(e.to_string().contains("regular file"), "{e}");
+            return;
+        }
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "seccomp::tests::a_dev_zero_profile_is_refused_without_reading",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1");
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs here.
+        unsafe {
+            cmd.pre_exec(|| {
+                let limit = libc::rlimit {
+                    rlim_cur: 1 << 30,
+                    rlim_max: 1 << 30,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("1 passed"), "{text}");
     }
 }

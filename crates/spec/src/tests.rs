@@ -265,18 +265,49 @@ fn spec_serializes_and_round_trips() {
 }
 
 #[test]
-fn annotations_keep_the_configs_but_ours_win() {
-    let f = Fixture::new();
+fn annotations_pass_only_when_allowed_and_ours_win() {
+    let mut f = Fixture::new();
+    f.sandbox_config
+        .annotations
+        .insert("io.katacontainers.config.x".into(), "pod".into());
+    f.sandbox_config
+        .annotations
+        .insert("run.oci.handler".into(), "krun".into());
     let mut c = config();
     c.annotations.insert("team".into(), "a".into());
+    // crun acts on these: a pod author must not reach it by default.
+    c.annotations
+        .insert("run.oci.keep_original_groups".into(), "1".into());
     c.annotations
         .insert(annotations::CONTAINER_TYPE.into(), "sandbox".into());
     c.image.as_mut().unwrap().user_specified_image = "web:1".into();
+
+    // Default: none of the config's annotations pass (before, all did).
     let spec = f.spec(&c).unwrap();
     let a = spec.annotations().as_ref().unwrap();
-    assert_eq!(a["team"], "a");
+    for k in ["team", "run.oci.keep_original_groups", "run.oci.handler"] {
+        assert!(!a.contains_key(k), "{k} passed: {a:?}");
+    }
     assert_eq!(a[annotations::CONTAINER_TYPE], "container");
     assert_eq!(a[annotations::IMAGE_NAME], "web:1");
+    assert!(
+        a.keys().all(|k| k.starts_with("io.kubernetes.cri.")),
+        "{a:?}"
+    );
+
+    // The handler's patterns let some through; berth's keys still win.
+    let o = SpecOptions {
+        pod_annotations: vec!["io.katacontainers.*".into()],
+        container_annotations: vec!["team".into(), "io.kubernetes.cri.*".into()],
+        ..opts()
+    };
+    let spec = f.spec_with(&c, &o, |_| {}).unwrap();
+    let a = spec.annotations().as_ref().unwrap();
+    assert_eq!(a["team"], "a");
+    assert_eq!(a["io.katacontainers.config.x"], "pod");
+    assert!(!a.contains_key("run.oci.keep_original_groups"));
+    assert!(!a.contains_key("run.oci.handler"));
+    assert_eq!(a[annotations::CONTAINER_TYPE], "container");
 }
 
 #[test]
@@ -693,10 +724,46 @@ fn privileged_container() {
 }
 
 #[test]
-fn masked_and_readonly_paths_are_honoured_exactly() {
+fn masked_and_readonly_paths() {
     let f = Fixture::new();
-    // A security context with empty lists: none (kubelet's Unmasked ProcMount).
+    // A security context with empty lists: before, no masking at all. Now
+    // the defaults (see masked_and_readonly: Unmasked needs a user
+    // namespace, which berth does not run).
     let spec = f.spec(&with_sc(|_| {})).unwrap();
+    let l = linux(&spec);
+    let masked = l.masked_paths().as_ref().unwrap();
+    for p in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/sys/firmware",
+        "/sys/devices/virtual/powercap",
+    ] {
+        assert!(
+            masked.contains(&p.to_string()),
+            "{p} not masked: {masked:?}"
+        );
+    }
+    let ro = l.readonly_paths().as_ref().unwrap();
+    for p in ["/proc/sys", "/proc/sysrq-trigger", "/proc/bus"] {
+        assert!(ro.contains(&p.to_string()), "{p} not read-only: {ro:?}");
+    }
+    // One list given, the other empty: the given one as is, the default other.
+    let spec = f
+        .spec(&with_sc(|sc| sc.masked_paths = vec!["/proc/a".into()]))
+        .unwrap();
+    assert_eq!(
+        linux(&spec).masked_paths().as_ref().unwrap(),
+        &vec!["/proc/a".to_string()]
+    );
+    assert!(linux(&spec)
+        .readonly_paths()
+        .as_ref()
+        .unwrap()
+        .contains(&"/proc/sys".to_string()));
+    // Privileged: none.
+    let mut pf = Fixture::new();
+    pf.privileged_pod();
+    let spec = pf.spec(&with_sc(|sc| sc.privileged = true)).unwrap();
     assert!(linux(&spec).masked_paths().as_ref().unwrap().is_empty());
     assert!(linux(&spec).readonly_paths().as_ref().unwrap().is_empty());
     let spec = f
@@ -816,6 +883,12 @@ fn resources_sysctls_and_cgroup_paths() {
         cgroup_driver_systemd: true,
         ..opts()
     };
+    // A cgroupfs parent with the systemd driver: refused (before, the path
+    // became "podabc:berth:ctr1", no slice at all).
+    let e = f.spec_with(&c, &o, |_| {}).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("cgroup_parent"), "{e}");
+    f.sandbox.cgroup_parent = "kubepods-besteffort-podabc.slice".into();
     let spec = f.spec_with(&c, &o, |_| {}).unwrap();
     let l = linux(&spec);
     let r = l.resources().as_ref().unwrap();
@@ -828,7 +901,7 @@ fn resources_sysctls_and_cgroup_paths() {
     );
     assert_eq!(
         l.cgroups_path().as_deref(),
-        Some(Path::new("podabc:berth:ctr1"))
+        Some(Path::new("kubepods-besteffort-podabc.slice:berth:ctr1"))
     );
 }
 
@@ -842,4 +915,78 @@ fn detect_reads_this_host() {
         .all_capabilities
         .is_some_and(|c| c.contains(&Capability::Chown)));
     assert!(!o.cgroup_driver_systemd && o.pids_limit.is_none() && !o.default_seccomp);
+}
+
+#[test]
+fn pause_and_containers_are_siblings_under_the_pods_parent() {
+    for (systemd, kubelet_parent, pause_path, ctr_path) in [
+        (
+            true,
+            "kubepods-besteffort-podabc.slice",
+            "kubepods-besteffort-podabc.slice:berth:pod1",
+            "kubepods-besteffort-podabc.slice:berth:ctr1",
+        ),
+        (
+            true,
+            "",
+            "system.slice:berth:pod1",
+            "system.slice:berth:ctr1",
+        ),
+        (
+            false,
+            "/kubepods/besteffort/podabc",
+            "/kubepods/besteffort/podabc/pod1",
+            "/kubepods/besteffort/podabc/ctr1",
+        ),
+        (false, "", "/berth/pod1", "/berth/ctr1"),
+    ] {
+        let mut f = Fixture::new();
+        f.sandbox_config.linux = Some(v1::LinuxPodSandboxConfig {
+            cgroup_parent: kubelet_parent.into(),
+            ..Default::default()
+        });
+        let o = SpecOptions {
+            cgroup_driver_systemd: systemd,
+            ..opts()
+        };
+        // Resolved once at RunPodSandbox, kept for the pod's containers.
+        let parent = pod_cgroup_parent("pod1", &f.sandbox_config, &o).unwrap();
+        let req = PauseRequest::new(
+            "pod1",
+            &f.sandbox_config,
+            f.sandbox.netns.as_deref(),
+            &f.sandbox.shm,
+            &parent,
+        );
+        let pause = pause_spec(&req, &o).unwrap();
+        f.sandbox.cgroup_parent = parent;
+        let ctr = f.spec_with(&config(), &o, |_| {}).unwrap();
+        assert_eq!(
+            linux(&pause).cgroups_path().as_deref(),
+            Some(Path::new(pause_path))
+        );
+        assert_eq!(
+            linux(&ctr).cgroups_path().as_deref(),
+            Some(Path::new(ctr_path))
+        );
+    }
+}
+
+#[test]
+fn container_sysctls_are_checked_against_the_pods_namespaces() {
+    let mut f = Fixture::new();
+    f.sandbox_config.linux = Some(v1::LinuxPodSandboxConfig {
+        sysctls: [("net.ipv4.ip_forward".to_string(), "1".to_string())].into(),
+        ..Default::default()
+    });
+    assert!(f.spec(&config()).is_ok());
+    // Host network: a net.* sysctl would change the host's.
+    f.sandbox.netns = None;
+    let e = invalid_argument(&f, &config());
+    assert!(e.contains("linux.sysctls"), "{e}");
+    f.sandbox_config.linux.as_mut().unwrap().sysctls =
+        [("vm.swappiness".to_string(), "1".to_string())].into();
+    f.sandbox.netns = Some("/run/berth/netns/pod1".into());
+    let e = invalid_argument(&f, &config());
+    assert!(e.contains("not namespaced"), "{e}");
 }

@@ -16,8 +16,20 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::error::{invalid, invalid_path, io_error, Error};
 
-/// The largest id runc accepts.
+/// The largest id accepted: runc's (and the kernel's overflow id aside,
+/// every 32-bit id user space can pass around). 4294967295 is `(uid_t)-1`,
+/// "no change" to setresuid, and never valid.
 const MAX_ID: u64 = i32::MAX as u64;
+
+/// A uid or gid from a CRI field (an int64), checked to be one runc can
+/// set: a silent `as u32` would turn 4294967296 into root.
+pub(crate) fn check_id(id: &str, field: &str, value: i64) -> Result<u32, Error> {
+    u64::try_from(value)
+        .ok()
+        .filter(|v| *v <= MAX_ID)
+        .map(|v| v as u32)
+        .ok_or_else(|| invalid(id, field, format!("{value} is out of range 0..={MAX_ID}")))
+}
 
 /// /etc/passwd or /etc/group larger than this is refused.
 const MAX_FILE: u64 = 8 << 20;
@@ -171,13 +183,7 @@ fn user_string(
     let gid = sc.and_then(|s| s.run_as_group);
     for (value, field) in [(uid, "run_as_user"), (gid, "run_as_group")] {
         if let Some(v) = value {
-            if !(0..=MAX_ID as i64).contains(&v.value) {
-                return Err(invalid(
-                    id,
-                    format!("{SC}.{field}"),
-                    format!("{} is out of range", v.value),
-                ));
-            }
+            check_id(id, &format!("{SC}.{field}"), v.value)?;
         }
     }
     let user = if !username.is_empty() {
@@ -308,14 +314,11 @@ pub fn resolve_user(
         .map(|s| s.supplemental_groups.as_slice())
         .unwrap_or_default()
     {
-        let g = u32::try_from(*g).map_err(|_| {
-            invalid(
-                id,
-                "linux.security_context.supplemental_groups",
-                format!("{g} is out of range"),
-            )
-        })?;
-        gids.push(g);
+        gids.push(check_id(
+            id,
+            "linux.security_context.supplemental_groups",
+            *g,
+        )?);
     }
     gids.sort_unstable();
     gids.dedup();
@@ -451,6 +454,18 @@ mod tests {
         s.run_as_user = Some(v1::Int64Value { value: 5 });
         s.supplemental_groups = vec![-3];
         assert!(err(Some(&s), "").contains("supplemental_groups"));
+        // Before, u32::try_from let (uid_t)-1 and ids runc refuses through.
+        for g in [4294967295, 4294967296, 1 << 31] {
+            s.supplemental_groups = vec![g];
+            assert!(err(Some(&s), "").contains("supplemental_groups"), "{g}");
+        }
+        for (uid, gid) in [(4294967296, 0), (0, 4294967296), (4294967295, 0), (-1, 0)] {
+            let mut s = sc();
+            s.run_as_user = Some(v1::Int64Value { value: uid });
+            s.run_as_group = Some(v1::Int64Value { value: gid });
+            let e = err(Some(&s), "");
+            assert!(e.contains("out of range"), "{uid}:{gid}: {e}");
+        }
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use berth_spec::{container_spec, SandboxInfo, SpecOptions, SpecRequest};
+use berth_spec::{container_spec, pause_spec, PauseRequest, SandboxInfo, SpecOptions, SpecRequest};
 use cri_api::v1;
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
 
@@ -194,11 +194,16 @@ impl Setup {
         linux.set_namespaces(Some(nss));
         spec.set_linux(Some(linux));
         spec.set_hostname(Some("spec-test".into()));
+        self.run_spec(&spec)
+    }
 
+    /// Writes `spec` into the bundle, runs it with `runc run` and returns its
+    /// stdout.
+    fn run_spec(&self, spec: &oci_spec::runtime::Spec) -> String {
         let bundle = self.dir.path().join("bundle");
         std::fs::write(
             bundle.join("config.json"),
-            serde_json::to_vec_pretty(&spec).unwrap(),
+            serde_json::to_vec_pretty(spec).unwrap(),
         )
         .unwrap();
         let runtime_root = self.dir.path().join("runc-root");
@@ -424,6 +429,145 @@ fn runtime_default_seccomp_lets_shells_sleep_and_ping_work() {
     assert_eq!(line(&out, "Seccomp:"), "Seccomp:\t2");
     for want in ["ping-ok", "sleep-ok"] {
         assert!(out.contains(want), "no {want:?} in:\n{out}");
+    }
+    assert!(out.trim_end().ends_with("done"), "{out}");
+}
+
+#[test]
+fn runc_runs_the_pause_spec() {
+    if !root_or_skip("runc_runs_the_pause_spec") {
+        return;
+    }
+    let s = Setup::new("pause");
+    // A host-network pod (this test makes no netns) with its own IPC and PID
+    // namespaces, RuntimeDefault seccomp and a user from the pod.
+    let config = v1::PodSandboxConfig {
+        metadata: Some(v1::PodSandboxMetadata {
+            name: "p".into(),
+            uid: "u".into(),
+            namespace: "n".into(),
+            attempt: 0,
+        }),
+        linux: Some(v1::LinuxPodSandboxConfig {
+            cgroup_parent: CGROUP_PARENT.into(),
+            security_context: Some(v1::LinuxSandboxSecurityContext {
+                namespace_options: Some(v1::NamespaceOption {
+                    network: v1::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                run_as_user: Some(v1::Int64Value { value: 1000 }),
+                run_as_group: Some(v1::Int64Value { value: 1000 }),
+                supplemental_groups: vec![3000],
+                seccomp: Some(v1::SecurityProfile {
+                    profile_type: v1::security_profile::ProfileType::RuntimeDefault as i32,
+                    localhost_ref: String::new(),
+                }),
+                ..Default::default()
+            }),
+            sysctls: [("kernel.shm_rmid_forced".to_string(), "1".to_string())].into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let opts = SpecOptions::detect();
+    let parent = berth_spec::pod_cgroup_parent(&s.id, &config, &opts).unwrap();
+    let shm = s.dir.path().join("pod/shm");
+    let rootfs = s.rootfs();
+    let mut req = PauseRequest::new(&s.id, &config, None, &shm, &parent);
+    req.rootfs = &rootfs;
+    // The pause binary is the shim's; a shell stands in to look around.
+    req.args = vec![
+        "sh".into(),
+        "-c".into(),
+        "id; grep -E '^(Cap|Seccomp:|NoNewPrivs)' /proc/self/status; echo pid=$$; \
+         echo shm=$(cat /proc/sys/kernel/shm_rmid_forced); echo oom=$(cat /proc/self/oom_score_adj); \
+         echo shares=$(cat /sys/fs/cgroup/cpu/cpu.shares 2>/dev/null || cat /sys/fs/cgroup/cpu.weight); touch /x 2>/dev/null || echo rootfs-ro; \
+         test -s /proc/kcore || echo kcore-masked; grep -c . /proc/self/cgroup >/dev/null; \
+         cat /proc/self/cgroup; echo done"
+            .into(),
+    ];
+    let spec = pause_spec(&req, &opts).expect("building the pause spec");
+    let out = s.run_spec(&spec);
+    let id_line = line(&out, "uid=");
+    assert!(
+        id_line.starts_with("uid=1000(app) gid=1000(app)"),
+        "{id_line}"
+    );
+    assert!(id_line.contains("3000"), "{id_line}");
+    assert_eq!(line(&out, "CapBnd:"), "CapBnd:\t0000000000000000");
+    assert_eq!(line(&out, "CapEff:"), "CapEff:\t0000000000000000");
+    assert_eq!(line(&out, "Seccomp:"), "Seccomp:\t2");
+    assert_eq!(line(&out, "NoNewPrivs:"), "NoNewPrivs:\t1");
+    // Its own PID namespace: the shell is pid 1.
+    assert!(out.lines().any(|l| l == "pid=1"), "{out}");
+    for want in ["rootfs-ro", "kcore-masked"] {
+        assert!(out.contains(want), "no {want:?} in:\n{out}");
+    }
+    assert_eq!(line(&out, "shm="), "shm=1", "the pod's sysctl");
+    let own = berth_spec::current_oom_score_adj().unwrap();
+    assert_eq!(line(&out, "oom="), format!("oom={}", own.max(-998)));
+    // cpu shares 2, or its cgroup v2 weight 1.
+    let shares = line(&out, "shares=");
+    assert!(shares == "shares=2" || shares == "shares=1", "{shares}");
+    // Under the pod's parent, named by its id.
+    let cg = format!("/{CGROUP_PARENT}/{}", s.id);
+    assert!(out.lines().any(|l| l.ends_with(&cg)), "not in {cg}:\n{out}");
+    assert!(out.trim_end().ends_with("done"), "{out}");
+}
+
+#[test]
+fn runc_runs_a_container_with_a_cdi_device() {
+    if !root_or_skip("runc_runs_a_container_with_a_cdi_device") {
+        return;
+    }
+    let s = Setup::new("cdi");
+    let cdi_dir = s.dir.path().join("cdi");
+    let data = s.data();
+    write(
+        &cdi_dir.join("example.yaml"),
+        &format!(
+            "cdiVersion: \"0.6.0\"\n\
+             kind: example.com/test\n\
+             devices:\n\
+             \x20 - name: nul\n\
+             \x20   containerEdits:\n\
+             \x20     env: [CDI_OK=yes]\n\
+             \x20     deviceNodes:\n\
+             \x20       - path: /dev/xcdi\n\
+             \x20         hostPath: /dev/null\n\
+             \x20     mounts:\n\
+             \x20       - hostPath: {}\n\
+             \x20         containerPath: /cdi-data\n\
+             \x20         options: [ro, rbind]\n",
+            data.display()
+        ),
+    );
+    let script = "test -c /dev/xcdi && echo cdi-node; echo x > /dev/xcdi && echo cdi-write; \
+        echo env=$CDI_OK; cat /cdi-data/hello; touch /cdi-data/x 2>/dev/null || echo cdi-ro; echo done";
+    let config = v1::ContainerConfig {
+        metadata: Some(v1::ContainerMetadata {
+            name: "cdi".into(),
+            attempt: 0,
+        }),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        cdi_devices: vec![v1::CdiDevice {
+            name: "example.com/test=nul".into(),
+        }],
+        ..Default::default()
+    };
+    let opts = SpecOptions {
+        cdi_spec_dirs: vec![cdi_dir],
+        ..SpecOptions::detect()
+    };
+    let out = s.run(&config, &v1::PodSandboxConfig::default(), &opts);
+    for want in [
+        "cdi-node",
+        "cdi-write",
+        "env=yes",
+        "hello from the host",
+        "cdi-ro",
+    ] {
+        assert!(out.lines().any(|l| l == want), "no {want:?} in:\n{out}");
     }
     assert!(out.trim_end().ends_with("done"), "{out}");
 }

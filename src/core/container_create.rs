@@ -252,10 +252,11 @@ impl Core {
             .transpose()?;
         let dirs = self.layout.container_dirs(&id);
         let volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
-        self.mech
-            .files
-            .create_dirs(&id, volumes.iter().map(|v| v.host_path.clone()).collect())
-            .await?;
+        // Anonymous volumes, and host paths that do not exist yet: made as
+        // directories, as containerd and CRI-O do for hostPath type "".
+        let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
+        create.extend(berth_spec::host_paths_to_create(&config));
+        self.mech.files.create_dirs(&id, create).await?;
         let sandbox_config = sandbox.meta.config().clone();
         let opts = self.spec_options.clone();
         let rootfs = dirs.rootfs();

@@ -2,7 +2,6 @@
 //! an error with nothing left behind — except what a failed cleanup could
 //! not give back, which stays recorded for the next Stop/Remove to finish.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -10,13 +9,12 @@ use berth_shim::ShimOptions;
 use cri_api::v1;
 use prost::Message;
 
-use super::facts::{check_id, sandbox_name, PodFacts};
+use super::facts::{sandbox_name, PodFacts};
 use super::mechanisms::{EventKind, PodFileContent};
 use super::{new_id, now_nanos, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::StoreExt;
-use crate::sandbox::spec::{pause_spec, PauseSpec};
 use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
 use crate::undo::Undo;
 
@@ -46,13 +44,13 @@ impl Core {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("unknown runtime handler {handler_name:?}"))
             })?;
-        let facts = PodFacts::of(&config, || {
+        let mut facts = PodFacts::of(&config, || {
             nix::unistd::gethostname()
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default()
         })?;
-
         let id = new_id();
+        facts.cgroup_parent = berth_spec::pod_cgroup_parent(&id, &config, &self.spec_options)?;
         self.sandboxes.reserve(&name, &id)?;
         let mut undo = Undo::new();
         {
@@ -74,7 +72,14 @@ impl Core {
             decoded: config.into(),
             derived: Default::default(),
         };
-        match self.build_sandbox(&mut undo, meta, &handler.binary).await {
+        let spec = match self.pause_spec(&meta) {
+            Ok(spec) => spec,
+            Err(e) => return Err(undo.unwind(e).await),
+        };
+        match self
+            .build_sandbox(&mut undo, meta, spec, &handler.binary)
+            .await
+        {
             Ok(()) => {
                 undo.disarm();
                 self.sandbox_event(&id, EventKind::Created).await;
@@ -100,6 +105,7 @@ impl Core {
         self: &Arc<Self>,
         undo: &mut Undo,
         meta: SandboxMeta,
+        spec: oci_spec::runtime::Spec,
         runtime: &str,
     ) -> Result<(), Error> {
         let id = meta.id.clone();
@@ -180,7 +186,6 @@ impl Core {
             .await?;
 
         // The pause process.
-        let spec = self.pause_spec(&sandbox)?;
         let shim_dir = self.layout.shim_dir(&id);
         {
             let core = self.clone();
@@ -211,52 +216,32 @@ impl Core {
         Ok(())
     }
 
-    /// The pause container's spec.
-    fn pause_spec(&self, sandbox: &Sandbox) -> Result<oci_spec::runtime::Spec, Error> {
-        let id = &sandbox.meta.id;
-        let config = sandbox.meta.config();
-        let facts = sandbox.meta.facts();
-        let security = config
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.clone())
-            .unwrap_or_default();
-        let id_field = |field: &str, v: Option<i64>| v.map(|v| check_id(field, v)).transpose();
-        pause_spec(&PauseSpec {
-            id: id.clone(),
-            hostname: facts.hostname.clone(),
-            netns: sandbox.meta.netns.clone(),
-            host_ipc: facts.host_ipc,
-            host_pid: facts.host_pid,
-            shm: self.pod_shm(sandbox),
-            cgroups_path: berth_spec::cgroups_path(
-                &facts.cgroup_parent,
-                id,
-                self.spec_options.cgroup_driver_systemd,
-            ),
-            sysctls: config
-                .linux
-                .as_ref()
-                .map(|l| l.sysctls.clone())
-                .unwrap_or_default(),
-            run_as_user: id_field("run_as_user", security.run_as_user.map(|u| u.value))?,
-            run_as_group: id_field("run_as_group", security.run_as_group.map(|g| g.value))?,
-            annotations: HashMap::from([
-                (
-                    berth_spec::annotations::CONTAINER_TYPE.to_string(),
-                    "sandbox".to_string(),
-                ),
-                (berth_spec::annotations::SANDBOX_ID.to_string(), id.clone()),
-            ]),
-        })
+    /// The pause container's spec, from the one generator of specs; built
+    /// before anything is created, so a bad request leaves nothing.
+    fn pause_spec(&self, meta: &SandboxMeta) -> Result<oci_spec::runtime::Spec, Error> {
+        let facts = meta.facts();
+        let shm = self.shm_of(&meta.id, facts);
+        let mut req = berth_spec::PauseRequest::new(
+            &meta.id,
+            meta.config(),
+            meta.netns.as_deref(),
+            &shm,
+            &facts.cgroup_parent,
+        );
+        req.args = vec![berth_shim::PAUSE_PATH.into()];
+        Ok(berth_spec::pause_spec(&req, &self.spec_options)?)
     }
 
     /// The pod's /dev/shm: its own tmpfs, or the host's for host IPC.
     pub fn pod_shm(&self, sandbox: &Sandbox) -> PathBuf {
-        if sandbox.meta.facts().host_ipc {
+        self.shm_of(&sandbox.meta.id, sandbox.meta.facts())
+    }
+
+    fn shm_of(&self, id: &str, facts: &PodFacts) -> PathBuf {
+        if facts.host_ipc {
             PathBuf::from("/dev/shm")
         } else {
-            self.layout.sandbox_files(&sandbox.meta.id).shm()
+            self.layout.sandbox_files(id).shm()
         }
     }
 

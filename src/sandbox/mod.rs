@@ -3,7 +3,6 @@
 
 pub mod files;
 pub mod record;
-pub mod spec;
 pub mod store;
 
 pub use record::{SandboxMeta, SandboxState, SandboxStatus};

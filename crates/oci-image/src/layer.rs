@@ -4,12 +4,23 @@
 //! hashed again (the diff id) and applied onto an empty temp snapshot dir.
 //! Only when the digest, the size and the diff id all match are the blob and
 //! the snapshot renamed into place; on any failure both temp copies go.
+//!
+//! The layer is applied *before* its digest is verified (the digest is only
+//! known once the last byte arrived). That is safe only because of the bounds
+//! of [`UnpackLimits`]: the manifest's size of the blob, the uncompressed
+//! stream, the files' apparent sizes, the entry count and each entry's headers
+//! are all bounded, sparse files take only the space of their data, and the
+//! thread stops as soon as its pull fails or times out ([`Progress::cancel`],
+//! or the download side of a [`ChannelReader`] dropped without finishing).
+//! Until the checks pass, everything lives under a temp name that a restart
+//! removes; a snapshot never gets its name unless it is whole.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -18,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
-use crate::unpack::{Applier, UnpackError};
+use crate::unpack::{show_bytes, Applier, UnpackError, UnpackLimits};
 
 /// What one layer must turn out to be.
 #[derive(Debug, Clone)]
@@ -43,11 +54,13 @@ pub(crate) enum Msg {
     End,
 }
 
-/// Time of the last byte seen by a pull, shared by its downloads and unpackers.
+/// Time of the last byte seen by a pull, shared by its downloads and
+/// unpackers; and whether the pull was given up.
 #[derive(Debug)]
 pub(crate) struct Progress {
     start: Instant,
     last_ms: AtomicU64,
+    cancelled: AtomicBool,
 }
 
 impl Progress {
@@ -55,7 +68,21 @@ impl Progress {
         Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            cancelled: AtomicBool::new(false),
         }
+    }
+
+    /// The pull failed or timed out: its unpacking threads stop at their
+    /// next read or chunk, and clean up.
+    // Until the store calls it (see the report of helper/unpack), only tests do.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Progress::cancel`] was called.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
     }
 
     /// Something moved.
@@ -77,9 +104,72 @@ impl Progress {
     }
 }
 
+/// Where a layer's compressed bytes come from: a stored blob, or the
+/// download channel. Besides reading, it tells whether the bytes still to
+/// come can no longer arrive, so an unpacker busy with what it already has
+/// (a zip bomb, sparse holes) stops without waiting to read again.
+pub(crate) trait Source: Read {
+    /// A handle that answers "aborted?" while the source itself is borrowed.
+    fn abort_probe(&self) -> AbortProbe {
+        AbortProbe(None)
+    }
+}
+
+impl Source for File {}
+impl Source for &[u8] {}
+
+/// Answers whether the download behind a [`ChannelReader`] was dropped
+/// without sending [`Msg::End`]: the pull failed or timed out.
+#[derive(Clone)]
+pub(crate) struct AbortProbe(Option<Arc<Mutex<Channel>>>);
+
+impl AbortProbe {
+    pub(crate) fn aborted(&self) -> bool {
+        match &self.0 {
+            None => false,
+            Some(ch) => ch.lock().unwrap_or_else(|p| p.into_inner()).aborted(),
+        }
+    }
+}
+
+/// The receiving end of the download channel, and what was taken out of it
+/// to look for the end.
+struct Channel {
+    rx: mpsc::Receiver<Msg>,
+    /// Messages taken from `rx` by [`Channel::aborted`], to be read first.
+    queued: VecDeque<Msg>,
+    /// `Msg::End` is in `queued` or was read.
+    end_seen: bool,
+}
+
+impl Channel {
+    fn aborted(&mut self) -> bool {
+        if self.end_seen || !self.rx.is_closed() {
+            return false;
+        }
+        // Every sender is gone: what is still in the channel is all there
+        // will ever be (at most its capacity). Without an End in it, the
+        // download was given up.
+        while let Ok(msg) = self.rx.try_recv() {
+            self.end_seen |= matches!(msg, Msg::End);
+            self.queued.push_back(msg);
+        }
+        !self.end_seen
+    }
+
+    fn next(&mut self) -> Option<Msg> {
+        let msg = match self.queued.pop_front() {
+            Some(msg) => Some(msg),
+            None => self.rx.blocking_recv(),
+        };
+        self.end_seen |= matches!(msg, Some(Msg::End));
+        msg
+    }
+}
+
 /// Reads the download channel as a byte stream.
 pub(crate) struct ChannelReader {
-    rx: mpsc::Receiver<Msg>,
+    channel: Arc<Mutex<Channel>>,
     current: Bytes,
     ended: bool,
 }
@@ -87,10 +177,20 @@ pub(crate) struct ChannelReader {
 impl ChannelReader {
     pub(crate) fn new(rx: mpsc::Receiver<Msg>) -> ChannelReader {
         ChannelReader {
-            rx,
+            channel: Arc::new(Mutex::new(Channel {
+                rx,
+                queued: VecDeque::new(),
+                end_seen: false,
+            })),
             current: Bytes::new(),
             ended: false,
         }
+    }
+}
+
+impl Source for ChannelReader {
+    fn abort_probe(&self) -> AbortProbe {
+        AbortProbe(Some(self.channel.clone()))
     }
 }
 
@@ -105,7 +205,14 @@ impl Read for ChannelReader {
             if self.ended {
                 return Ok(0);
             }
-            match self.rx.blocking_recv() {
+            // Only this thread locks it (the probe runs here too), so the
+            // blocking receive holds it without harm.
+            let msg = self
+                .channel
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .next();
+            match msg {
                 Some(Msg::Data(bytes)) => self.current = bytes,
                 Some(Msg::End) => self.ended = true,
                 None => return Err(io::Error::other("download aborted")),
@@ -125,10 +232,15 @@ struct BlobReader<'a, R> {
     eof: bool,
     sink: Option<&'a mut File>,
     progress: &'a Progress,
+    cancelled: &'a dyn Fn() -> bool,
 }
 
 impl<R: Read> Read for BlobReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if (self.cancelled)() {
+            self.failed = true;
+            return Err(io::Error::other("unpacking cancelled"));
+        }
         let n = match self.inner.read(buf) {
             Ok(n) => n,
             Err(e) => {
@@ -168,19 +280,54 @@ impl<R: Read> Read for DiffReader<R> {
     }
 }
 
-/// Unpacks `src` into snapshot `job.chain_id`; with `store_blob`, also keeps
-/// the compressed bytes as blob `job.digest`. Returns the snapshot's usage.
+/// [`run_limited`] with the default [`UnpackLimits`].
 pub(crate) fn run(
     job: &LayerJob,
-    src: impl Read,
+    src: impl Source,
     store_blob: bool,
     paths: &Paths,
     progress: &Progress,
+) -> Result<Usage, Error> {
+    run_limited(
+        job,
+        src,
+        store_blob,
+        paths,
+        progress,
+        &UnpackLimits::default(),
+    )
+}
+
+/// Unpacks `src` into snapshot `job.chain_id` within `limits`; with
+/// `store_blob`, also keeps the compressed bytes as blob `job.digest`.
+/// Returns the snapshot's usage. Stops early, leaving nothing, once
+/// `progress` is cancelled or the download behind `src` is dropped.
+pub(crate) fn run_limited(
+    job: &LayerJob,
+    src: impl Source,
+    store_blob: bool,
+    paths: &Paths,
+    progress: &Progress,
+    limits: &UnpackLimits,
 ) -> Result<Usage, Error> {
     let io_err = |op, path: &Path| {
         let path = path.to_path_buf();
         move |e| Error::io(op, path, e)
     };
+    if job.size > limits.max_layer_bytes {
+        return Err(Error::bad(
+            &job.reference,
+            &job.digest,
+            format!(
+                "layer refused: the manifest gives it {}, more than the limit of {} \
+                 (unpack limit max_layer_bytes)",
+                show_bytes(job.size),
+                show_bytes(limits.max_layer_bytes)
+            ),
+        ));
+    }
+    let probe = src.abort_probe();
+    let cancelled = || progress.is_cancelled() || probe.aborted();
     let tmp_dir = tempfile::Builder::new()
         .prefix(TMP_PREFIX)
         .tempdir_in(&paths.snapshots)
@@ -208,9 +355,16 @@ pub(crate) fn run(
         eof: false,
         sink: tmp_blob.as_mut().map(|t| t.as_file_mut()),
         progress,
+        cancelled: &cancelled,
     };
-    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner);
+    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner, limits, &cancelled);
     let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
+    if matches!(unpacked, Err(UnpackError::Cancelled)) || cancelled() {
+        return Err(Error::Internal(format!(
+            "{}: layer {}: download aborted (the pull failed or timed out); unpacking stopped",
+            job.reference, job.digest
+        )));
+    }
     if blob.failed {
         return Err(Error::Internal(format!(
             "{}: layer {}: download aborted",
@@ -281,6 +435,8 @@ fn unpack_stream<R: Read>(
     src: &mut R,
     fs_dir: &Path,
     same_owner: bool,
+    limits: &UnpackLimits,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<String, UnpackError> {
     let mut applier = Applier::new(fs_dir, same_owner).map_err(|e| UnpackError::Io {
         entry: fs_dir.to_path_buf(),
@@ -301,15 +457,13 @@ fn unpack_stream<R: Read>(
             inner: decoded,
             hasher: Sha256::new(),
         };
-        {
-            let mut archive = tar::Archive::new(&mut diff);
-            applier.apply_all(&mut archive)?;
-        }
-        // The tar end blocks and any padding count for the diff id.
-        io::copy(&mut diff, &mut io::sink()).map_err(UnpackError::Read)?;
+        // Reads the tar to its end: the end blocks and any padding count for
+        // the diff id.
+        applier.apply_stream(&mut diff, limits, cancelled)?;
         content::finish_digest(diff.hasher)
     };
-    // Anything after the compressed stream still counts for the digest.
+    // Anything after the compressed stream still counts for the digest
+    // (bounded by the manifest's size, itself within the limits).
     io::copy(src, &mut io::sink()).map_err(UnpackError::Read)?;
     Ok(diff_id)
 }

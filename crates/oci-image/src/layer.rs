@@ -639,4 +639,135 @@ mod tests {
         assert!(e.to_string().contains("aborted"), "{e}");
         assert_empty(&paths);
     }
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// Peak resident memory of this test process, in bytes.
+    fn peak_rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+
+    /// The layer: a gzip of under 100 bytes whose GNU sparse entry
+    /// is 1 TiB of zeros.
+    fn tib_bomb() -> (Vec<u8>, String) {
+        let tar = crate::unpack::tests::sparse_tar("zeros", 1 << 40, &[]);
+        let blob = gz(&tar);
+        assert!(blob.len() < 100, "{} bytes", blob.len());
+        (blob, content::sha256_digest(&tar))
+    }
+
+    #[test]
+    fn a_tiny_layer_of_1_tib_of_zeros_is_refused_at_once() {
+        let (dir, paths) = setup();
+        let (blob, diff_id) = tib_bomb();
+        let j = job(&blob, &diff_id);
+        let started = Instant::now();
+        let e = run(&j, &blob[..], true, &paths, &Progress::new()).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        let msg = e.to_string();
+        assert!(msg.contains(&j.digest), "{msg}");
+        assert!(
+            msg.contains("max_layer_bytes") && msg.contains("64 GiB"),
+            "{msg}"
+        );
+        assert_empty(&paths);
+        let used = crate::unpack::tests::du(dir.path());
+        assert!(used < 1 << 20, "{used} bytes used");
+        assert!(peak_rss() < 512 << 20, "peak RSS {}", peak_rss());
+    }
+
+    #[test]
+    fn limit_errors_name_the_layer_and_the_limit() {
+        let (_dir, paths) = setup();
+        let big = vec![7u8; 3 << 20];
+        let (blob, diff_id) = gz_tar(&[("big", &big)]);
+        let j = job(&blob, &diff_id);
+        let limits = UnpackLimits {
+            max_layer_bytes: 2 << 20,
+            ..UnpackLimits::default()
+        };
+        let e = run_limited(&j, &blob[..], true, &paths, &Progress::new(), &limits).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        let msg = e.to_string();
+        assert!(msg.contains(&j.digest), "{msg}");
+        assert!(
+            msg.contains("2097152 bytes (2 MiB)") && msg.contains("max_layer_bytes"),
+            "{msg}"
+        );
+        assert_empty(&paths);
+
+        // A manifest size beyond the limit is refused before a byte is read.
+        let mut j = job(&blob, &diff_id);
+        j.size = 3 << 20;
+        let e = run_limited(&j, io::empty(), true, &paths, &Progress::new(), &limits).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        assert!(e.to_string().contains("the manifest gives it"), "{e}");
+        assert_empty(&paths);
+    }
+
+    impl Source for io::Empty {}
+
+    /// Runs `run_limited` on a thread with limits that let the 1 TiB sparse
+    /// file through (minutes of reading zeros); returns its result, or None
+    /// if it did not end within 5 s of `stop` being called.
+    fn stopped_mid_layer<S: Source + Send + 'static>(
+        src: S,
+        stop: impl FnOnce(&Progress),
+    ) -> (Option<Result<Usage, Error>>, tempfile::TempDir, Paths) {
+        let (dir, paths) = setup();
+        let (blob, diff_id) = tib_bomb();
+        let j = job(&blob, &diff_id);
+        let progress = Arc::new(Progress::new());
+        let limits = UnpackLimits {
+            max_layer_bytes: 2 << 40,
+            ..UnpackLimits::default()
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (p2, paths2) = (progress.clone(), paths.clone());
+        std::thread::spawn(move || {
+            let r = run_limited(&j, src, true, &paths2, &p2, &limits);
+            let _ = done_tx.send(r);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // Busy with the holes, writing nothing.
+        assert!(done_rx.try_recv().is_err(), "ended before being stopped");
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+        stop(&progress);
+        let r = done_rx.recv_timeout(std::time::Duration::from_secs(5)).ok();
+        (r, dir, paths)
+    }
+
+    #[test]
+    fn a_dropped_download_stops_its_unpacker_mid_layer() {
+        let (blob, _) = tib_bomb();
+        let (tx, rx) = mpsc::channel(4);
+        tx.try_send(Msg::Data(Bytes::from(blob))).unwrap();
+        let mut tx = Some(tx);
+        // The pull fails or times out: its future, and the sender, go away.
+        let (r, dir, paths) = stopped_mid_layer(ChannelReader::new(rx), |_| drop(tx.take()));
+        let e = r.expect("the unpacker still runs").unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+        assert_empty(&paths);
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+    }
+
+    #[test]
+    fn a_cancelled_pull_stops_its_unpacker_mid_layer() {
+        let (blob, _) = tib_bomb();
+        let (r, dir, paths) = stopped_mid_layer(std::io::Cursor::new(blob), Progress::cancel);
+        let e = r.expect("the unpacker still runs").unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+        assert_empty(&paths);
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+    }
+
+    impl Source for std::io::Cursor<Vec<u8>> {}
 }

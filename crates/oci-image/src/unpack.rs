@@ -554,10 +554,10 @@ impl Applier {
             let comps = clean(path)?;
             match comps.split_last() {
                 None => {
-                    futimens(self.root.as_fd(), mtime, mtime).map_err(io_err(&path, "set times"))?
+                    futimens(self.root.as_fd(), mtime, mtime).map_err(io_err(path, "set times"))?
                 }
                 Some((name, parents)) => {
-                    let parent = self.open_dir(parents, false, &path)?;
+                    let parent = self.open_dir(parents, false, path)?;
                     utimensat(
                         parent.as_fd(),
                         name.as_os_str(),
@@ -565,7 +565,7 @@ impl Applier {
                         mtime,
                         UtimensatFlags::NoFollowSymlink,
                     )
-                    .map_err(io_err(&path, "set times"))?;
+                    .map_err(io_err(path, "set times"))?;
                 }
             }
         }

@@ -8,6 +8,8 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_oci_image::{ErrorKind, ImageStore, RegistryConfig};
@@ -46,6 +48,38 @@ impl Tmpfs {
     fn used(&self) -> u64 {
         let st = nix::sys::statvfs::statvfs(self.dir.path()).unwrap();
         (st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64
+    }
+}
+
+/// The most bytes in use on a [`Tmpfs`] while it ran, sampled every
+/// millisecond by a thread of its own (writes to tmpfs run at GB/s: a
+/// regression fills 64 MiB in tens of milliseconds).
+struct Peak {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Peak {
+    fn start(fs: &Tmpfs) -> Peak {
+        let stop = Arc::new(AtomicBool::new(false));
+        let path = fs.path();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                let st = nix::sys::statvfs::statvfs(&path).unwrap();
+                peak =
+                    peak.max((st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            peak
+        });
+        Peak { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
@@ -137,11 +171,18 @@ async fn a_tiny_layer_of_a_1_tib_sparse_file_is_refused() {
         .await
         .unwrap();
     let before = fs.used();
+    let peak = Peak::start(&fs);
     let started = Instant::now();
     let e = store
         .pull(&reg.image("berth-test/sparse-bomb:latest"), None)
         .await
         .unwrap_err();
+    let peak = peak.stop();
+    assert!(
+        peak < before + (1 << 20),
+        "{} bytes used at the peak",
+        peak - before
+    );
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -184,6 +225,7 @@ async fn a_stalled_download_stops_its_busy_unpacker() {
     };
     let store = ImageStore::open(&fs.path(), cfg).await.unwrap();
     let before = fs.used();
+    let peak = Peak::start(&fs);
     let started = Instant::now();
     let e = store
         .pull(
@@ -193,7 +235,10 @@ async fn a_stalled_download_stops_its_busy_unpacker() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    eprintln!("pull answered after {took:?}: {e}");
+    let peak = peak.stop() - before;
+    eprintln!("pull answered after {took:?} ({peak} bytes used at the peak): {e}");
+    // What was downloaded before the stall (< 64 KiB), and no zeros.
+    assert!(peak < 1 << 20, "{peak} bytes used at the peak");
     assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
     // The pull waits for its unpackers before it answers: it answers soon
     // after the timeout only if the busy one stopped at once.

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
-use crate::unpack::{show_bytes, Applier, UnpackError, UnpackLimits};
+use crate::unpack::{check_free_space, show_bytes, Applier, UnpackError, UnpackLimits};
 
 /// What one layer must turn out to be.
 #[derive(Debug, Clone)]
@@ -233,6 +233,11 @@ struct BlobReader<'a, R> {
     sink: Option<&'a mut File>,
     progress: &'a Progress,
     cancelled: &'a dyn Fn() -> bool,
+    limits: &'a UnpackLimits,
+    /// Bytes stored since the free space was last checked.
+    written: std::cell::Cell<u64>,
+    /// The free-space reserve was reached while storing the blob.
+    no_space: Option<String>,
 }
 
 impl<R: Read> Read for BlobReader<'_, R> {
@@ -259,6 +264,14 @@ impl<R: Read> Read for BlobReader<'_, R> {
         }
         self.hasher.update(&buf[..n]);
         if let Some(sink) = self.sink.as_mut() {
+            use std::os::fd::AsFd;
+            match check_free_space(sink.as_fd(), self.limits, &self.written, n as u64)? {
+                Ok(()) => {}
+                Err(why) => {
+                    self.no_space = Some(why.clone());
+                    return Err(io::Error::other(why));
+                }
+            }
             sink.write_all(&buf[..n])?;
         }
         self.progress.touch();
@@ -356,6 +369,9 @@ pub(crate) fn run_limited(
         sink: tmp_blob.as_mut().map(|t| t.as_file_mut()),
         progress,
         cancelled: &cancelled,
+        limits,
+        written: std::cell::Cell::new(u64::MAX),
+        no_space: None,
     };
     let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner, limits, &cancelled);
     let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
@@ -364,6 +380,13 @@ pub(crate) fn run_limited(
             "{}: layer {}: download aborted (the pull failed or timed out); unpacking stopped",
             job.reference, job.digest
         )));
+    }
+    if let Some(why) = blob.no_space.take() {
+        return Err(Error::io(
+            "store blob in",
+            &paths.ingest,
+            io::Error::new(io::ErrorKind::StorageFull, why),
+        ));
     }
     if blob.failed {
         return Err(Error::Internal(format!(
@@ -387,6 +410,13 @@ pub(crate) fn run_limited(
         Ok(diff_id) => diff_id,
         Err(UnpackError::Io { entry, op, source }) => {
             return Err(Error::io(op, fs_dir.join(entry), source));
+        }
+        Err(UnpackError::NoSpace { entry, reason }) => {
+            return Err(Error::io(
+                "unpack",
+                fs_dir.join(entry),
+                io::Error::new(io::ErrorKind::StorageFull, reason),
+            ));
         }
         Err(e) => return Err(bad(format!("layer refused: {e}"))),
     };
@@ -711,6 +741,24 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert!(e.to_string().contains("the manifest gives it"), "{e}");
         assert_empty(&paths);
+    }
+
+    #[test]
+    fn the_free_space_reserve_fails_the_layer_as_a_local_error() {
+        let Some(fs) = crate::unpack::tests::FullFs::new() else {
+            return;
+        };
+        let paths = Paths::new(&fs.dir.path().join("store"));
+        paths.create_dirs().unwrap();
+        let (blob, diff_id) = gz_tar(&[("a", b"a")]);
+        let j = job(&blob, &diff_id);
+        // Storing the blob, then (from a stored blob) unpacking.
+        for store_blob in [true, false] {
+            let e = run(&j, &blob[..], store_blob, &paths, &Progress::new()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
+            assert!(e.to_string().contains("min_free_bytes"), "{e}");
+            assert_empty(&paths);
+        }
     }
 
     impl Source for io::Empty {}

@@ -85,6 +85,12 @@ pub struct UnpackLimits {
     /// long name and link name, and GNU sparse map, which the tar reader
     /// holds in memory. Default 1 MiB.
     pub max_entry_header_bytes: u64,
+    /// Space the store's file system keeps free (at most 5% of its size, for
+    /// small file systems): unpacking and storing the blob fail once less is
+    /// left, checked at the first write of a layer and every 16 MiB after.
+    /// Whatever the other bounds allow, a pull never fills the disk.
+    /// Default 1 GiB; 0 turns the check off.
+    pub min_free_bytes: u64,
 }
 
 impl Default for UnpackLimits {
@@ -93,8 +99,63 @@ impl Default for UnpackLimits {
             max_layer_bytes: 64 << 30,
             max_entries: 2 << 20,
             max_entry_header_bytes: 1 << 20,
+            min_free_bytes: 1 << 30,
         }
     }
+}
+
+impl UnpackLimits {
+    /// Refuses bounds that would refuse every layer.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.max_layer_bytes == 0 || self.max_entries == 0 {
+            return Err("unpack limits max_layer_bytes and max_entries must be above 0".into());
+        }
+        if self.max_entry_header_bytes < 64 << 10 {
+            return Err(format!(
+                "unpack limit max_entry_header_bytes must be at least 65536 \
+                 (a PAX header with a {MAX_PATH}-byte path and xattrs), not {}",
+                self.max_entry_header_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes written between two checks of the free space.
+const FREE_CHECK_EVERY: u64 = 16 << 20;
+
+/// Checks that the file system of `fd` keeps `limits.min_free_bytes` free,
+/// at the first call and then every [`FREE_CHECK_EVERY`] bytes written
+/// (`written` carries the count between calls, `u64::MAX` at first).
+pub(crate) fn check_free_space(
+    fd: BorrowedFd<'_>,
+    limits: &UnpackLimits,
+    written: &Cell<u64>,
+    n: u64,
+) -> io::Result<std::result::Result<(), String>> {
+    if limits.min_free_bytes == 0 {
+        return Ok(Ok(()));
+    }
+    let since = written.get().saturating_add(n);
+    if since < FREE_CHECK_EVERY {
+        written.set(since);
+        return Ok(Ok(()));
+    }
+    written.set(0);
+    let st = nix::sys::statvfs::fstatvfs(fd)?;
+    let frsize = st.fragment_size() as u64;
+    let free = (st.blocks_available() as u64).saturating_mul(frsize);
+    let size = (st.blocks() as u64).saturating_mul(frsize);
+    let reserve = limits.min_free_bytes.min(size / 20);
+    if free < reserve {
+        return Ok(Err(format!(
+            "the store's file system has {} free, less than the {} it must keep \
+             (unpack limit min_free_bytes, at most 5% of the file system)",
+            show_bytes(free),
+            show_bytes(reserve)
+        )));
+    }
+    Ok(Ok(()))
 }
 
 /// `n` bytes, with a binary unit when it is a round one (for errors).
@@ -130,6 +191,10 @@ pub(crate) enum UnpackError {
     /// The pull this layer belongs to failed or timed out.
     #[error("unpacking cancelled: the pull failed or timed out")]
     Cancelled,
+    /// The store's file system reached its free-space reserve
+    /// ([`UnpackLimits::min_free_bytes`]) while writing `entry`.
+    #[error("entry {}: {reason}", entry.display())]
+    NoSpace { entry: PathBuf, reason: String },
 }
 
 type Result<T> = std::result::Result<T, UnpackError>;
@@ -394,11 +459,11 @@ impl Applier {
                     Mode::from_bits_truncate(0o600),
                 )
                 .map_err(io_err(&path, "create file"))?;
-                let mut file = std::fs::File::from(fd);
+                let file = std::fs::File::from(fd);
                 if kind == tar::EntryType::GNUSparse {
                     self.copy_sparse(entry, &file, meter, &path)?;
                 } else {
-                    io::copy(entry, &mut file).map_err(UnpackError::Read)?;
+                    self.copy_data(entry, &file, meter, &path)?;
                 }
                 self.set_fd_meta(file.as_fd(), &meta, &path)?;
                 futimens(file.as_fd(), &meta.mtime, &meta.mtime)
@@ -503,6 +568,33 @@ impl Applier {
         Ok(())
     }
 
+    /// Writes a regular file, keeping the free-space reserve.
+    fn copy_data<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        mut file: &std::fs::File,
+        meter: &Meter<'_>,
+        path: &Path,
+    ) -> Result<()> {
+        self.sparse_buf.resize(SPARSE_CHUNK, 0);
+        loop {
+            let n = match entry.read(&mut self.sparse_buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(UnpackError::Read(e)),
+            };
+            meter.check_space(file.as_fd(), n as u64, path)?;
+            io::Write::write_all(&mut file, &self.sparse_buf[..n]).map_err(|e| {
+                UnpackError::Io {
+                    entry: path.to_path_buf(),
+                    op: "write",
+                    source: e,
+                }
+            })?;
+        }
+    }
+
     /// Writes a GNU sparse file: chunks of zeros (the holes, which the tar
     /// reader hands out as zeros) are skipped, not written, and the length
     /// is set at the end. Cancellation is checked between chunks, since
@@ -530,6 +622,7 @@ impl Applier {
             };
             let chunk = &buf[..n];
             if chunk != &self.zeros[..n] {
+                meter.check_space(file.as_fd(), n as u64, path)?;
                 file.write_all_at(chunk, pos).map_err(|e| UnpackError::Io {
                     entry: path.to_path_buf(),
                     op: "write",
@@ -734,6 +827,8 @@ pub(crate) struct Meter<'a> {
     headers_from: Cell<Option<u64>>,
     /// Why a read failed on purpose.
     tripped: RefCell<Option<UnpackError>>,
+    /// Bytes written since the free space was last checked.
+    written: Cell<u64>,
 }
 
 impl<'a> Meter<'a> {
@@ -744,6 +839,23 @@ impl<'a> Meter<'a> {
             read: Cell::new(0),
             headers_from: Cell::new(None),
             tripped: RefCell::new(None),
+            written: Cell::new(u64::MAX),
+        }
+    }
+
+    /// Before `n` more bytes are written to `fd`: the free-space reserve.
+    fn check_space(&self, fd: BorrowedFd<'_>, n: u64, path: &Path) -> Result<()> {
+        match check_free_space(fd, &self.limits, &self.written, n) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(UnpackError::NoSpace {
+                entry: path.to_path_buf(),
+                reason: why,
+            }),
+            Err(e) => Err(UnpackError::Io {
+                entry: path.to_path_buf(),
+                op: "statvfs",
+                source: e,
+            }),
         }
     }
 
@@ -1298,7 +1410,7 @@ pub(crate) mod tests {
 
     fn assert_limit(r: Result<()>, needle: &str) -> String {
         match r {
-            Err(UnpackError::Limit(msg)) => {
+            Err(UnpackError::Limit(msg)) | Err(UnpackError::NoSpace { reason: msg, .. }) => {
                 assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
                 msg
             }
@@ -1501,6 +1613,92 @@ pub(crate) mod tests {
             sb.apply_with(&tar, &small, &|| false),
             "uncompressed layer is larger",
         );
+    }
+
+    /// A tmpfs of 8 MiB filled up to 256 KiB free (less than 5% of it);
+    /// unmounted on drop. None when not root.
+    pub(crate) struct FullFs {
+        pub(crate) dir: tempfile::TempDir,
+    }
+
+    impl FullFs {
+        pub(crate) fn new() -> Option<FullFs> {
+            if !is_root() {
+                eprintln!("skipped: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            nix::mount::mount(
+                Some("tmpfs"),
+                dir.path(),
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some("size=8m"),
+            )
+            .unwrap();
+            let fs = FullFs { dir };
+            std::fs::write(
+                fs.dir.path().join("filler"),
+                vec![1u8; (8 << 20) - (256 << 10)],
+            )
+            .unwrap();
+            Some(fs)
+        }
+    }
+
+    impl Drop for FullFs {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    #[test]
+    fn the_free_space_reserve_is_kept() {
+        let Some(fs) = FullFs::new() else { return };
+        let root = fs.dir.path().join("root");
+        let apply = |tar: &[u8], limits: &UnpackLimits| {
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir(&root).unwrap();
+            let mut applier = Applier::new(&root, is_root()).unwrap();
+            applier.apply_stream(&mut &tar[..], limits, &|| false)
+        };
+        let tar = build(&[E::File("a", b"a")]);
+        let limits = UnpackLimits::default();
+        assert_limit(apply(&tar, &limits), "min_free_bytes");
+        // Sparse data too.
+        let sparse = sparse_tar("s", 1 << 20, &[(4096, b"x")]);
+        assert_limit(apply(&sparse, &limits), "min_free_bytes");
+        // 0 turns it off.
+        let off = UnpackLimits {
+            min_free_bytes: 0,
+            ..limits
+        };
+        apply(&tar, &off).unwrap();
+        // With room, the default is fine.
+        std::fs::remove_file(fs.dir.path().join("filler")).unwrap();
+        apply(&tar, &limits).unwrap();
+        apply(&sparse, &limits).unwrap();
+    }
+
+    #[test]
+    fn limits_are_validated() {
+        assert!(UnpackLimits::default().validate().is_ok());
+        for bad in [
+            UnpackLimits {
+                max_entries: 0,
+                ..UnpackLimits::default()
+            },
+            UnpackLimits {
+                max_layer_bytes: 0,
+                ..UnpackLimits::default()
+            },
+            UnpackLimits {
+                max_entry_header_bytes: 512,
+                ..UnpackLimits::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

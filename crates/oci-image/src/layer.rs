@@ -74,7 +74,7 @@ impl Progress {
 
     /// The pull failed or timed out: its unpacking threads stop at their
     /// next read or chunk, and clean up.
-    // Until the store calls it (see the report of helper/unpack), only tests do.
+    // Until the store calls it on a failed pull, only tests do.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
@@ -293,7 +293,9 @@ impl<R: Read> Read for DiffReader<R> {
     }
 }
 
-/// [`run_limited`] with the default [`UnpackLimits`].
+/// [`run_limited`] with the default [`UnpackLimits`]. The store still
+/// calls this one; once it passes its configured limits to `run_limited`,
+/// this goes.
 pub(crate) fn run(
     job: &LayerJob,
     src: impl Source,
@@ -545,6 +547,24 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
+    /// `run_limited` with the default limits, as the store runs it.
+    fn run_default(
+        job: &LayerJob,
+        src: impl Source,
+        store_blob: bool,
+        paths: &Paths,
+        progress: &Progress,
+    ) -> Result<Usage, Error> {
+        run_limited(
+            job,
+            src,
+            store_blob,
+            paths,
+            progress,
+            &UnpackLimits::default(),
+        )
+    }
+
     fn gz_tar(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
         let mut b = tar::Builder::new(Vec::new());
         for (path, data) in files {
@@ -593,7 +613,7 @@ mod tests {
         let (_dir, paths) = setup();
         let (blob, diff_id) = gz_tar(&[("etc/hostname", b"berth\n")]);
         let j = job(&blob, &diff_id);
-        let usage = run(&j, &blob[..], true, &paths, &Progress::new()).unwrap();
+        let usage = run_default(&j, &blob[..], true, &paths, &Progress::new()).unwrap();
         assert!(usage.inodes >= 3);
         assert_eq!(std::fs::read(paths.blob(&j.digest)).unwrap(), blob);
         assert_eq!(
@@ -610,24 +630,24 @@ mod tests {
 
         let mut j = job(&blob, &diff_id);
         j.digest = content::sha256_digest(b"something else");
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert!(e.to_string().contains("digest mismatch"), "{e}");
         assert_empty(&paths);
 
         let mut j = job(&blob, &diff_id);
         j.size -= 1;
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert!(e.to_string().contains("larger"), "{e}");
         assert_empty(&paths);
 
         let j = job(&blob, &diff_id);
-        let e = run(&j, &blob[..blob.len() - 5], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..blob.len() - 5], true, &paths, &progress).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert_empty(&paths);
 
         let j = job(&blob, &content::sha256_digest(b"other tar"));
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert!(e.to_string().contains("the config says"), "{e}");
         assert_empty(&paths);
     }
@@ -648,7 +668,7 @@ mod tests {
         b.append(&h, &b"x"[..]).unwrap();
         let tar = b.into_inner().unwrap();
         let j = job(&tar, &content::sha256_digest(&tar));
-        let e = run(&j, &tar[..], true, &paths, &Progress::new()).unwrap_err();
+        let e = run_default(&j, &tar[..], true, &paths, &Progress::new()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert!(e.to_string().contains(".."), "{e}");
         assert_empty(&paths);
@@ -665,7 +685,8 @@ mod tests {
         tx.try_send(Msg::Data(Bytes::copy_from_slice(&blob[..10])))
             .unwrap();
         drop(tx);
-        let e = run(&j, ChannelReader::new(rx), true, &paths, &Progress::new()).unwrap_err();
+        let e =
+            run_default(&j, ChannelReader::new(rx), true, &paths, &Progress::new()).unwrap_err();
         assert!(e.to_string().contains("aborted"), "{e}");
         assert_empty(&paths);
     }
@@ -699,7 +720,7 @@ mod tests {
         let (blob, diff_id) = tib_bomb();
         let j = job(&blob, &diff_id);
         let started = Instant::now();
-        let e = run(&j, &blob[..], true, &paths, &Progress::new()).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &Progress::new()).unwrap_err();
         assert!(started.elapsed() < std::time::Duration::from_secs(2));
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         let msg = e.to_string();
@@ -754,7 +775,7 @@ mod tests {
         let j = job(&blob, &diff_id);
         // Storing the blob, then (from a stored blob) unpacking.
         for store_blob in [true, false] {
-            let e = run(&j, &blob[..], store_blob, &paths, &Progress::new()).unwrap_err();
+            let e = run_default(&j, &blob[..], store_blob, &paths, &Progress::new()).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
             assert!(e.to_string().contains("min_free_bytes"), "{e}");
             assert_empty(&paths);

@@ -28,9 +28,9 @@
 //! - the headers in front of one entry (PAX records, GNU long names, GNU
 //!   sparse maps), which the tar reader keeps in memory, are bounded per
 //!   entry; paths and link targets longer than `PATH_MAX` are refused;
-//! - GNU sparse files (type `S`) are written sparse: holes are skipped with
-//!   a seek and the length set at the end, so they take the disk space of
-//!   their data only. PAX sparse files (`GNU.sparse.*` records, formats 0.x
+//! - GNU sparse files (type `S`) are written sparse: holes are not written
+//!   (data goes to its offset with `pwrite`) and the length is set at the
+//!   end, so they take the disk space of their data only. PAX sparse files (`GNU.sparse.*` records, formats 0.x
 //!   and 1.0) are refused: the tar crate does not decode them, and writing
 //!   them as plain files would give wrong contents;
 //! - a cancellation check (the pull failed or timed out) runs before every
@@ -64,8 +64,8 @@ const MAX_PATH: usize = 4096;
 /// that (far more directories than any real layer) a directory's mtime is
 /// set at once and may be moved by children written after it.
 const MAX_DIR_TIMES_BYTES: usize = 64 << 20;
-/// Chunk in which sparse files are copied (their holes are read as zeros).
-const SPARSE_CHUNK: usize = 1 << 20;
+/// Chunk in which file data is copied (sparse holes are read as zeros).
+const COPY_CHUNK: usize = 1 << 20;
 
 /// Bounds on what one layer may expand to, with defaults no real image
 /// reaches. Layers are unpacked before their digest is verified: these
@@ -217,9 +217,9 @@ pub(crate) struct Applier {
     /// it), and the bytes of their paths (bounded by `MAX_DIR_TIMES_BYTES`).
     dir_times: Vec<(PathBuf, TimeSpec)>,
     dir_times_bytes: usize,
-    /// Reused buffers for sparse files: one to read into, one of zeros to
-    /// compare with (a slice comparison is a `memcmp`, fast in any build).
-    sparse_buf: Vec<u8>,
+    /// Reused buffers: one to copy file data through, one of zeros to tell
+    /// sparse holes by (a slice comparison is a `memcmp`, fast in any build).
+    copy_buf: Vec<u8>,
     zeros: Vec<u8>,
     /// The last parent directory opened, to spare syscalls for its siblings.
     cached_parent: Option<(Vec<OsString>, OwnedFd)>,
@@ -269,7 +269,7 @@ impl Applier {
             same_owner,
             dir_times: Vec::new(),
             dir_times_bytes: 0,
-            sparse_buf: Vec::new(),
+            copy_buf: Vec::new(),
             zeros: Vec::new(),
             cached_parent: None,
         })
@@ -576,21 +576,19 @@ impl Applier {
         meter: &Meter<'_>,
         path: &Path,
     ) -> Result<()> {
-        self.sparse_buf.resize(SPARSE_CHUNK, 0);
+        self.copy_buf.resize(COPY_CHUNK, 0);
         loop {
-            let n = match entry.read(&mut self.sparse_buf) {
+            let n = match entry.read(&mut self.copy_buf) {
                 Ok(0) => return Ok(()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(UnpackError::Read(e)),
             };
             meter.check_space(file.as_fd(), n as u64, path)?;
-            io::Write::write_all(&mut file, &self.sparse_buf[..n]).map_err(|e| {
-                UnpackError::Io {
-                    entry: path.to_path_buf(),
-                    op: "write",
-                    source: e,
-                }
+            io::Write::write_all(&mut file, &self.copy_buf[..n]).map_err(|e| UnpackError::Io {
+                entry: path.to_path_buf(),
+                op: "write",
+                source: e,
             })?;
         }
     }
@@ -606,9 +604,9 @@ impl Applier {
         meter: &Meter<'_>,
         path: &Path,
     ) -> Result<()> {
-        self.sparse_buf.resize(SPARSE_CHUNK, 0);
-        self.zeros.resize(SPARSE_CHUNK, 0);
-        let buf = &mut self.sparse_buf[..];
+        self.copy_buf.resize(COPY_CHUNK, 0);
+        self.zeros.resize(COPY_CHUNK, 0);
+        let buf = &mut self.copy_buf[..];
         let mut pos = 0u64;
         loop {
             if (meter.cancelled)() {

@@ -199,6 +199,14 @@ async fn a_tiny_layer_of_a_1_tib_sparse_file_is_refused() {
     assert_nothing_left(&fs.path());
     let grown = fs.used().saturating_sub(before);
     assert!(grown < 1 << 20, "the store grew by {grown} bytes");
+    // Nor did it go to memory.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(hwm_kib < 512 << 10, "peak RSS {hwm_kib} KiB");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -88,8 +88,9 @@ pub struct UnpackLimits {
     /// Space the store's file system keeps free (at most 5% of its size, for
     /// small file systems): unpacking and storing the blob fail once less is
     /// left, checked at the first write of a layer and every 16 MiB after.
+    /// 5% of the inodes are kept free too (checked every 64 Ki entries).
     /// Whatever the other bounds allow, a pull never fills the disk.
-    /// Default 1 GiB; 0 turns the check off.
+    /// Default 1 GiB; 0 turns both checks off.
     pub min_free_bytes: u64,
 }
 
@@ -153,6 +154,30 @@ pub(crate) fn check_free_space(
              (unpack limit min_free_bytes, at most 5% of the file system)",
             show_bytes(free),
             show_bytes(reserve)
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// Entries created between two checks of the free inodes.
+const INODE_CHECK_EVERY: u64 = 64 << 10;
+
+/// Checks that the file system of `fd` keeps 5% of its inodes free (file
+/// systems that make inodes on demand report none and pass). Off, like the
+/// space reserve, when `limits.min_free_bytes` is 0.
+pub(crate) fn check_free_inodes(
+    fd: BorrowedFd<'_>,
+    limits: &UnpackLimits,
+) -> io::Result<std::result::Result<(), String>> {
+    if limits.min_free_bytes == 0 {
+        return Ok(Ok(()));
+    }
+    let st = nix::sys::statvfs::fstatvfs(fd)?;
+    let (files, free) = (st.files() as u64, st.files_available() as u64);
+    if files > 0 && free < files / 20 {
+        return Ok(Err(format!(
+            "the store's file system has {free} of {files} inodes free, less than the 5% \
+             it must keep (unpack limit min_free_bytes, 0 turns this off)"
         )));
     }
     Ok(Ok(()))
@@ -316,6 +341,25 @@ impl Applier {
             let Some(entry) = next else { break };
             let mut entry = entry.map_err(UnpackError::Read)?;
             count += 1;
+            if count % INODE_CHECK_EVERY == 1 {
+                let path = PathBuf::from(OsStr::from_bytes(&entry.path_bytes()));
+                match check_free_inodes(self.root.as_fd(), &limits) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(reason)) => {
+                        return Err(UnpackError::NoSpace {
+                            entry: path,
+                            reason,
+                        })
+                    }
+                    Err(e) => {
+                        return Err(UnpackError::Io {
+                            entry: path,
+                            op: "statvfs",
+                            source: e,
+                        })
+                    }
+                }
+            }
             if count > limits.max_entries {
                 return Err(UnpackError::Limit(format!(
                     "the layer has more than {} entries (unpack limit max_entries)",
@@ -1676,6 +1720,46 @@ pub(crate) mod tests {
         std::fs::remove_file(fs.dir.path().join("filler")).unwrap();
         apply(&tar, &limits).unwrap();
         apply(&sparse, &limits).unwrap();
+    }
+
+    #[test]
+    fn the_inode_reserve_is_kept() {
+        if !is_root() {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=8m,nr_inodes=1000"),
+        )
+        .unwrap();
+        struct Umount<'a>(&'a Path);
+        impl Drop for Umount<'_> {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let _umount = Umount(dir.path());
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let filler = dir.path().join("filler");
+        std::fs::create_dir(&filler).unwrap();
+        for i in 0..970 {
+            std::fs::write(filler.join(i.to_string()), b"").unwrap();
+        }
+        let tar = build(&[E::File("a", b"a")]);
+        let mut applier = Applier::new(&root, is_root()).unwrap();
+        let r = applier.apply_stream(&mut &tar[..], &UnpackLimits::default(), &|| false);
+        assert_limit(r, "inodes");
+        std::fs::remove_dir_all(&filler).unwrap();
+        let mut applier = Applier::new(&root, is_root()).unwrap();
+        applier
+            .apply_stream(&mut &tar[..], &UnpackLimits::default(), &|| false)
+            .unwrap();
     }
 
     #[test]

@@ -4,12 +4,23 @@
 //! hashed again (the diff id) and applied onto an empty temp snapshot dir.
 //! Only when the digest, the size and the diff id all match are the blob and
 //! the snapshot renamed into place; on any failure both temp copies go.
+//!
+//! The layer is applied *before* its digest is verified (the digest is only
+//! known once the last byte arrived). That is safe only because of the bounds
+//! of [`UnpackLimits`]: the manifest's size of the blob, the uncompressed
+//! stream, the files' apparent sizes, the entry count and each entry's headers
+//! are all bounded, sparse files take only the space of their data, and the
+//! thread stops as soon as its pull fails or times out ([`Progress::cancel`],
+//! or the download side of a [`ChannelReader`] dropped without finishing).
+//! Until the checks pass, everything lives under a temp name that a restart
+//! removes; a snapshot never gets its name unless it is whole.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -18,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
-use crate::unpack::{Applier, UnpackError};
+use crate::unpack::{check_free_space, show_bytes, Applier, UnpackError, UnpackLimits};
 
 /// What one layer must turn out to be.
 #[derive(Debug, Clone)]
@@ -43,11 +54,13 @@ pub(crate) enum Msg {
     End,
 }
 
-/// Time of the last byte seen by a pull, shared by its downloads and unpackers.
+/// Time of the last byte seen by a pull, shared by its downloads and
+/// unpackers; and whether the pull was given up.
 #[derive(Debug)]
 pub(crate) struct Progress {
     start: Instant,
     last_ms: AtomicU64,
+    cancelled: AtomicBool,
 }
 
 impl Progress {
@@ -55,7 +68,21 @@ impl Progress {
         Progress {
             start: Instant::now(),
             last_ms: AtomicU64::new(0),
+            cancelled: AtomicBool::new(false),
         }
+    }
+
+    /// The pull failed or timed out: its unpacking threads stop at their
+    /// next read or chunk, and clean up.
+    // Until the store calls it on a failed pull, only tests do.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Progress::cancel`] was called.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
     }
 
     /// Something moved.
@@ -77,9 +104,72 @@ impl Progress {
     }
 }
 
+/// Where a layer's compressed bytes come from: a stored blob, or the
+/// download channel. Besides reading, it tells whether the bytes still to
+/// come can no longer arrive, so an unpacker busy with what it already has
+/// (a zip bomb, sparse holes) stops without waiting to read again.
+pub(crate) trait Source: Read {
+    /// A handle that answers "aborted?" while the source itself is borrowed.
+    fn abort_probe(&self) -> AbortProbe {
+        AbortProbe(None)
+    }
+}
+
+impl Source for File {}
+impl Source for &[u8] {}
+
+/// Answers whether the download behind a [`ChannelReader`] was dropped
+/// without sending [`Msg::End`]: the pull failed or timed out.
+#[derive(Clone)]
+pub(crate) struct AbortProbe(Option<Arc<Mutex<Channel>>>);
+
+impl AbortProbe {
+    pub(crate) fn aborted(&self) -> bool {
+        match &self.0 {
+            None => false,
+            Some(ch) => ch.lock().unwrap_or_else(|p| p.into_inner()).aborted(),
+        }
+    }
+}
+
+/// The receiving end of the download channel, and what was taken out of it
+/// to look for the end.
+struct Channel {
+    rx: mpsc::Receiver<Msg>,
+    /// Messages taken from `rx` by [`Channel::aborted`], to be read first.
+    queued: VecDeque<Msg>,
+    /// `Msg::End` is in `queued` or was read.
+    end_seen: bool,
+}
+
+impl Channel {
+    fn aborted(&mut self) -> bool {
+        if self.end_seen || !self.rx.is_closed() {
+            return false;
+        }
+        // Every sender is gone: what is still in the channel is all there
+        // will ever be (at most its capacity). Without an End in it, the
+        // download was given up.
+        while let Ok(msg) = self.rx.try_recv() {
+            self.end_seen |= matches!(msg, Msg::End);
+            self.queued.push_back(msg);
+        }
+        !self.end_seen
+    }
+
+    fn next(&mut self) -> Option<Msg> {
+        let msg = match self.queued.pop_front() {
+            Some(msg) => Some(msg),
+            None => self.rx.blocking_recv(),
+        };
+        self.end_seen |= matches!(msg, Some(Msg::End));
+        msg
+    }
+}
+
 /// Reads the download channel as a byte stream.
 pub(crate) struct ChannelReader {
-    rx: mpsc::Receiver<Msg>,
+    channel: Arc<Mutex<Channel>>,
     current: Bytes,
     ended: bool,
 }
@@ -87,10 +177,20 @@ pub(crate) struct ChannelReader {
 impl ChannelReader {
     pub(crate) fn new(rx: mpsc::Receiver<Msg>) -> ChannelReader {
         ChannelReader {
-            rx,
+            channel: Arc::new(Mutex::new(Channel {
+                rx,
+                queued: VecDeque::new(),
+                end_seen: false,
+            })),
             current: Bytes::new(),
             ended: false,
         }
+    }
+}
+
+impl Source for ChannelReader {
+    fn abort_probe(&self) -> AbortProbe {
+        AbortProbe(Some(self.channel.clone()))
     }
 }
 
@@ -105,7 +205,14 @@ impl Read for ChannelReader {
             if self.ended {
                 return Ok(0);
             }
-            match self.rx.blocking_recv() {
+            // Only this thread locks it (the probe runs here too), so the
+            // blocking receive holds it without harm.
+            let msg = self
+                .channel
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .next();
+            match msg {
                 Some(Msg::Data(bytes)) => self.current = bytes,
                 Some(Msg::End) => self.ended = true,
                 None => return Err(io::Error::other("download aborted")),
@@ -125,10 +232,20 @@ struct BlobReader<'a, R> {
     eof: bool,
     sink: Option<&'a mut File>,
     progress: &'a Progress,
+    cancelled: &'a dyn Fn() -> bool,
+    limits: &'a UnpackLimits,
+    /// Bytes stored since the free space was last checked.
+    written: std::cell::Cell<u64>,
+    /// The free-space reserve was reached while storing the blob.
+    no_space: Option<String>,
 }
 
 impl<R: Read> Read for BlobReader<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if (self.cancelled)() {
+            self.failed = true;
+            return Err(io::Error::other("unpacking cancelled"));
+        }
         let n = match self.inner.read(buf) {
             Ok(n) => n,
             Err(e) => {
@@ -147,6 +264,14 @@ impl<R: Read> Read for BlobReader<'_, R> {
         }
         self.hasher.update(&buf[..n]);
         if let Some(sink) = self.sink.as_mut() {
+            use std::os::fd::AsFd;
+            match check_free_space(sink.as_fd(), self.limits, &self.written, n as u64)? {
+                Ok(()) => {}
+                Err(why) => {
+                    self.no_space = Some(why.clone());
+                    return Err(io::Error::other(why));
+                }
+            }
             sink.write_all(&buf[..n])?;
         }
         self.progress.touch();
@@ -168,19 +293,56 @@ impl<R: Read> Read for DiffReader<R> {
     }
 }
 
-/// Unpacks `src` into snapshot `job.chain_id`; with `store_blob`, also keeps
-/// the compressed bytes as blob `job.digest`. Returns the snapshot's usage.
+/// [`run_limited`] with the default [`UnpackLimits`]. The store still
+/// calls this one; once it passes its configured limits to `run_limited`,
+/// this goes.
 pub(crate) fn run(
     job: &LayerJob,
-    src: impl Read,
+    src: impl Source,
     store_blob: bool,
     paths: &Paths,
     progress: &Progress,
+) -> Result<Usage, Error> {
+    run_limited(
+        job,
+        src,
+        store_blob,
+        paths,
+        progress,
+        &UnpackLimits::default(),
+    )
+}
+
+/// Unpacks `src` into snapshot `job.chain_id` within `limits`; with
+/// `store_blob`, also keeps the compressed bytes as blob `job.digest`.
+/// Returns the snapshot's usage. Stops early, leaving nothing, once
+/// `progress` is cancelled or the download behind `src` is dropped.
+pub(crate) fn run_limited(
+    job: &LayerJob,
+    src: impl Source,
+    store_blob: bool,
+    paths: &Paths,
+    progress: &Progress,
+    limits: &UnpackLimits,
 ) -> Result<Usage, Error> {
     let io_err = |op, path: &Path| {
         let path = path.to_path_buf();
         move |e| Error::io(op, path, e)
     };
+    if job.size > limits.max_layer_bytes {
+        return Err(Error::bad(
+            &job.reference,
+            &job.digest,
+            format!(
+                "layer refused: the manifest gives it {}, more than the limit of {} \
+                 (unpack limit max_layer_bytes)",
+                show_bytes(job.size),
+                show_bytes(limits.max_layer_bytes)
+            ),
+        ));
+    }
+    let probe = src.abort_probe();
+    let cancelled = || progress.is_cancelled() || probe.aborted();
     let tmp_dir = tempfile::Builder::new()
         .prefix(TMP_PREFIX)
         .tempdir_in(&paths.snapshots)
@@ -208,9 +370,26 @@ pub(crate) fn run(
         eof: false,
         sink: tmp_blob.as_mut().map(|t| t.as_file_mut()),
         progress,
+        cancelled: &cancelled,
+        limits,
+        written: std::cell::Cell::new(u64::MAX),
+        no_space: None,
     };
-    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner);
+    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner, limits, &cancelled);
     let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
+    if matches!(unpacked, Err(UnpackError::Cancelled)) || cancelled() {
+        return Err(Error::Internal(format!(
+            "{}: layer {}: download aborted (the pull failed or timed out); unpacking stopped",
+            job.reference, job.digest
+        )));
+    }
+    if let Some(why) = blob.no_space.take() {
+        return Err(Error::io(
+            "store blob in",
+            &paths.ingest,
+            io::Error::new(io::ErrorKind::StorageFull, why),
+        ));
+    }
     if blob.failed {
         return Err(Error::Internal(format!(
             "{}: layer {}: download aborted",
@@ -233,6 +412,13 @@ pub(crate) fn run(
         Ok(diff_id) => diff_id,
         Err(UnpackError::Io { entry, op, source }) => {
             return Err(Error::io(op, fs_dir.join(entry), source));
+        }
+        Err(UnpackError::NoSpace { entry, reason }) => {
+            return Err(Error::io(
+                "unpack",
+                fs_dir.join(entry),
+                io::Error::new(io::ErrorKind::StorageFull, reason),
+            ));
         }
         Err(e) => return Err(bad(format!("layer refused: {e}"))),
     };
@@ -281,6 +467,8 @@ fn unpack_stream<R: Read>(
     src: &mut R,
     fs_dir: &Path,
     same_owner: bool,
+    limits: &UnpackLimits,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<String, UnpackError> {
     let mut applier = Applier::new(fs_dir, same_owner).map_err(|e| UnpackError::Io {
         entry: fs_dir.to_path_buf(),
@@ -301,15 +489,13 @@ fn unpack_stream<R: Read>(
             inner: decoded,
             hasher: Sha256::new(),
         };
-        {
-            let mut archive = tar::Archive::new(&mut diff);
-            applier.apply_all(&mut archive)?;
-        }
-        // The tar end blocks and any padding count for the diff id.
-        io::copy(&mut diff, &mut io::sink()).map_err(UnpackError::Read)?;
+        // Reads the tar to its end: the end blocks and any padding count for
+        // the diff id.
+        applier.apply_stream(&mut diff, limits, cancelled)?;
         content::finish_digest(diff.hasher)
     };
-    // Anything after the compressed stream still counts for the digest.
+    // Anything after the compressed stream still counts for the digest
+    // (bounded by the manifest's size, itself within the limits).
     io::copy(src, &mut io::sink()).map_err(UnpackError::Read)?;
     Ok(diff_id)
 }
@@ -361,6 +547,24 @@ mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
+    /// `run_limited` with the default limits, as the store runs it.
+    fn run_default(
+        job: &LayerJob,
+        src: impl Source,
+        store_blob: bool,
+        paths: &Paths,
+        progress: &Progress,
+    ) -> Result<Usage, Error> {
+        run_limited(
+            job,
+            src,
+            store_blob,
+            paths,
+            progress,
+            &UnpackLimits::default(),
+        )
+    }
+
     fn gz_tar(files: &[(&str, &[u8])]) -> (Vec<u8>, String) {
         let mut b = tar::Builder::new(Vec::new());
         for (path, data) in files {
@@ -409,7 +613,7 @@ mod tests {
         let (_dir, paths) = setup();
         let (blob, diff_id) = gz_tar(&[("etc/hostname", b"berth\n")]);
         let j = job(&blob, &diff_id);
-        let usage = run(&j, &blob[..], true, &paths, &Progress::new()).unwrap();
+        let usage = run_default(&j, &blob[..], true, &paths, &Progress::new()).unwrap();
         assert!(usage.inodes >= 3);
         assert_eq!(std::fs::read(paths.blob(&j.digest)).unwrap(), blob);
         assert_eq!(
@@ -426,24 +630,24 @@ mod tests {
 
         let mut j = job(&blob, &diff_id);
         j.digest = content::sha256_digest(b"something else");
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert!(e.to_string().contains("digest mismatch"), "{e}");
         assert_empty(&paths);
 
         let mut j = job(&blob, &diff_id);
         j.size -= 1;
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert!(e.to_string().contains("larger"), "{e}");
         assert_empty(&paths);
 
         let j = job(&blob, &diff_id);
-        let e = run(&j, &blob[..blob.len() - 5], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..blob.len() - 5], true, &paths, &progress).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert_empty(&paths);
 
         let j = job(&blob, &content::sha256_digest(b"other tar"));
-        let e = run(&j, &blob[..], true, &paths, &progress).unwrap_err();
+        let e = run_default(&j, &blob[..], true, &paths, &progress).unwrap_err();
         assert!(e.to_string().contains("the config says"), "{e}");
         assert_empty(&paths);
     }
@@ -464,7 +668,7 @@ mod tests {
         b.append(&h, &b"x"[..]).unwrap();
         let tar = b.into_inner().unwrap();
         let j = job(&tar, &content::sha256_digest(&tar));
-        let e = run(&j, &tar[..], true, &paths, &Progress::new()).unwrap_err();
+        let e = run_default(&j, &tar[..], true, &paths, &Progress::new()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::DataLoss);
         assert!(e.to_string().contains(".."), "{e}");
         assert_empty(&paths);
@@ -481,8 +685,158 @@ mod tests {
         tx.try_send(Msg::Data(Bytes::copy_from_slice(&blob[..10])))
             .unwrap();
         drop(tx);
-        let e = run(&j, ChannelReader::new(rx), true, &paths, &Progress::new()).unwrap_err();
+        let e =
+            run_default(&j, ChannelReader::new(rx), true, &paths, &Progress::new()).unwrap_err();
         assert!(e.to_string().contains("aborted"), "{e}");
         assert_empty(&paths);
     }
+
+    fn gz(bytes: &[u8]) -> Vec<u8> {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    }
+
+    /// Peak resident memory of this test process, in bytes.
+    fn peak_rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+
+    /// The issue's layer: a gzip of under 100 bytes whose GNU sparse entry
+    /// is 1 TiB of zeros.
+    fn tib_bomb() -> (Vec<u8>, String) {
+        let tar = crate::unpack::tests::sparse_tar("zeros", 1 << 40, &[]);
+        let blob = gz(&tar);
+        assert!(blob.len() < 100, "{} bytes", blob.len());
+        (blob, content::sha256_digest(&tar))
+    }
+
+    #[test]
+    fn a_tiny_layer_of_1_tib_of_zeros_is_refused_at_once() {
+        let (dir, paths) = setup();
+        let (blob, diff_id) = tib_bomb();
+        let j = job(&blob, &diff_id);
+        let started = Instant::now();
+        let e = run_default(&j, &blob[..], true, &paths, &Progress::new()).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        let msg = e.to_string();
+        assert!(msg.contains(&j.digest), "{msg}");
+        assert!(
+            msg.contains("max_layer_bytes") && msg.contains("64 GiB"),
+            "{msg}"
+        );
+        assert_empty(&paths);
+        let used = crate::unpack::tests::du(dir.path());
+        assert!(used < 1 << 20, "{used} bytes used");
+        assert!(peak_rss() < 512 << 20, "peak RSS {}", peak_rss());
+    }
+
+    #[test]
+    fn limit_errors_name_the_layer_and_the_limit() {
+        let (_dir, paths) = setup();
+        let big = vec![7u8; 3 << 20];
+        let (blob, diff_id) = gz_tar(&[("big", &big)]);
+        let j = job(&blob, &diff_id);
+        let limits = UnpackLimits {
+            max_layer_bytes: 2 << 20,
+            ..UnpackLimits::default()
+        };
+        let e = run_limited(&j, &blob[..], true, &paths, &Progress::new(), &limits).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        let msg = e.to_string();
+        assert!(msg.contains(&j.digest), "{msg}");
+        assert!(
+            msg.contains("2097152 bytes (2 MiB)") && msg.contains("max_layer_bytes"),
+            "{msg}"
+        );
+        assert_empty(&paths);
+
+        // A manifest size beyond the limit is refused before a byte is read.
+        let mut j = job(&blob, &diff_id);
+        j.size = 3 << 20;
+        let e = run_limited(&j, io::empty(), true, &paths, &Progress::new(), &limits).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss);
+        assert!(e.to_string().contains("the manifest gives it"), "{e}");
+        assert_empty(&paths);
+    }
+
+    #[test]
+    fn the_free_space_reserve_fails_the_layer_as_a_local_error() {
+        let Some(fs) = crate::unpack::tests::FullFs::new() else {
+            return;
+        };
+        let paths = Paths::new(&fs.dir.path().join("store"));
+        paths.create_dirs().unwrap();
+        let (blob, diff_id) = gz_tar(&[("a", b"a")]);
+        let j = job(&blob, &diff_id);
+        // Storing the blob, then (from a stored blob) unpacking.
+        for store_blob in [true, false] {
+            let e = run_default(&j, &blob[..], store_blob, &paths, &Progress::new()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Internal, "{e}");
+            assert!(e.to_string().contains("min_free_bytes"), "{e}");
+            assert_empty(&paths);
+        }
+    }
+
+    impl Source for io::Empty {}
+
+    /// Runs `run_limited` on a thread with limits that let the 1 TiB sparse
+    /// file through (minutes of reading zeros); returns its result, or None
+    /// if it did not end within 5 s of `stop` being called.
+    fn stopped_mid_layer<S: Source + Send + 'static>(
+        src: S,
+        stop: impl FnOnce(&Progress),
+    ) -> (Option<Result<Usage, Error>>, tempfile::TempDir, Paths) {
+        let (dir, paths) = setup();
+        let (blob, diff_id) = tib_bomb();
+        let j = job(&blob, &diff_id);
+        let progress = Arc::new(Progress::new());
+        let limits = UnpackLimits {
+            max_layer_bytes: 2 << 40,
+            ..UnpackLimits::default()
+        };
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (p2, paths2) = (progress.clone(), paths.clone());
+        std::thread::spawn(move || {
+            let r = run_limited(&j, src, true, &paths2, &p2, &limits);
+            let _ = done_tx.send(r);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // Busy with the holes, writing nothing.
+        assert!(done_rx.try_recv().is_err(), "ended before being stopped");
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+        stop(&progress);
+        let r = done_rx.recv_timeout(std::time::Duration::from_secs(5)).ok();
+        (r, dir, paths)
+    }
+
+    #[test]
+    fn a_dropped_download_stops_its_unpacker_mid_layer() {
+        let (blob, _) = tib_bomb();
+        let (tx, rx) = mpsc::channel(4);
+        tx.try_send(Msg::Data(Bytes::from(blob))).unwrap();
+        let mut tx = Some(tx);
+        // The pull fails or times out: its future, and the sender, go away.
+        let (r, dir, paths) = stopped_mid_layer(ChannelReader::new(rx), |_| drop(tx.take()));
+        let e = r.expect("the unpacker still runs").unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+        assert_empty(&paths);
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+    }
+
+    #[test]
+    fn a_cancelled_pull_stops_its_unpacker_mid_layer() {
+        let (blob, _) = tib_bomb();
+        let (r, dir, paths) = stopped_mid_layer(std::io::Cursor::new(blob), Progress::cancel);
+        let e = r.expect("the unpacker still runs").unwrap_err();
+        assert!(e.to_string().contains("aborted"), "{e}");
+        assert_empty(&paths);
+        assert!(crate::unpack::tests::du(dir.path()) < 1 << 20);
+    }
+
+    impl Source for std::io::Cursor<Vec<u8>> {}
 }

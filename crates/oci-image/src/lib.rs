@@ -35,4 +35,4 @@ pub use error::{Error, ErrorKind};
 pub use image::{Image, ImageConfig, Layer};
 pub use reference::Reference;
 pub use store::{FsUsage, GcRoots, ImageStore};
-pub use unpack::get_xattr;
+pub use unpack::{get_xattr, UnpackLimits};

@@ -16,11 +16,33 @@
 //! component is created with `*at` calls that do not follow it. Symlinks
 //! themselves may point anywhere: they are only resolved later, inside the
 //! container's root.
+//!
+//! Layers are applied while they download, before their digest can be
+//! checked, so a hostile registry controls every byte read here. What keeps a
+//! tiny blob from filling the disk or memory is [`UnpackLimits`], enforced on
+//! the uncompressed stream itself (see [`Meter`]):
+//!
+//! - the uncompressed tar stream, and the sum of the entries' sizes (sparse
+//!   files at their *apparent* size, holes included), are bounded per layer;
+//!   so is the number of entries;
+//! - the headers in front of one entry (PAX records, GNU long names, GNU
+//!   sparse maps), which the tar reader keeps in memory, are bounded per
+//!   entry; paths and link targets longer than `PATH_MAX` are refused;
+//! - GNU sparse files (type `S`) are written sparse: holes are not written
+//!   (data goes to its offset with `pwrite`) and the length is set at the
+//!   end, so they take the disk space of their data only. PAX sparse files (`GNU.sparse.*` records, formats 0.x
+//!   and 1.0) are refused: the tar crate does not decode them, and writing
+//!   them as plain files would give wrong contents;
+//! - a cancellation check (the pull failed or timed out) runs before every
+//!   read of the stream and between chunks of a sparse file's holes, so the
+//!   thread stops within one chunk of work.
 
+use std::cell::{Cell, RefCell};
 use std::ffi::{CString, OsStr, OsString};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
@@ -35,6 +57,141 @@ use nix::unistd::{fchown, fchownat, linkat, symlinkat, unlinkat, Gid, Uid, Unlin
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_MARKER: &str = ".wh..wh..opq";
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+/// Longest path or link target accepted (Linux `PATH_MAX`): longer ones
+/// cannot be used inside the container anyway.
+const MAX_PATH: usize = 4096;
+/// Bytes of directory paths kept to set directory mtimes at the end; beyond
+/// that (far more directories than any real layer) a directory's mtime is
+/// set at once and may be moved by children written after it.
+const MAX_DIR_TIMES_BYTES: usize = 64 << 20;
+/// Chunk in which file data is copied (sparse holes are read as zeros).
+const COPY_CHUNK: usize = 1 << 20;
+
+/// Bounds on what one layer may expand to, with defaults no real image
+/// reaches. Layers are unpacked before their digest is verified: these
+/// bounds are what makes that safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UnpackLimits {
+    /// Most bytes of one layer, counted three ways, each bounded by this:
+    /// the compressed blob (the manifest's size), the uncompressed tar
+    /// stream, and the sum of the entries' sizes, where a sparse file counts
+    /// at its apparent size, holes included. Default 64 GiB.
+    pub max_layer_bytes: u64,
+    /// Most entries (files, directories, links, …) in one layer.
+    /// Default 2 Mi (2,097,152).
+    pub max_entries: u64,
+    /// Most bytes of headers in front of one entry: its PAX records, GNU
+    /// long name and link name, and GNU sparse map, which the tar reader
+    /// holds in memory. Default 1 MiB.
+    pub max_entry_header_bytes: u64,
+    /// Space the store's file system keeps free (at most 5% of its size, for
+    /// small file systems): unpacking and storing the blob fail once less is
+    /// left, checked at the first write of a layer and every 16 MiB after.
+    /// 5% of the inodes are kept free too (checked every 64 Ki entries).
+    /// Whatever the other bounds allow, a pull never fills the disk.
+    /// Default 1 GiB; 0 turns both checks off.
+    pub min_free_bytes: u64,
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits {
+            max_layer_bytes: 64 << 30,
+            max_entries: 2 << 20,
+            max_entry_header_bytes: 1 << 20,
+            min_free_bytes: 1 << 30,
+        }
+    }
+}
+
+impl UnpackLimits {
+    /// Refuses bounds that would refuse every layer.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.max_layer_bytes == 0 || self.max_entries == 0 {
+            return Err("unpack limits max_layer_bytes and max_entries must be above 0".into());
+        }
+        if self.max_entry_header_bytes < 64 << 10 {
+            return Err(format!(
+                "unpack limit max_entry_header_bytes must be at least 65536 \
+                 (a PAX header with a {MAX_PATH}-byte path and xattrs), not {}",
+                self.max_entry_header_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes written between two checks of the free space.
+const FREE_CHECK_EVERY: u64 = 16 << 20;
+
+/// Checks that the file system of `fd` keeps `limits.min_free_bytes` free,
+/// at the first call and then every [`FREE_CHECK_EVERY`] bytes written
+/// (`written` carries the count between calls, `u64::MAX` at first).
+pub(crate) fn check_free_space(
+    fd: BorrowedFd<'_>,
+    limits: &UnpackLimits,
+    written: &Cell<u64>,
+    n: u64,
+) -> io::Result<std::result::Result<(), String>> {
+    if limits.min_free_bytes == 0 {
+        return Ok(Ok(()));
+    }
+    let since = written.get().saturating_add(n);
+    if since < FREE_CHECK_EVERY {
+        written.set(since);
+        return Ok(Ok(()));
+    }
+    written.set(0);
+    let st = nix::sys::statvfs::fstatvfs(fd)?;
+    let frsize = st.fragment_size() as u64;
+    let free = (st.blocks_available() as u64).saturating_mul(frsize);
+    let size = (st.blocks() as u64).saturating_mul(frsize);
+    let reserve = limits.min_free_bytes.min(size / 20);
+    if free < reserve {
+        return Ok(Err(format!(
+            "the store's file system has {} free, less than the {} it must keep \
+             (unpack limit min_free_bytes, at most 5% of the file system)",
+            show_bytes(free),
+            show_bytes(reserve)
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// Entries created between two checks of the free inodes.
+const INODE_CHECK_EVERY: u64 = 64 << 10;
+
+/// Checks that the file system of `fd` keeps 5% of its inodes free (file
+/// systems that make inodes on demand report none and pass). Off, like the
+/// space reserve, when `limits.min_free_bytes` is 0.
+pub(crate) fn check_free_inodes(
+    fd: BorrowedFd<'_>,
+    limits: &UnpackLimits,
+) -> io::Result<std::result::Result<(), String>> {
+    if limits.min_free_bytes == 0 {
+        return Ok(Ok(()));
+    }
+    let st = nix::sys::statvfs::fstatvfs(fd)?;
+    let (files, free) = (st.files() as u64, st.files_available() as u64);
+    if files > 0 && free < files / 20 {
+        return Ok(Err(format!(
+            "the store's file system has {free} of {files} inodes free, less than the 5% \
+             it must keep (unpack limit min_free_bytes, 0 turns this off)"
+        )));
+    }
+    Ok(Ok(()))
+}
+
+/// `n` bytes, with a binary unit when it is a round one (for errors).
+pub(crate) fn show_bytes(n: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{n} bytes ({} {unit})", n >> shift);
+        }
+    }
+    format!("{n} bytes")
+}
 
 /// Why a layer could not be applied.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +210,16 @@ pub(crate) enum UnpackError {
     /// download behind it failed).
     #[error("reading the layer: {0}")]
     Read(io::Error),
+    /// The layer expands beyond one of the [`UnpackLimits`].
+    #[error("{0}")]
+    Limit(String),
+    /// The pull this layer belongs to failed or timed out.
+    #[error("unpacking cancelled: the pull failed or timed out")]
+    Cancelled,
+    /// The store's file system reached its free-space reserve
+    /// ([`UnpackLimits::min_free_bytes`]) while writing `entry`.
+    #[error("entry {}: {reason}", entry.display())]
+    NoSpace { entry: PathBuf, reason: String },
 }
 
 type Result<T> = std::result::Result<T, UnpackError>;
@@ -71,8 +238,14 @@ pub(crate) struct Applier {
     root: OwnedFd,
     /// chown entries to their owners (needs root); otherwise keep ours.
     same_owner: bool,
-    /// Directories whose mtime is set at the end (writing children changes it).
-    dir_times: Vec<(Vec<OsString>, TimeSpec)>,
+    /// Directories whose mtime is set at the end (writing children changes
+    /// it), and the bytes of their paths (bounded by `MAX_DIR_TIMES_BYTES`).
+    dir_times: Vec<(PathBuf, TimeSpec)>,
+    dir_times_bytes: usize,
+    /// Reused buffers: one to copy file data through, one of zeros to tell
+    /// sparse holes by (a slice comparison is a `memcmp`, fast in any build).
+    copy_buf: Vec<u8>,
+    zeros: Vec<u8>,
     /// The last parent directory opened, to spare syscalls for its siblings.
     cached_parent: Option<(Vec<OsString>, OwnedFd)>,
 }
@@ -120,26 +293,125 @@ impl Applier {
             root,
             same_owner,
             dir_times: Vec::new(),
+            dir_times_bytes: 0,
+            copy_buf: Vec::new(),
+            zeros: Vec::new(),
             cached_parent: None,
         })
     }
 
-    /// Applies every entry of `archive`, then the directory mtimes.
-    pub(crate) fn apply_all<R: Read>(&mut self, archive: &mut tar::Archive<R>) -> Result<()> {
-        let entries = archive.entries().map_err(UnpackError::Read)?;
-        for entry in entries {
-            let mut entry = entry.map_err(UnpackError::Read)?;
-            self.apply(&mut entry)?;
-        }
+    /// Applies every entry of the tar stream `src`, then the directory
+    /// mtimes; reads `src` to its end (the end blocks and any padding), all
+    /// within `limits`. `cancelled` is asked before every read of `src` and
+    /// between chunks of sparse holes: once it says yes, this stops with
+    /// [`UnpackError::Cancelled`].
+    pub(crate) fn apply_stream<R: Read>(
+        &mut self,
+        src: &mut R,
+        limits: &UnpackLimits,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let meter = Meter::new(limits, cancelled);
+        let mut metered = Metered {
+            inner: src,
+            meter: &meter,
+        };
+        let applied = self.apply_entries(&mut metered, &meter);
+        let applied = applied.and_then(|()| {
+            // The tar end blocks and anything after them are read too (they
+            // count for the diff id), through the same bounds.
+            io::copy(&mut metered, &mut io::sink())
+                .map(drop)
+                .map_err(UnpackError::Read)
+        });
+        applied.map_err(|e| meter.explain(e))?;
         self.finish()
     }
 
+    fn apply_entries<R: Read>(&mut self, src: &mut R, meter: &Meter<'_>) -> Result<()> {
+        let limits = meter.limits;
+        let mut archive = tar::Archive::new(src);
+        let mut entries = archive.entries().map_err(UnpackError::Read)?;
+        let (mut count, mut apparent) = (0u64, 0u64);
+        loop {
+            // Everything the parser reads now is headers of the next entry.
+            meter.headers_start();
+            let next = entries.next();
+            meter.headers_end();
+            let Some(entry) = next else { break };
+            let mut entry = entry.map_err(UnpackError::Read)?;
+            count += 1;
+            if count % INODE_CHECK_EVERY == 1 {
+                let path = PathBuf::from(OsStr::from_bytes(&entry.path_bytes()));
+                match check_free_inodes(self.root.as_fd(), &limits) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(reason)) => {
+                        return Err(UnpackError::NoSpace {
+                            entry: path,
+                            reason,
+                        })
+                    }
+                    Err(e) => {
+                        return Err(UnpackError::Io {
+                            entry: path,
+                            op: "statvfs",
+                            source: e,
+                        })
+                    }
+                }
+            }
+            if count > limits.max_entries {
+                return Err(UnpackError::Limit(format!(
+                    "the layer has more than {} entries (unpack limit max_entries)",
+                    limits.max_entries
+                )));
+            }
+            apparent = apparent.saturating_add(entry.size());
+            if apparent > limits.max_layer_bytes {
+                let path = entry.path_bytes();
+                return Err(UnpackError::Limit(format!(
+                    "entry {}: its size of {} brings the layer's files beyond the limit of {} \
+                     (unpack limit max_layer_bytes; sparse files count at their apparent size)",
+                    String::from_utf8_lossy(&path),
+                    show_bytes(entry.size()),
+                    show_bytes(limits.max_layer_bytes)
+                )));
+            }
+            self.apply(&mut entry, meter)?;
+            // Data of entries that do not use it (a symlink with a size),
+            // read through the meter rather than skipped by the parser.
+            io::copy(&mut entry, &mut io::sink()).map_err(UnpackError::Read)?;
+        }
+        Ok(())
+    }
+
     /// Applies one entry.
-    pub(crate) fn apply<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<()> {
+    fn apply<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>, meter: &Meter<'_>) -> Result<()> {
         let path = entry
             .path()
             .map_err(|e| hostile(Path::new("?"), format!("bad path: {e}")))?
             .into_owned();
+        if path.as_os_str().len() > MAX_PATH {
+            let shown: String = path.to_string_lossy().chars().take(64).collect();
+            return Err(hostile(
+                Path::new(&format!("{shown}…")),
+                format!(
+                    "path of {} bytes, longer than {MAX_PATH}",
+                    path.as_os_str().len()
+                ),
+            ));
+        }
+        if let Some(link) = entry.link_name_bytes() {
+            if link.len() > MAX_PATH {
+                return Err(hostile(
+                    &path,
+                    format!(
+                        "link target of {} bytes, longer than {MAX_PATH}",
+                        link.len()
+                    ),
+                ));
+            }
+        }
         let comps = clean(&path)?;
         let kind = entry.header().entry_type();
         if matches!(
@@ -158,7 +430,7 @@ impl Applier {
                     source: e,
                 })?;
                 self.set_fd_meta(root.as_fd(), &meta, &path)?;
-                self.dir_times.push((Vec::new(), meta.mtime));
+                self.dir_times.push((PathBuf::new(), meta.mtime));
             }
             return Ok(());
         };
@@ -209,7 +481,14 @@ impl Applier {
                 }
                 let fd = open_nofollow_dir(parent, name).map_err(io_err(&path, "open dir"))?;
                 self.set_fd_meta(fd.as_fd(), &meta, &path)?;
-                self.dir_times.push((comps.clone(), meta.mtime));
+                let cost = path.as_os_str().len() + std::mem::size_of::<(PathBuf, TimeSpec)>();
+                if self.dir_times_bytes + cost <= MAX_DIR_TIMES_BYTES {
+                    self.dir_times_bytes += cost;
+                    self.dir_times.push((path.clone(), meta.mtime));
+                } else {
+                    futimens(fd.as_fd(), &meta.mtime, &meta.mtime)
+                        .map_err(io_err(&path, "set times"))?;
+                }
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 remove_non_dir(parent, name, &path)?;
@@ -224,8 +503,12 @@ impl Applier {
                     Mode::from_bits_truncate(0o600),
                 )
                 .map_err(io_err(&path, "create file"))?;
-                let mut file = std::fs::File::from(fd);
-                io::copy(entry, &mut file).map_err(UnpackError::Read)?;
+                let file = std::fs::File::from(fd);
+                if kind == tar::EntryType::GNUSparse {
+                    self.copy_sparse(entry, &file, meter, &path)?;
+                } else {
+                    self.copy_data(entry, &file, meter, &path)?;
+                }
                 self.set_fd_meta(file.as_fd(), &meta, &path)?;
                 futimens(file.as_fd(), &meta.mtime, &meta.mtime)
                     .map_err(io_err(&path, "set times"))?;
@@ -281,6 +564,12 @@ impl Applier {
                     e => io_err(&path, "link")(e),
                 })?;
             }
+            tar::EntryType::Char | tar::EntryType::Block if !self.same_owner => {
+                return Err(hostile(
+                    &path,
+                    "device node in a layer unpacked without root (refused)",
+                ));
+            }
             tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
                 let sflag = match kind {
                     tar::EntryType::Char => SFlag::S_IFCHR,
@@ -323,18 +612,87 @@ impl Applier {
         Ok(())
     }
 
+    /// Writes a regular file, keeping the free-space reserve.
+    fn copy_data<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        mut file: &std::fs::File,
+        meter: &Meter<'_>,
+        path: &Path,
+    ) -> Result<()> {
+        self.copy_buf.resize(COPY_CHUNK, 0);
+        loop {
+            let n = match entry.read(&mut self.copy_buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(UnpackError::Read(e)),
+            };
+            meter.check_space(file.as_fd(), n as u64, path)?;
+            io::Write::write_all(&mut file, &self.copy_buf[..n]).map_err(|e| UnpackError::Io {
+                entry: path.to_path_buf(),
+                op: "write",
+                source: e,
+            })?;
+        }
+    }
+
+    /// Writes a GNU sparse file: chunks of zeros (the holes, which the tar
+    /// reader hands out as zeros) are skipped, not written, and the length
+    /// is set at the end. Cancellation is checked between chunks, since
+    /// reading holes does not touch the stream.
+    fn copy_sparse<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        file: &std::fs::File,
+        meter: &Meter<'_>,
+        path: &Path,
+    ) -> Result<()> {
+        self.copy_buf.resize(COPY_CHUNK, 0);
+        self.zeros.resize(COPY_CHUNK, 0);
+        let buf = &mut self.copy_buf[..];
+        let mut pos = 0u64;
+        loop {
+            if (meter.cancelled)() {
+                return Err(UnpackError::Cancelled);
+            }
+            let n = match entry.read(buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(UnpackError::Read(e)),
+            };
+            let chunk = &buf[..n];
+            if chunk != &self.zeros[..n] {
+                meter.check_space(file.as_fd(), n as u64, path)?;
+                file.write_all_at(chunk, pos).map_err(|e| UnpackError::Io {
+                    entry: path.to_path_buf(),
+                    op: "write",
+                    source: e,
+                })?;
+            }
+            pos += n as u64;
+        }
+        file.set_len(pos).map_err(|e| UnpackError::Io {
+            entry: path.to_path_buf(),
+            op: "set length",
+            source: e,
+        })
+    }
+
     /// Sets the recorded directory mtimes (children are all written now).
     pub(crate) fn finish(&mut self) -> Result<()> {
         self.cached_parent = None;
         let times = std::mem::take(&mut self.dir_times);
-        for (comps, mtime) in times.iter().rev() {
-            let path: PathBuf = comps.iter().collect();
+        self.dir_times_bytes = 0;
+        for (path, mtime) in times.iter().rev() {
+            let comps = clean(path)?;
             match comps.split_last() {
                 None => {
-                    futimens(self.root.as_fd(), mtime, mtime).map_err(io_err(&path, "set times"))?
+                    futimens(self.root.as_fd(), mtime, mtime).map_err(io_err(path, "set times"))?
                 }
                 Some((name, parents)) => {
-                    let parent = self.open_dir(parents, false, &path)?;
+                    let parent = self.open_dir(parents, false, path)?;
                     utimensat(
                         parent.as_fd(),
                         name.as_os_str(),
@@ -342,7 +700,7 @@ impl Applier {
                         mtime,
                         UtimensatFlags::NoFollowSymlink,
                     )
-                    .map_err(io_err(&path, "set times"))?;
+                    .map_err(io_err(path, "set times"))?;
                 }
             }
         }
@@ -363,6 +721,15 @@ impl Applier {
             for ext in exts {
                 let ext = ext.map_err(|e| bad("PAX record", e))?;
                 let Ok(key) = ext.key() else { continue };
+                if key.starts_with("GNU.sparse.") {
+                    return Err(hostile(
+                        path,
+                        format!(
+                            "PAX sparse file ({key} record) is not supported; \
+                             GNU sparse (type 'S') entries are"
+                        ),
+                    ));
+                }
                 if let Some(name) = key.strip_prefix("SCHILY.xattr.") {
                     if name.starts_with("trusted.overlay.") {
                         return Err(hostile(path, format!("xattr {name} would steer overlayfs")));
@@ -488,6 +855,109 @@ impl Applier {
     }
 }
 
+/// Counts the uncompressed tar stream as the tar parser reads it, and fails
+/// the read that crosses a limit (or comes after cancellation), so that the
+/// parser stops before it allocates or writes beyond the bounds. The error
+/// the parser then returns is replaced by the one recorded here.
+pub(crate) struct Meter<'a> {
+    limits: UnpackLimits,
+    cancelled: &'a dyn Fn() -> bool,
+    /// Bytes of the stream read so far.
+    read: Cell<u64>,
+    /// Where the parser started reading the next entry's headers; `None`
+    /// while an entry's data is read.
+    headers_from: Cell<Option<u64>>,
+    /// Why a read failed on purpose.
+    tripped: RefCell<Option<UnpackError>>,
+    /// Bytes written since the free space was last checked.
+    written: Cell<u64>,
+}
+
+impl<'a> Meter<'a> {
+    fn new(limits: &UnpackLimits, cancelled: &'a dyn Fn() -> bool) -> Meter<'a> {
+        Meter {
+            limits: *limits,
+            cancelled,
+            read: Cell::new(0),
+            headers_from: Cell::new(None),
+            tripped: RefCell::new(None),
+            written: Cell::new(u64::MAX),
+        }
+    }
+
+    /// Before `n` more bytes are written to `fd`: the free-space reserve.
+    fn check_space(&self, fd: BorrowedFd<'_>, n: u64, path: &Path) -> Result<()> {
+        match check_free_space(fd, &self.limits, &self.written, n) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(UnpackError::NoSpace {
+                entry: path.to_path_buf(),
+                reason: why,
+            }),
+            Err(e) => Err(UnpackError::Io {
+                entry: path.to_path_buf(),
+                op: "statvfs",
+                source: e,
+            }),
+        }
+    }
+
+    fn headers_start(&self) {
+        self.headers_from.set(Some(self.read.get()));
+    }
+
+    fn headers_end(&self) {
+        self.headers_from.set(None);
+    }
+
+    fn trip(&self, why: UnpackError) -> io::Error {
+        let msg = why.to_string();
+        self.tripped.borrow_mut().get_or_insert(why);
+        io::Error::other(msg)
+    }
+
+    /// The recorded reason, if a read was failed on purpose, else `e`.
+    fn explain(&self, e: UnpackError) -> UnpackError {
+        // Once a read failed on purpose, whatever the parser made of it
+        // follows from that.
+        self.tripped.borrow_mut().take().unwrap_or(e)
+    }
+}
+
+/// The stream under the tar parser, read through a [`Meter`].
+struct Metered<'m, 'a, R> {
+    inner: R,
+    meter: &'m Meter<'a>,
+}
+
+impl<R: Read> Read for Metered<'_, '_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let m = self.meter;
+        if (m.cancelled)() {
+            return Err(m.trip(UnpackError::Cancelled));
+        }
+        let n = self.inner.read(buf)?;
+        let read = m.read.get() + n as u64;
+        m.read.set(read);
+        if read > m.limits.max_layer_bytes {
+            return Err(m.trip(UnpackError::Limit(format!(
+                "the uncompressed layer is larger than the limit of {} (unpack limit max_layer_bytes)",
+                show_bytes(m.limits.max_layer_bytes)
+            ))));
+        }
+        if let Some(from) = m.headers_from.get() {
+            if read - from > m.limits.max_entry_header_bytes {
+                return Err(m.trip(UnpackError::Limit(format!(
+                    "the headers of the entry at offset {from} of the tar stream (PAX records, \
+                     long names, sparse map) are larger than the limit of {} \
+                     (unpack limit max_entry_header_bytes)",
+                    show_bytes(m.limits.max_entry_header_bytes)
+                ))));
+            }
+        }
+        Ok(n)
+    }
+}
+
 fn uid(id: u64, path: &Path) -> Result<Uid> {
     u32::try_from(id)
         .map(Uid::from_raw)
@@ -574,7 +1044,7 @@ pub fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 
@@ -657,8 +1127,16 @@ mod tests {
             self.dir.path().join("root")
         }
         fn apply(&self, tar_bytes: &[u8]) -> Result<()> {
+            self.apply_with(tar_bytes, &UnpackLimits::default(), &|| false)
+        }
+        fn apply_with(
+            &self,
+            mut tar_bytes: &[u8],
+            limits: &UnpackLimits,
+            cancelled: &dyn Fn() -> bool,
+        ) -> Result<()> {
             let mut applier = Applier::new(&self.root(), is_root()).unwrap();
-            applier.apply_all(&mut tar::Archive::new(tar_bytes))
+            applier.apply_stream(&mut tar_bytes, limits, cancelled)
         }
         /// Everything outside `root/` is as the sandbox made it.
         fn assert_outside_untouched(&self) {
@@ -922,5 +1400,402 @@ mod tests {
         if let Some(v) = get_xattr(&root.join("tagged"), "user.berth") {
             assert_eq!(v, b"yes");
         }
+    }
+
+    /// A GNU sparse (type 'S') entry `name` of apparent size `real_size`
+    /// with data `blocks` (offset, bytes; every block but the last a multiple
+    /// of 512 bytes, at most 3 of them), as a whole tar.
+    pub(crate) fn sparse_tar(name: &str, real_size: u64, blocks: &[(u64, &[u8])]) -> Vec<u8> {
+        assert!(blocks.len() <= 3);
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNUSparse);
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_000_000);
+        h.set_path(name).unwrap();
+        let mut data = Vec::new();
+        {
+            let gnu = h.as_gnu_mut().unwrap();
+            for (i, (off, bytes)) in blocks.iter().enumerate() {
+                gnu.sparse[i].set_offset(*off);
+                gnu.sparse[i].set_length(bytes.len() as u64);
+                data.extend_from_slice(bytes);
+            }
+            // GNU tar ends the map with an empty block at the apparent size.
+            gnu.sparse[blocks.len()].set_offset(real_size);
+            gnu.sparse[blocks.len()].set_length(0);
+            gnu.set_real_size(real_size);
+        }
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        let mut b = tar::Builder::new(Vec::new());
+        b.append(&h, &data[..]).unwrap();
+        b.into_inner().unwrap()
+    }
+
+    /// Disk space used under `dir` (like `du -s`, in bytes).
+    pub(crate) fn du(dir: &Path) -> u64 {
+        let mut total = 0;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            let md = std::fs::symlink_metadata(&d).unwrap();
+            total += md.blocks() * 512;
+            if md.is_dir() {
+                for e in std::fs::read_dir(&d).unwrap() {
+                    stack.push(e.unwrap().path());
+                }
+            }
+        }
+        total
+    }
+
+    fn assert_limit(r: Result<()>, needle: &str) -> String {
+        match r {
+            Err(UnpackError::Limit(msg)) | Err(UnpackError::NoSpace { reason: msg, .. }) => {
+                assert!(msg.contains(needle), "{msg:?} lacks {needle:?}");
+                msg
+            }
+            other => panic!("expected a limit error with {needle:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn gnu_sparse_files_are_written_sparse() {
+        let sb = Sandbox::new();
+        let a = [b'a'; 512];
+        let b = [b'b'; 100];
+        let size = 256 << 20;
+        let tar = sparse_tar("holes", size, &[(0, &a), (128 << 20, &b)]);
+        sb.apply(&tar).unwrap();
+        let path = sb.root().join("holes");
+        let md = std::fs::metadata(&path).unwrap();
+        assert_eq!(md.len(), size);
+        assert!(
+            md.blocks() * 512 <= 1 << 20,
+            "{} bytes allocated for 612 bytes of data",
+            md.blocks() * 512
+        );
+        let f = std::fs::File::open(&path).unwrap();
+        let at = |off: u64, len: usize| {
+            let mut v = vec![0u8; len];
+            f.read_exact_at(&mut v, off).unwrap();
+            v
+        };
+        assert_eq!(at(0, 512), a);
+        assert_eq!(at(512, 4096), vec![0u8; 4096]);
+        assert_eq!(at(128 << 20, 100), b);
+        assert_eq!(at((128 << 20) + 100, 4096), vec![0u8; 4096]);
+        assert_eq!(at(size - 4096, 4096), vec![0u8; 4096]);
+        assert!(du(&sb.root()) <= 1 << 20);
+    }
+
+    #[test]
+    fn a_sparse_file_of_1_tib_is_refused_at_once() {
+        let sb = Sandbox::new();
+        let tar = sparse_tar("bomb", 1 << 40, &[]);
+        let started = std::time::Instant::now();
+        let msg = assert_limit(sb.apply(&tar), "max_layer_bytes");
+        assert!(msg.contains("1 TiB") && msg.contains("64 GiB"), "{msg}");
+        assert!(msg.contains("bomb"), "{msg}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        assert!(du(sb.dir.path()) < 1 << 20, "{}", du(sb.dir.path()));
+    }
+
+    #[test]
+    fn cancellation_stops_a_sparse_file_mid_hole() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let sb = Sandbox::new();
+        // Within raised limits, 1 TiB of holes is minutes of reading zeros.
+        let limits = UnpackLimits {
+            max_layer_bytes: 2 << 40,
+            ..UnpackLimits::default()
+        };
+        let tar = sparse_tar("bomb", 1 << 40, &[]);
+        let flag = Arc::new(AtomicBool::new(false));
+        let setter = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                flag.store(true, Ordering::Relaxed);
+            })
+        };
+        let started = std::time::Instant::now();
+        let r = sb.apply_with(&tar, &limits, &|| flag.load(Ordering::Relaxed));
+        setter.join().unwrap();
+        assert!(matches!(r, Err(UnpackError::Cancelled)), "{r:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(du(sb.dir.path()) < 1 << 20, "{}", du(sb.dir.path()));
+    }
+
+    #[test]
+    fn pax_sparse_files_are_refused() {
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_pax_extensions([
+            ("GNU.sparse.major", b"1".as_slice()),
+            ("GNU.sparse.minor", b"0"),
+            ("GNU.sparse.name", b"bomb"),
+            ("GNU.sparse.realsize", b"1099511627776"),
+        ])
+        .unwrap();
+        let map = b"1\n1099511627775\n1\n";
+        let mut data = map.to_vec();
+        data.resize(512, 0);
+        data.push(b'x');
+        let mut h = header(tar::EntryType::Regular, data.len() as u64, 0o644);
+        h.set_path("GNUSparseFile.0/bomb").unwrap();
+        h.set_cksum();
+        b.append(&h, &data[..]).unwrap();
+        let sb = Sandbox::new();
+        match sb.apply(&b.into_inner().unwrap()) {
+            Err(UnpackError::Hostile { reason, .. }) => {
+                assert!(reason.contains("PAX sparse"), "{reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn entry_headers_are_bounded() {
+        // A 2 MiB PAX record (the tar reader would hold it in memory).
+        let big = vec![b'v'; 2 << 20];
+        let mut b = tar::Builder::new(Vec::new());
+        b.append_pax_extensions([("SCHILY.xattr.user.big", big.as_slice())])
+            .unwrap();
+        let mut h = header(tar::EntryType::Regular, 0, 0o644);
+        h.set_path("f").unwrap();
+        h.set_cksum();
+        b.append(&h, &b""[..]).unwrap();
+        let sb = Sandbox::new();
+        assert_limit(sb.apply(&b.into_inner().unwrap()), "max_entry_header_bytes");
+
+        // A 2 MiB GNU long name.
+        let name = "d/".repeat(1 << 20);
+        let mut h = header(tar::EntryType::GNULongName, name.len() as u64 + 1, 0o644);
+        set_raw_path(&mut h, "././@LongLink");
+        h.set_cksum();
+        let mut b = tar::Builder::new(Vec::new());
+        let mut data = name.into_bytes();
+        data.push(0);
+        b.append(&h, &data[..]).unwrap();
+        let mut h = header(tar::EntryType::Regular, 0, 0o644);
+        set_raw_path(&mut h, "short");
+        h.set_cksum();
+        b.append(&h, &b""[..]).unwrap();
+        let sb = Sandbox::new();
+        assert_limit(sb.apply(&b.into_inner().unwrap()), "max_entry_header_bytes");
+    }
+
+    #[test]
+    fn paths_longer_than_path_max_are_refused() {
+        let deep = format!("{}f", "d/".repeat(3000));
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = header(tar::EntryType::Regular, 1, 0o644);
+        b.append_data(&mut h, &deep, &b"x"[..]).unwrap();
+        let sb = Sandbox::new();
+        match sb.apply(&b.into_inner().unwrap()) {
+            Err(UnpackError::Hostile { reason, .. }) => {
+                assert!(reason.contains("longer than 4096"), "{reason}")
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        assert!(!sb.root().join("d").exists());
+    }
+
+    #[test]
+    fn entries_sizes_and_the_stream_are_bounded() {
+        let small = UnpackLimits {
+            max_layer_bytes: 1 << 20,
+            max_entries: 10,
+            ..UnpackLimits::default()
+        };
+        let names: Vec<String> = (0..11).map(|i| format!("f{i}")).collect();
+        let files: Vec<E<'_>> = names.iter().map(|n| E::File(n, b"x")).collect();
+        let sb = Sandbox::new();
+        assert_limit(
+            sb.apply_with(&build(&files), &small, &|| false),
+            "max_entries",
+        );
+        // Ten are fine.
+        let sb = Sandbox::new();
+        sb.apply_with(&build(&files[..10]), &small, &|| false)
+            .unwrap();
+
+        // One file bigger than the layer may be.
+        let big = vec![1u8; (1 << 20) + 1];
+        let sb = Sandbox::new();
+        let msg = assert_limit(
+            sb.apply_with(&build(&[E::File("big", &big)]), &small, &|| false),
+            "max_layer_bytes",
+        );
+        assert!(msg.contains("1 MiB"), "{msg}");
+        assert!(du(&sb.root()) < 64 << 10);
+
+        // An absurd size in a header that carries no data: refused before
+        // anything is read.
+        let mut h = header(tar::EntryType::Symlink, 1 << 50, 0o777);
+        set_raw_path(&mut h, "link");
+        set_raw_link(&mut h, "target");
+        h.set_cksum();
+        let mut tar = h.as_bytes().to_vec();
+        tar.extend_from_slice(&[0u8; 1024]);
+        let sb = Sandbox::new();
+        assert_limit(sb.apply(&tar), "max_layer_bytes");
+
+        // Zeros after the end of the archive count too.
+        let mut tar = build(&[E::File("a", b"a")]);
+        tar.resize(tar.len() + (2 << 20), 0);
+        let sb = Sandbox::new();
+        assert_limit(
+            sb.apply_with(&tar, &small, &|| false),
+            "uncompressed layer is larger",
+        );
+    }
+
+    /// A tmpfs of 8 MiB filled up to 256 KiB free (less than 5% of it);
+    /// unmounted on drop. None when not root.
+    pub(crate) struct FullFs {
+        pub(crate) dir: tempfile::TempDir,
+    }
+
+    impl FullFs {
+        pub(crate) fn new() -> Option<FullFs> {
+            if !is_root() {
+                eprintln!("skipped: mounting a tmpfs needs root");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            nix::mount::mount(
+                Some("tmpfs"),
+                dir.path(),
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some("size=8m"),
+            )
+            .unwrap();
+            let fs = FullFs { dir };
+            std::fs::write(
+                fs.dir.path().join("filler"),
+                vec![1u8; (8 << 20) - (256 << 10)],
+            )
+            .unwrap();
+            Some(fs)
+        }
+    }
+
+    impl Drop for FullFs {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+
+    #[test]
+    fn the_free_space_reserve_is_kept() {
+        let Some(fs) = FullFs::new() else { return };
+        let root = fs.dir.path().join("root");
+        let apply = |tar: &[u8], limits: &UnpackLimits| {
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir(&root).unwrap();
+            let mut applier = Applier::new(&root, is_root()).unwrap();
+            applier.apply_stream(&mut &tar[..], limits, &|| false)
+        };
+        let tar = build(&[E::File("a", b"a")]);
+        let limits = UnpackLimits::default();
+        assert_limit(apply(&tar, &limits), "min_free_bytes");
+        // Sparse data too.
+        let sparse = sparse_tar("s", 1 << 20, &[(4096, b"x")]);
+        assert_limit(apply(&sparse, &limits), "min_free_bytes");
+        // 0 turns it off.
+        let off = UnpackLimits {
+            min_free_bytes: 0,
+            ..limits
+        };
+        apply(&tar, &off).unwrap();
+        // With room, the default is fine.
+        std::fs::remove_file(fs.dir.path().join("filler")).unwrap();
+        apply(&tar, &limits).unwrap();
+        apply(&sparse, &limits).unwrap();
+    }
+
+    #[test]
+    fn the_inode_reserve_is_kept() {
+        if !is_root() {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=8m,nr_inodes=1000"),
+        )
+        .unwrap();
+        struct Umount<'a>(&'a Path);
+        impl Drop for Umount<'_> {
+            fn drop(&mut self) {
+                let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let _umount = Umount(dir.path());
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let filler = dir.path().join("filler");
+        std::fs::create_dir(&filler).unwrap();
+        for i in 0..970 {
+            std::fs::write(filler.join(i.to_string()), b"").unwrap();
+        }
+        let tar = build(&[E::File("a", b"a")]);
+        let mut applier = Applier::new(&root, is_root()).unwrap();
+        let r = applier.apply_stream(&mut &tar[..], &UnpackLimits::default(), &|| false);
+        assert_limit(r, "inodes");
+        std::fs::remove_dir_all(&filler).unwrap();
+        let mut applier = Applier::new(&root, is_root()).unwrap();
+        applier
+            .apply_stream(&mut &tar[..], &UnpackLimits::default(), &|| false)
+            .unwrap();
+    }
+
+    #[test]
+    fn limits_are_validated() {
+        assert!(UnpackLimits::default().validate().is_ok());
+        for bad in [
+            UnpackLimits {
+                max_entries: 0,
+                ..UnpackLimits::default()
+            },
+            UnpackLimits {
+                max_layer_bytes: 0,
+                ..UnpackLimits::default()
+            },
+            UnpackLimits {
+                max_entry_header_bytes: 512,
+                ..UnpackLimits::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn device_nodes_are_refused_without_root() {
+        let mut h = header(tar::EntryType::Block, 0, 0o600);
+        h.set_device_major(8).unwrap();
+        h.set_device_minor(0).unwrap();
+        set_raw_path(&mut h, "sda");
+        h.set_cksum();
+        let mut tar = h.as_bytes().to_vec();
+        tar.extend_from_slice(&[0u8; 1024]);
+        let sb = Sandbox::new();
+        let mut applier = Applier::new(&sb.root(), false).unwrap();
+        let r = applier.apply_stream(&mut &tar[..], &UnpackLimits::default(), &|| false);
+        assert_hostile(r);
+        assert!(std::fs::symlink_metadata(sb.root().join("sda")).is_err());
     }
 }

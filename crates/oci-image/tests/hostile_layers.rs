@@ -1,0 +1,261 @@
+//! Hostile layers through a real pull (docker-registry on 127.0.0.1): a gzip
+//! of under 100 bytes holding a GNU sparse file of 1 TiB, and a layer whose
+//! download stalls while its unpacker is busy with 60 GiB of sparse holes.
+//! The store lives on a small tmpfs made by the test, so that even a
+//! regression cannot fill the machine's disk: what the pull leaves on it is
+//! measured with statvfs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_oci_image::{ErrorKind, ImageStore, RegistryConfig};
+use support::images::{self, Pusher};
+use support::{names, Proxy, Registry};
+
+const OCI_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// A tmpfs of `size` mounted on a temp dir; unmounted (lazily) on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn new(size: &str) -> Tmpfs {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-tmpfs-")
+            .tempdir()
+            .unwrap();
+        nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+            Some(format!("size={size},mode=0700").as_str()),
+        )
+        .expect("mount tmpfs");
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    /// Bytes in use on it.
+    fn used(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(self.dir.path()).unwrap();
+        (st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64
+    }
+}
+
+/// The most bytes in use on a [`Tmpfs`] while it ran, sampled every
+/// millisecond by a thread of its own (writes to tmpfs run at GB/s: a
+/// regression fills 64 MiB in tens of milliseconds).
+struct Peak {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Peak {
+    fn start(fs: &Tmpfs) -> Peak {
+        let stop = Arc::new(AtomicBool::new(false));
+        let path = fs.path();
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                let st = nix::sys::statvfs::statvfs(&path).unwrap();
+                peak =
+                    peak.max((st.blocks() - st.blocks_free()) as u64 * st.fragment_size() as u64);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            peak
+        });
+        Peak { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(self.dir.path(), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// A tar with one GNU sparse (type 'S') entry `name` of apparent size
+/// `real_size` and no data (one hole), then `tail` as file `tail`.
+fn sparse_tar(name: &str, real_size: u64, tail: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::GNUSparse);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(1_704_067_200);
+    h.set_path(name).unwrap();
+    {
+        let gnu = h.as_gnu_mut().unwrap();
+        // GNU tar ends the map with an empty block at the apparent size.
+        gnu.sparse[0].set_offset(real_size);
+        gnu.sparse[0].set_length(0);
+        gnu.set_real_size(real_size);
+    }
+    h.set_size(0);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, &b""[..]).unwrap();
+    if !tail.is_empty() {
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_704_067_200);
+        h.set_size(tail.len() as u64);
+        b.append_data(&mut h, "tail", tail).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// Bytes that do not compress (xorshift).
+fn noise(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Pushes a one-layer image of `tar` as `repo:latest`; returns the layer's digest.
+async fn push(reg: &Registry, repo: &str, tar: Vec<u8>) -> (String, usize) {
+    let layer = images::layer(tar, OCI_GZIP);
+    let config = images::config(images::host_arch(), "", &[&layer]);
+    Pusher::new(&reg.addr, None)
+        .image(repo, Some("latest"), false, &config, &[&layer])
+        .await
+        .expect("push");
+    (images::digest(&layer.blob), layer.blob.len())
+}
+
+fn assert_nothing_left(root: &Path) {
+    assert!(names(&root.join("ingest")).is_empty(), "ingest left");
+    assert!(
+        names(&root.join("snapshots")).is_empty(),
+        "snapshots: {:?}",
+        names(&root.join("snapshots"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_layer_of_a_1_tib_sparse_file_is_refused() {
+    skip_unless_ready!();
+    let reg = Registry::start(None).await;
+    let (digest, blob_len) = push(
+        &reg,
+        "berth-test/sparse-bomb",
+        sparse_tar("zeros", 1 << 40, b""),
+    )
+    .await;
+    assert!(blob_len < 100, "{blob_len} bytes");
+    let fs = Tmpfs::new("64m");
+    let store = ImageStore::open(&fs.path(), RegistryConfig::default())
+        .await
+        .unwrap();
+    let before = fs.used();
+    let peak = Peak::start(&fs);
+    let started = Instant::now();
+    let e = store
+        .pull(&reg.image("berth-test/sparse-bomb:latest"), None)
+        .await
+        .unwrap_err();
+    let peak = peak.stop();
+    assert!(
+        peak < before + (1 << 20),
+        "{} bytes used at the peak",
+        peak - before
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.kind(), ErrorKind::DataLoss, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains(&digest), "{msg}");
+    assert!(
+        msg.contains("max_layer_bytes") && msg.contains("64 GiB") && msg.contains("1 TiB"),
+        "{msg}"
+    );
+    assert!(store.list().is_empty());
+    assert_nothing_left(&fs.path());
+    let grown = fs.used().saturating_sub(before);
+    assert!(grown < 1 << 20, "the store grew by {grown} bytes");
+    // Nor did it go to memory.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(hwm_kib < 512 << 10, "peak RSS {hwm_kib} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_download_stops_its_busy_unpacker() {
+    skip_unless_ready!();
+    let reg = Registry::start(None).await;
+    // 60 GiB of holes (within the default limit: seconds of reading zeros),
+    // then 2 MiB that does not compress, so the blob is still downloading
+    // when the proxy stalls.
+    let (_, blob_len) = push(
+        &reg,
+        "berth-test/sparse-slow",
+        sparse_tar("zeros", 60 << 30, &noise(2 << 20)),
+    )
+    .await;
+    assert!(blob_len > 1 << 20);
+    // Manifest and config fit in the first 64 KiB; the layer does not.
+    let proxy = Proxy::start(&reg.addr, support::STALL, 64 * 1024).await;
+    let fs = Tmpfs::new("64m");
+    let timeout = Duration::from_secs(2);
+    let cfg = RegistryConfig {
+        progress_timeout: timeout,
+        ..RegistryConfig::default()
+    };
+    let store = ImageStore::open(&fs.path(), cfg).await.unwrap();
+    let before = fs.used();
+    let peak = Peak::start(&fs);
+    let started = Instant::now();
+    let e = store
+        .pull(
+            &format!("{}/berth-test/sparse-slow:latest", proxy.addr),
+            None,
+        )
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let peak = peak.stop() - before;
+    eprintln!("pull answered after {took:?} ({peak} bytes used at the peak): {e}");
+    // What was downloaded before the stall (< 64 KiB), and no zeros.
+    assert!(peak < 1 << 20, "{peak} bytes used at the peak");
+    assert_eq!(e.kind(), ErrorKind::DeadlineExceeded, "{e}");
+    // The pull waits for its unpackers before it answers: it answers soon
+    // after the timeout only if the busy one stopped at once.
+    assert!(took < timeout + Duration::from_secs(3), "{took:?}");
+    assert!(store.list().is_empty());
+    assert_nothing_left(&fs.path());
+    let grown = fs.used().saturating_sub(before);
+    assert!(grown < 1 << 20, "the store grew by {grown} bytes");
+    // And it stays so: no thread is still writing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_nothing_left(&fs.path());
+}

@@ -18,6 +18,7 @@ PACKAGES=(
   containerd                   # benchmark peer only
   libc6-dev                    # libc.a: the release berth-shim links glibc statically
   ca-certificates
+  openssl                      # certificates for the TLS registry tests
   pkg-config
 )
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::Error;
+use crate::unpack::UnpackLimits;
 
 /// How images are fetched from registries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +58,8 @@ pub struct RegistryConfig {
         deserialize_with = "deserialize_duration"
     )]
     pub progress_timeout: Duration,
+    /// Bounds on what one layer may expand to (`[registry.unpack]`).
+    pub unpack: UnpackLimits,
 }
 
 /// The mirrors of one registry host.
@@ -80,6 +83,7 @@ impl Default for RegistryConfig {
             plain_http: Vec::new(),
             max_concurrent_downloads: 3,
             progress_timeout: Duration::from_secs(300),
+            unpack: UnpackLimits::default(),
         }
     }
 }
@@ -87,6 +91,7 @@ impl Default for RegistryConfig {
 impl RegistryConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), Error> {
+        self.unpack.validate().map_err(Error::Config)?;
         if self.max_concurrent_downloads == 0 {
             return Err(Error::Config(
                 "max_concurrent_downloads: must be at least 1".into(),

@@ -74,8 +74,6 @@ impl Progress {
 
     /// The pull failed or timed out: its unpacking threads stop at their
     /// next read or chunk, and clean up.
-    // Until the store calls it on a failed pull, only tests do.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn cancel(&self) {
         self.cancelled.store(true, Ordering::Relaxed);
     }
@@ -291,26 +289,6 @@ impl<R: Read> Read for DiffReader<R> {
         self.hasher.update(&buf[..n]);
         Ok(n)
     }
-}
-
-/// [`run_limited`] with the default [`UnpackLimits`]. The store still
-/// calls this one; once it passes its configured limits to `run_limited`,
-/// this goes.
-pub(crate) fn run(
-    job: &LayerJob,
-    src: impl Source,
-    store_blob: bool,
-    paths: &Paths,
-    progress: &Progress,
-) -> Result<Usage, Error> {
-    run_limited(
-        job,
-        src,
-        store_blob,
-        paths,
-        progress,
-        &UnpackLimits::default(),
-    )
 }
 
 /// Unpacks `src` into snapshot `job.chain_id` within `limits`; with

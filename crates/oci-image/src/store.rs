@@ -525,6 +525,7 @@ impl Inner {
             }
         };
         if result.is_err() {
+            progress.cancel();
             // Unpacking threads see their input vanish and clean up; wait so
             // that nothing of a failed pull is left when it answers.
             active.wait_idle(std::time::Duration::from_secs(60)).await;
@@ -715,7 +716,14 @@ impl Inner {
             let usage = tokio::task::spawn_blocking(move || {
                 let _guard = guard;
                 let file = File::open(&blob_path).map_err(|e| Error::io("open", &blob_path, e))?;
-                layer::run(&job, file, false, &inner.paths, &progress)
+                layer::run_limited(
+                    &job,
+                    file,
+                    false,
+                    &inner.paths,
+                    &progress,
+                    &inner.cfg.unpack,
+                )
             })
             .await
             .map_err(join_err)??;
@@ -737,12 +745,13 @@ impl Inner {
         let job2 = job.clone();
         let unpack = tokio::task::spawn_blocking(move || {
             let _guard = guard;
-            layer::run(
+            layer::run_limited(
                 &job2,
                 ChannelReader::new(rx),
                 true,
                 &inner.paths,
                 &progress2,
+                &inner.cfg.unpack,
             )
         });
         let mut received = 0u64;

@@ -17,8 +17,6 @@ pub trait Kind {
 pub trait StoreExt<M, S> {
     /// The object whose id is or uniquely starts with `id`.
     fn lookup(&self, id: &str) -> Result<Arc<Object<M, S>>, Error>;
-    /// Reserves `name` for `id`, or says who holds it.
-    fn reserve(&self, name: &str, id: &str) -> Result<(), Error>;
 }
 
 impl<M: Meta + Kind, S: Clone + Serialize + DeserializeOwned> StoreExt<M, S> for Store<M, S> {
@@ -29,17 +27,6 @@ impl<M: Meta + Kind, S: Clone + Serialize + DeserializeOwned> StoreExt<M, S> for
                 Error::InvalidArgument(format!("{} id prefix {p:?} is ambiguous", M::KIND))
             }
             LookupError::NotFound(id) => Error::NotFound { kind: M::KIND, id },
-        })
-    }
-
-    fn reserve(&self, name: &str, id: &str) -> Result<(), Error> {
-        self.reserve_name(name, id).map_err(|e| {
-            Error::AlreadyExists(format!(
-                "{} name {:?} is already in use by {}",
-                M::KIND,
-                e.name,
-                e.key
-            ))
         })
     }
 }

@@ -250,11 +250,12 @@ async fn bad_container_requests() {
             .code(),
         Code::InvalidArgument
     );
-    // A create that fails late (a host path that does not exist) leaves nothing.
+    // A create that fails late (a relative host path, refused by the spec
+    // generator after the rootfs is mounted) leaves nothing.
     let mut bad_mount = container("c", &["true"]);
     bad_mount.mounts = vec![v1::Mount {
         container_path: "/data".into(),
-        host_path: "/nonexistent/berth-test".into(),
+        host_path: "relative/berth-test".into(),
         ..Default::default()
     }];
     let err = create(&daemon, &pod, &pod_config, bad_mount)
@@ -279,6 +280,17 @@ async fn bad_container_requests() {
             .display()
             .to_string()
     ));
+    // A host path that does not exist is made as a directory, as
+    // containerd and CRI-O do for hostPath type "".
+    let missing = daemon.sandbox.path("hostpath-that-did-not-exist/data");
+    let mut new_dir = container("d", &["true"]);
+    new_dir.mounts = vec![v1::Mount {
+        container_path: "/data".into(),
+        host_path: missing.display().to_string(),
+        ..Default::default()
+    }];
+    create(&daemon, &pod, &pod_config, new_dir).await.unwrap();
+    assert!(missing.is_dir(), "{} was not created", missing.display());
     let id = create(&daemon, &pod, &pod_config, container("c", &["true"]))
         .await
         .unwrap();

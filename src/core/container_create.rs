@@ -9,7 +9,7 @@ use cri_api::v1;
 use prost::Message;
 
 use super::mechanisms::EventKind;
-use super::{new_id, now_nanos, Core};
+use super::{new_id, now_nanos, retry, Core};
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
 use crate::error::Error;
 use crate::failpoint;
@@ -18,7 +18,7 @@ use crate::sandbox::{Sandbox, SandboxState};
 use crate::undo::Undo;
 
 /// What CreateContainer is asked for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ContainerRequest {
     pub sandbox_id: String,
     pub config: v1::ContainerConfig,
@@ -49,6 +49,7 @@ impl Core {
         self: &Arc<Self>,
         req: ContainerRequest,
     ) -> Result<String, Error> {
+        let request = req.clone();
         let config = req.config;
         let md = config
             .metadata
@@ -84,7 +85,22 @@ impl Core {
             md.name, pod.name, pod.namespace, pod.uid, md.attempt
         );
         let id = new_id();
-        self.containers.reserve(&name, &id)?;
+        let reserve = || self.containers.reserve_name(&name, &id).map_err(|e| e.key);
+        if let Some(existing) = retry::reserve_or_join(
+            &self.containers_in_flight,
+            "container",
+            &name,
+            &request,
+            reserve,
+        )
+        .await?
+        {
+            return Ok(existing);
+        }
+        let running = self.containers_in_flight.begin(&name, &request, &id);
+        // The pod's lock: a RemovePodSandbox racing this call waits, and
+        // never leaves a container of a removed pod behind.
+        let _pod = sandbox.lifecycle.lock().await;
         let mut undo = Undo::new();
         {
             let core = self.clone();
@@ -97,7 +113,7 @@ impl Core {
         let info = image_info(&image);
         let meta = ContainerMeta {
             id: id.clone(),
-            name,
+            name: name.clone(),
             sandbox_id: sandbox.meta.id.clone(),
             config: config.encode_to_vec(),
             image_name,
@@ -108,10 +124,17 @@ impl Core {
             created_at: now_nanos(),
             decoded: config.into(),
         };
-        match self
-            .build_container(&mut undo, meta, &sandbox, &image, info)
-            .await
-        {
+        let built = match self.sandboxes.lookup(&sandbox.meta.id) {
+            Ok(s) if s.status().state == SandboxState::Ready => {
+                self.build_container(&mut undo, meta, &sandbox, &image, info)
+                    .await
+            }
+            _ => Err(Error::FailedPrecondition(format!(
+                "pod sandbox {} is not ready",
+                sandbox.meta.id
+            ))),
+        };
+        let result = match built {
             Ok(()) => {
                 undo.disarm();
                 self.mech
@@ -119,10 +142,18 @@ impl Core {
                     .emit(EventKind::Created, &id, &sandbox.meta.id)
                     .await;
                 tracing::info!(container = %id, pod = %sandbox.meta.id, "container created");
-                Ok(id)
+                Ok(id.clone())
             }
             Err(e) => Err(undo.unwind(e).await),
-        }
+        };
+        retry::end(
+            &self.containers_in_flight,
+            running,
+            &name,
+            &id,
+            result.is_ok(),
+        );
+        result
     }
 
     /// Every step after the name is reserved; each registers its undo first.
@@ -135,7 +166,9 @@ impl Core {
         info: berth_spec::ImageInfo,
     ) -> Result<(), Error> {
         let id = meta.id.clone();
-        let container = self.containers.create(meta, ContainerStatus::default())?;
+        let (container, _lifecycle) = self
+            .containers
+            .create_locked(meta, ContainerStatus::default())?;
         failpoint::hit("create_container:after_record");
         {
             let core = self.clone();

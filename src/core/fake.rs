@@ -50,6 +50,7 @@ pub struct World {
 pub struct Fake {
     pub log: Mutex<Vec<String>>,
     failing: Mutex<HashSet<String>>,
+    delays: Mutex<BTreeMap<String, std::time::Duration>>,
     pub world: Mutex<World>,
     pub images: Mutex<BTreeMap<String, berth_oci_image::Image>>,
 }
@@ -107,10 +108,20 @@ impl Fake {
         self.failing.lock().unwrap().remove(step);
     }
 
-    /// Logs a call of `step` for `id`, failing it when asked to.
-    fn call(&self, step: &str, id: &str) -> Result<(), Error> {
+    /// Makes every later call of `step` take `delay`.
+    pub fn delay(&self, step: &str, delay: std::time::Duration) {
+        self.delays.lock().unwrap().insert(step.to_string(), delay);
+    }
+
+    /// Logs a call of `step` for `id`, delaying or failing it when asked to.
+    async fn call(&self, step: &str, id: &str) -> Result<(), Error> {
         self.log.lock().unwrap().push(format!("{step} {id}"));
-        if self.failing.lock().unwrap().contains(step) {
+        let fails = self.failing.lock().unwrap().contains(step);
+        let delay = self.delays.lock().unwrap().get(step).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        if fails {
             return Err(Error::Internal(format!("{id}: injected failure of {step}")));
         }
         Ok(())
@@ -166,12 +177,12 @@ impl Network for Fake {
         id: &str,
         _attachment: &berth_cni::Attachment,
     ) -> Result<Vec<String>, Error> {
-        self.call("cni.add", id)?;
+        self.call("cni.add", id).await?;
         self.world.lock().unwrap().attached.insert(id.to_string());
         Ok(vec!["10.88.0.2".into()])
     }
     async fn del(&self, id: &str, _attachment: &berth_cni::Attachment) -> Result<(), Error> {
-        self.call("cni.del", id)?;
+        self.call("cni.del", id).await?;
         self.world.lock().unwrap().attached.remove(id);
         Ok(())
     }
@@ -188,12 +199,12 @@ impl Network for Fake {
 #[async_trait]
 impl Namespaces for Fake {
     async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
-        self.call("netns.create", id)?;
+        self.call("netns.create", id).await?;
         self.world.lock().unwrap().netns.insert(path.to_path_buf());
         Ok(())
     }
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
-        self.call("netns.remove", id)?;
+        self.call("netns.remove", id).await?;
         self.world.lock().unwrap().netns.remove(path);
         Ok(())
     }
@@ -207,7 +218,7 @@ impl HostFiles for Fake {
         _files: &SandboxFiles,
         content: PodFileContent,
     ) -> Result<(), Error> {
-        self.call("files.pod", id)?;
+        self.call("files.pod", id).await?;
         let mut world = self.world.lock().unwrap();
         world.pod_files.insert(id.to_string());
         if content.shm {
@@ -216,19 +227,19 @@ impl HostFiles for Fake {
         Ok(())
     }
     async fn unmount_shm(&self, id: &str, _files: &SandboxFiles) -> Result<(), Error> {
-        self.call("files.unmount_shm", id)?;
+        self.call("files.unmount_shm", id).await?;
         self.world.lock().unwrap().shm_mounted.remove(id);
         Ok(())
     }
     async fn remove_pod_files(&self, id: &str, _files: &SandboxFiles) -> Result<(), Error> {
-        self.call("files.remove_pod", id)?;
+        self.call("files.remove_pod", id).await?;
         let mut world = self.world.lock().unwrap();
         world.shm_mounted.remove(id);
         world.pod_files.remove(id);
         Ok(())
     }
     async fn write_pause_bundle(&self, id: &str, bundle: &Path, _spec: &Spec) -> Result<(), Error> {
-        self.call("files.pause_bundle", id)?;
+        self.call("files.pause_bundle", id).await?;
         self.world
             .lock()
             .unwrap()
@@ -242,7 +253,7 @@ impl HostFiles for Fake {
         dirs: &ContainerDirs,
         _lowerdirs: Vec<PathBuf>,
     ) -> Result<(), Error> {
-        self.call("files.mount_rootfs", id)?;
+        self.call("files.mount_rootfs", id).await?;
         // The spec generator reads the rootfs: an empty one will do.
         std::fs::create_dir_all(dirs.rootfs()).map_err(Error::io(id, "creating", dirs.rootfs()))?;
         let mut world = self.world.lock().unwrap();
@@ -257,16 +268,16 @@ impl HostFiles for Fake {
         n: usize,
         _lowerdirs: Vec<PathBuf>,
     ) -> Result<PathBuf, Error> {
-        self.call("files.mount_image_volume", id)?;
+        self.call("files.mount_image_volume", id).await?;
         Ok(dirs.image_volume(n))
     }
     async fn unmount_rootfs(&self, id: &str, _dirs: &ContainerDirs) -> Result<(), Error> {
-        self.call("files.unmount_rootfs", id)?;
+        self.call("files.unmount_rootfs", id).await?;
         self.world.lock().unwrap().rootfs_mounted.remove(id);
         Ok(())
     }
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
-        self.call("files.remove_container", id)?;
+        self.call("files.remove_container", id).await?;
         let _ = std::fs::remove_dir_all(&dirs.bundle);
         let _ = std::fs::remove_dir_all(&dirs.root);
         let mut world = self.world.lock().unwrap();
@@ -275,13 +286,13 @@ impl HostFiles for Fake {
         Ok(())
     }
     async fn write_spec(&self, id: &str, _path: &Path, _spec: &Spec) -> Result<(), Error> {
-        self.call("files.write_spec", id)
+        self.call("files.write_spec", id).await
     }
     async fn create_dirs(&self, id: &str, _dirs: Vec<PathBuf>) -> Result<(), Error> {
-        self.call("files.create_dirs", id)
+        self.call("files.create_dirs", id).await
     }
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
-        self.call("files.remove_dir", id)?;
+        self.call("files.remove_dir", id).await?;
         let mut world = self.world.lock().unwrap();
         world.bundles.remove(path);
         if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
@@ -337,7 +348,7 @@ impl FakeTask {
 #[async_trait]
 impl Task for FakeTask {
     async fn start(&self) -> Result<u32, Error> {
-        self.fake.call("task.start", &self.id)?;
+        self.fake.call("task.start", &self.id).await?;
         if let Some(c) = self.fake.world.lock().unwrap().runtime.get_mut(&self.id) {
             c.started = true;
         }
@@ -365,7 +376,7 @@ impl Task for FakeTask {
         }
     }
     async fn kill(&self, signal: i32, _all: bool) -> Result<(), Error> {
-        self.fake.call("task.kill", &self.id)?;
+        self.fake.call("task.kill", &self.id).await?;
         if signal == libc::SIGKILL {
             self.fake.exit(&self.id, 137);
         }
@@ -388,7 +399,7 @@ impl Task for FakeTask {
         })
     }
     async fn delete(&self, _force: bool) -> Result<(), Error> {
-        self.fake.call("task.delete", &self.id)?;
+        self.fake.call("task.delete", &self.id).await?;
         self.fake.world.lock().unwrap().runtime.remove(&self.id);
         Ok(())
     }
@@ -397,7 +408,7 @@ impl Task for FakeTask {
 #[async_trait]
 impl Runtime for Arc<Fake> {
     async fn create(&self, opts: ShimOptions) -> Result<Arc<dyn Task>, Error> {
-        self.call("runtime.create", &opts.id)?;
+        self.call("runtime.create", &opts.id).await?;
         let (exit, _) = watch::channel(None);
         self.world.lock().unwrap().runtime.insert(
             opts.id.clone(),
@@ -429,7 +440,7 @@ impl Runtime for Arc<Fake> {
         }))
     }
     async fn delete(&self, id: &str, shim_dir: &Path, _runtime: &str) -> Result<(), Error> {
-        self.call("runtime.delete", id)?;
+        self.call("runtime.delete", id).await?;
         let _ = shim_id(shim_dir);
         let mut world = self.world.lock().unwrap();
         if let Some(c) = world.runtime.remove(id) {

@@ -7,11 +7,13 @@
 //! layer (`crate::server`) only decodes requests, calls the core, and
 //! encodes answers.
 
+pub mod caller;
 pub mod facts;
 pub mod layout;
 pub mod mechanisms;
 pub mod real;
 pub mod recovery;
+mod retry;
 
 mod container_create;
 mod container_start;
@@ -48,6 +50,10 @@ pub struct Core {
     pub spec_options: berth_spec::SpecOptions,
     /// Records that could not be loaded at open: recovery quarantines them.
     pub broken: Vec<berth_store::Broken>,
+    /// Sandbox creations by name, for retries of abandoned calls.
+    pods_in_flight: retry::Inflight<SandboxRequest>,
+    /// Container creations by name, for retries of abandoned calls.
+    containers_in_flight: retry::Inflight<ContainerRequest>,
 }
 
 impl Core {
@@ -76,6 +82,8 @@ impl Core {
             mech,
             spec_options,
             broken,
+            pods_in_flight: Default::default(),
+            containers_in_flight: Default::default(),
         }))
     }
 

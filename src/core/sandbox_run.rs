@@ -11,7 +11,7 @@ use prost::Message;
 
 use super::facts::{sandbox_name, PodFacts};
 use super::mechanisms::{EventKind, PodFileContent};
-use super::{new_id, now_nanos, Core};
+use super::{new_id, now_nanos, retry, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::StoreExt;
@@ -19,7 +19,7 @@ use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
 use crate::undo::Undo;
 
 /// What RunPodSandbox is asked for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SandboxRequest {
     pub config: v1::PodSandboxConfig,
     /// Empty: the default handler.
@@ -29,6 +29,7 @@ pub struct SandboxRequest {
 impl Core {
     /// Makes a ready pod sandbox; its id.
     pub async fn run_pod_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String, Error> {
+        let request = req.clone();
         let config = req.config;
         let name = sandbox_name(&config)?;
         let handler_name = match req.runtime_handler.as_str() {
@@ -51,7 +52,19 @@ impl Core {
         })?;
         let id = new_id();
         facts.cgroup_parent = berth_spec::pod_cgroup_parent(&id, &config, &self.spec_options)?;
-        self.sandboxes.reserve(&name, &id)?;
+        let reserve = || self.sandboxes.reserve_name(&name, &id).map_err(|e| e.key);
+        if let Some(existing) = retry::reserve_or_join(
+            &self.pods_in_flight,
+            "pod sandbox",
+            &name,
+            &request,
+            reserve,
+        )
+        .await?
+        {
+            return Ok(existing);
+        }
+        let running = self.pods_in_flight.begin(&name, &request, &id);
         let mut undo = Undo::new();
         {
             let core = self.clone();
@@ -72,20 +85,20 @@ impl Core {
             decoded: config.into(),
             derived: Default::default(),
         };
-        let spec = match self.pause_spec(&meta) {
-            Ok(spec) => spec,
-            Err(e) => return Err(undo.unwind(e).await),
+        let built = match self.pause_spec(&meta) {
+            Ok(spec) => {
+                self.build_sandbox(&mut undo, meta, spec, &handler.binary)
+                    .await
+            }
+            Err(e) => Err(e),
         };
-        match self
-            .build_sandbox(&mut undo, meta, spec, &handler.binary)
-            .await
-        {
+        let result = match built {
             Ok(()) => {
                 undo.disarm();
                 self.sandbox_event(&id, EventKind::Created).await;
                 self.sandbox_event(&id, EventKind::Started).await;
                 tracing::info!(pod = %id, %name, "pod sandbox is ready");
-                Ok(id)
+                Ok(id.clone())
             }
             Err(e) => {
                 let e = undo.unwind(e).await;
@@ -97,7 +110,9 @@ impl Core {
                 }
                 Err(e)
             }
-        }
+        };
+        retry::end(&self.pods_in_flight, running, &name, &id, result.is_ok());
+        result
     }
 
     /// Every step after the name is reserved; each registers its undo first.
@@ -110,7 +125,11 @@ impl Core {
     ) -> Result<(), Error> {
         let id = meta.id.clone();
         // Persist before creating anything, so a crash leaves a record to clean up from.
-        let sandbox = self.sandboxes.create(meta, SandboxStatus::default())?;
+        // Locked from the moment it is visible: a Stop or Remove racing this
+        // call waits until it has finished or rolled back.
+        let (sandbox, _lifecycle) = self
+            .sandboxes
+            .create_locked(meta, SandboxStatus::default())?;
         failpoint::hit("run_pod_sandbox:after_record");
         {
             let core = self.clone();

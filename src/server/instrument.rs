@@ -77,11 +77,14 @@ where
         }
         let started = Instant::now();
         tracing::debug!("call");
-        // Own task: dropping this future (client cancelled) does not drop the body.
+        // Own task: dropping this future (client cancelled) does not drop
+        // the body, which can see its client go (core::caller).
+        let (caller, body) = crate::core::caller::track(body);
         let result = match tokio::spawn(body.in_current_span()).await {
             Ok(result) => result,
             Err(e) => Err(Error::Internal(format!("{rpc} handler failed: {e}"))),
         };
+        caller.answered();
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         let code = result.as_ref().err().map_or(tonic::Code::Ok, Error::code);
         crate::metrics::rpc_done(rpc, code, started.elapsed());

@@ -155,6 +155,16 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
 
     /// Persists a new object, then makes it visible.
     pub fn create(&self, meta: M, status: S) -> Result<Arc<Object<M, S>>, RecordError> {
+        self.create_locked(meta, status).map(|(object, _)| object)
+    }
+
+    /// [`Store::create`], with the object's lifecycle lock already held when
+    /// it becomes visible: no other call can act on it until the guard goes.
+    pub fn create_locked(
+        &self,
+        meta: M,
+        status: S,
+    ) -> Result<(Arc<Object<M, S>>, tokio::sync::OwnedMutexGuard<()>), RecordError> {
         self.records.save(
             meta.id(),
             &Record {
@@ -165,7 +175,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
         Ok(self.add(meta, status))
     }
 
-    fn add(&self, meta: M, status: S) -> Arc<Object<M, S>> {
+    fn add(&self, meta: M, status: S) -> (Arc<Object<M, S>>, tokio::sync::OwnedMutexGuard<()>) {
         let id = meta.id().to_string();
         let object = Arc::new(Object {
             meta,
@@ -174,12 +184,18 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             lifecycle: Arc::new(tokio::sync::Mutex::new(())),
             deleted: AtomicBool::new(false),
         });
+        // Nobody else can know the object yet: the lock is free.
+        let guard = object
+            .lifecycle
+            .clone()
+            .try_lock_owned()
+            .expect("a new object's lock is free");
         self.index.add(&id);
         self.objects
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, object.clone());
-        object
+        (object, guard)
     }
 
     /// The object whose id is, or uniquely starts with, `id`.

@@ -60,11 +60,15 @@ pub struct Config {
     pub max_in_flight: usize,
     /// A session with no byte either way for this long ends.
     pub idle_timeout: Duration,
+    /// Most client connections served at once (sessions and requests that
+    /// have not upgraded yet); a connection past this is closed at once.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
-    /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values).
+    /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values),
+    /// 256 connections at once.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -72,6 +76,7 @@ impl Default for Config {
             stream_creation_timeout: Duration::from_secs(30),
             max_in_flight: 1000,
             idle_timeout: Duration::from_secs(4 * 3600),
+            max_connections: 256,
         }
     }
 }

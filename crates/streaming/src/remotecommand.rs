@@ -29,6 +29,9 @@ use crate::spdy::{Accept, Connection, Stream};
 const DRAIN: Duration = Duration::from_secs(10);
 /// How long the client may take to read the end and hang up.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
+/// Most bytes of an unfinished resize object kept while its end arrives
+/// (`{"Width":65535,"Height":65535}` is 30 bytes).
+pub(crate) const MAX_RESIZE_PENDING: usize = 4096;
 
 /// SPDY remote command protocols, most preferred first.
 pub const SPDY_PROTOCOLS: &[&str] = &[
@@ -224,13 +227,22 @@ pub(crate) fn status_message(
 }
 
 /// Turns the resize stream's JSON objects into sizes; stops at bad JSON (as
-/// kubelet does).
+/// kubelet does), and at an object that is still unfinished after
+/// [`MAX_RESIZE_PENDING`] bytes. The unfinished rest is parsed again only
+/// when a chunk could end it (brings a `}`), so a client trickling a long
+/// object costs no repeated work.
 async fn resize_pump(mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc::Sender<TerminalSize>) {
     let mut buf = Vec::new();
     while let Some(chunk) = rx.recv().await {
+        let can_end = chunk.contains(&b'}');
         buf.extend_from_slice(&chunk);
-        let (sizes, used, bad) = parse_sizes(&buf);
-        buf.drain(..used);
+        let (sizes, bad) = if can_end {
+            let (sizes, used, bad) = parse_sizes(&buf);
+            buf.drain(..used);
+            (sizes, bad)
+        } else {
+            (Vec::new(), false)
+        };
         for size in sizes {
             if tx.send(size).await.is_err() {
                 return;
@@ -240,12 +252,19 @@ async fn resize_pump(mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc::Sender<TerminalS
             tracing::warn!("bad JSON on the resize stream; ignoring further resizes");
             return;
         }
+        if buf.len() > MAX_RESIZE_PENDING {
+            tracing::warn!(
+                bytes = buf.len(),
+                "the resize stream sends an object that does not end; ignoring further resizes"
+            );
+            return;
+        }
     }
 }
 
 /// The complete sizes at the start of `buf`, how many bytes they took, and
 /// whether what follows is not JSON.
-fn parse_sizes(buf: &[u8]) -> (Vec<TerminalSize>, usize, bool) {
+pub(crate) fn parse_sizes(buf: &[u8]) -> (Vec<TerminalSize>, usize, bool) {
     let mut sizes = Vec::new();
     let mut iter = serde_json::Deserializer::from_slice(buf).into_iter::<TerminalSize>();
     let mut used = 0;

@@ -20,7 +20,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -51,6 +51,19 @@ pub const PORT_FORWARD_PROTOCOLS: &[&str] = &[
 /// Most ports one WebSocket port-forward carries (two channels each; 255 is
 /// reserved).
 pub const MAX_PORTS: usize = 100;
+
+/// Largest message (and frame) accepted from a client; a larger one ends
+/// the connection before it is buffered whole. Clients write their stdin
+/// and port data in pieces of 32 KiB.
+pub const MAX_MESSAGE: usize = 4 << 20;
+
+/// The WebSocket settings of every server connection: messages and frames
+/// bounded by [`MAX_MESSAGE`].
+pub(crate) fn limits() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
 
 /// The v5 close signal.
 const CLOSE_SIGNAL: u8 = 255;
@@ -262,8 +275,12 @@ async fn read_loop<IO: AsyncRead + AsyncWrite + Unpin>(
             continue;
         }
         if let Some(tx) = routes.get(&channel) {
-            if tx.send(payload).await.is_err() {
-                routes.remove(&channel);
+            // Handed on in pieces: what waits for the consumer stays small.
+            for piece in payload.chunks(crate::channel::CHUNK) {
+                if tx.send(piece.to_vec()).await.is_err() {
+                    routes.remove(&channel);
+                    break;
+                }
             }
         }
     }

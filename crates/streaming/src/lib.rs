@@ -39,11 +39,14 @@ pub use backend::{
 };
 pub use error::Error;
 pub use portforward::SPDY_PROTOCOL as PORT_FORWARD_SPDY_PROTOCOL;
-pub use remotecommand::SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS;
+pub use remotecommand::{
+    ResizeDecoder, ResizeError, MAX_RESIZE_PENDING, SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS,
+};
 pub use server::StreamingServer;
 pub use token::{Lookup, TokenCache};
 pub use websocket::{
-    MAX_PORTS, PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
+    decode_message as decode_websocket_message, MAX_MESSAGE as MAX_WEBSOCKET_MESSAGE, MAX_PORTS,
+    PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
     REMOTE_COMMAND_PROTOCOLS as REMOTE_COMMAND_WEBSOCKET_PROTOCOLS,
 };
 

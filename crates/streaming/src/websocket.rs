@@ -130,17 +130,25 @@ pub(crate) fn decode(
         Ok(Message::Close(_)) | Err(_) => return Received::Closed,
         Ok(_) => return Received::Skip,
     };
-    let Some((&first, payload)) = data.split_first() else {
-        return Received::Skip;
-    };
+    match decode_message(base64, &data) {
+        Some((channel, payload)) => Received::Data(channel, payload),
+        None => Received::Skip,
+    }
+}
+
+/// The channel and data of one message's bytes (binary, or the text of a
+/// base64 sub-protocol): `None` for an empty message or bad base64. A v5
+/// close signal comes out as data on channel 255.
+pub fn decode_message(base64: bool, data: &[u8]) -> Option<(u8, Vec<u8>)> {
+    let (&first, payload) = data.split_first()?;
     if first == CLOSE_SIGNAL || !base64 {
-        return Received::Data(first, payload.to_vec());
+        return Some((first, payload.to_vec()));
     }
     match base64::engine::general_purpose::STANDARD.decode(payload) {
-        Ok(bytes) => Received::Data(first.wrapping_sub(b'0'), bytes),
+        Ok(bytes) => Some((first.wrapping_sub(b'0'), bytes)),
         Err(_) => {
             tracing::warn!("WebSocket: a message is not base64");
-            Received::Skip
+            None
         }
     }
 }

@@ -1,0 +1,30 @@
+//! Records on disk (`<dir>/<id>.json`, as berth keeps pods and containers):
+//! any file content loads as a record or an error, never a panic.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use berth_store::{Record, RecordDir};
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+type AnyRecord = Record<Value, Value>;
+
+fn dir() -> &'static (tempfile::TempDir, RecordDir<AnyRecord>) {
+    static DIR: OnceLock<(tempfile::TempDir, RecordDir<AnyRecord>)> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let records = RecordDir::open(tmp.path()).unwrap();
+        (tmp, records)
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (tmp, records) = dir();
+    std::fs::write(tmp.path().join("r.json"), data).unwrap();
+    if let Ok(record) = records.load("r") {
+        records.save("r", &record).unwrap();
+        records.load("r").unwrap();
+    }
+    let _ = records.load_all();
+});

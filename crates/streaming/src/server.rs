@@ -39,6 +39,9 @@ use crate::{portforward, websocket, Config};
 
 /// How long a client may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes of a request head buffered (kubelet's clients send well under
+/// 4 KiB; hyper's own default is some 400 KiB per connection).
+const MAX_REQUEST_HEAD: usize = 64 * 1024;
 
 /// What a token stands for.
 #[derive(Debug, Clone)]
@@ -209,6 +212,7 @@ async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEAD)
         .serve_connection(TokioIo::new(tcp), service)
         .with_upgrades();
     if let Err(e) = conn.await {

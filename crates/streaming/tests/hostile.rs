@@ -499,3 +499,26 @@ async fn connections_past_the_server_limit_are_closed_at_once() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     exec_still_works(&s).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_head_over_64_kib_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let s = start();
+    let url = exec_url(&s, false, false, &["echo"]);
+    let (mut tcp, addr, path) = connect(&url, false).await;
+    let pad = "a".repeat(200 << 10);
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-Pad: {pad}\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
+    );
+    let rss = Rss::start();
+    let _ = tcp.write_all(req.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, tcp.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        !answer.starts_with("HTTP/1.1 101"),
+        "a 200 KiB request head was upgraded"
+    );
+    rss.assert_bounded("200 KiB request head");
+    exec_still_works(&s).await;
+}

@@ -65,7 +65,7 @@ fuzz_target!(|data: &[u8]| {
             tokio::join!(session, peer);
         };
         // A session that neither ends nor hangs up within the bound hangs.
-        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
             tokio::select! {
                 _ = all => {}
                 _ = drain => {}

@@ -496,7 +496,17 @@ async fn connections_past_the_server_limit_are_closed_at_once() {
     );
     drop(held);
     // The slots come back once the server saw the held ones end.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut probe = TcpStream::connect(addr).await.unwrap();
+        let open = tokio::time::timeout(Duration::from_millis(200), probe.read(&mut buf))
+            .await
+            .is_err();
+        if open {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slots never came back");
+    }
     exec_still_works(&s).await;
 }
 

@@ -14,6 +14,7 @@ fi
 
 # The daemon finds berth-shim next to its own binary: build every binary first.
 cargo build --workspace --bins --locked
+bash hack/fuzz.sh 10
 
 log=$(mktemp)
 # Stop what the tests started and left for their own timeouts: the test

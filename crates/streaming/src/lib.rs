@@ -39,11 +39,14 @@ pub use backend::{
 };
 pub use error::Error;
 pub use portforward::SPDY_PROTOCOL as PORT_FORWARD_SPDY_PROTOCOL;
-pub use remotecommand::SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS;
+pub use remotecommand::{
+    ResizeDecoder, ResizeError, MAX_RESIZE_PENDING, SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS,
+};
 pub use server::StreamingServer;
 pub use token::{Lookup, TokenCache};
 pub use websocket::{
-    MAX_PORTS, PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
+    decode_message as decode_websocket_message, MAX_MESSAGE as MAX_WEBSOCKET_MESSAGE, MAX_PORTS,
+    PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
     REMOTE_COMMAND_PROTOCOLS as REMOTE_COMMAND_WEBSOCKET_PROTOCOLS,
 };
 
@@ -60,11 +63,15 @@ pub struct Config {
     pub max_in_flight: usize,
     /// A session with no byte either way for this long ends.
     pub idle_timeout: Duration,
+    /// Most client connections served at once (sessions and requests that
+    /// have not upgraded yet); a connection past this is closed at once.
+    pub max_connections: usize,
 }
 
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
-    /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values).
+    /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values),
+    /// 256 connections at once.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -72,6 +79,7 @@ impl Default for Config {
             stream_creation_timeout: Duration::from_secs(30),
             max_in_flight: 1000,
             idle_timeout: Duration::from_secs(4 * 3600),
+            max_connections: 256,
         }
     }
 }

@@ -18,6 +18,10 @@ use crate::spdy::{Accept, Connection, Headers, Stream};
 
 /// The SPDY port-forward protocol.
 pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
+/// Most forwarded connections of one port-forward session (one token) at once.
+pub(crate) const MAX_FORWARDS: usize = 128;
+/// Most connections of one session whose second stream has not come yet.
+pub(crate) const MAX_PENDING_PAIRS: usize = 32;
 
 /// Forwards one connection to `port`: the client's bytes (`inbound`, ending
 /// at its half-close) to the backend, the backend's to `data`. A failure is
@@ -126,6 +130,11 @@ pub(crate) async fn serve_spdy<IO>(
             stream = conn.accept() => {
                 let Some(stream) = stream else { break };
                 let id = request_id(&stream);
+                if !pairs.contains_key(&id) && pairs.len() >= MAX_PENDING_PAIRS {
+                    tracing::debug!(%id, "port-forward: too many half-opened connections; refusing a stream");
+                    let _ = stream.tx.reset(rst::REFUSED_STREAM).await;
+                    continue;
+                }
                 let pair = pairs.entry(id.clone()).or_insert_with(|| Pair {
                     data: None,
                     error: None,
@@ -151,6 +160,12 @@ pub(crate) async fn serve_spdy<IO>(
                     let Some(Pair { data: Some(data), error: Some(error), .. }) = pairs.remove(&id) else {
                         continue;
                     };
+                    if forwards.len() >= MAX_FORWARDS {
+                        Pair { data: Some(data), error: Some(error), since: Instant::now() }
+                            .fail(&format!("error forwarding to pod {sandbox}: {MAX_FORWARDS} connections are forwarded already"))
+                            .await;
+                        continue;
+                    }
                     // The accept check made sure the port parses.
                     let port = stream_port(&data.headers).unwrap_or_default();
                     forwards.spawn(forward(

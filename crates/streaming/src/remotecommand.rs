@@ -29,6 +29,9 @@ use crate::spdy::{Accept, Connection, Stream};
 const DRAIN: Duration = Duration::from_secs(10);
 /// How long the client may take to read the end and hang up.
 pub(crate) const LINGER: Duration = Duration::from_secs(5);
+/// Most bytes of an unfinished resize object kept while its end arrives
+/// (`{"Width":65535,"Height":65535}` is 30 bytes).
+pub const MAX_RESIZE_PENDING: usize = 4096;
 
 /// SPDY remote command protocols, most preferred first.
 pub const SPDY_PROTOCOLS: &[&str] = &[
@@ -223,21 +226,63 @@ pub(crate) fn status_message(
     }
 }
 
-/// Turns the resize stream's JSON objects into sizes; stops at bad JSON (as
-/// kubelet does).
+/// Why the resize stream is no longer read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeError {
+    /// What the client sent is not a stream of terminal size objects.
+    #[error("bad JSON on the resize stream")]
+    BadJson,
+    /// An object is still unfinished after [`MAX_RESIZE_PENDING`] bytes.
+    #[error("a resize object longer than {MAX_RESIZE_PENDING} bytes")]
+    TooLong,
+}
+
+/// Reads the resize stream: JSON objects (`{"Width":80,"Height":24}`), one
+/// after the other, split anywhere across chunks. At most
+/// [`MAX_RESIZE_PENDING`] bytes of an unfinished object are kept, and they
+/// are parsed again only when a chunk could end the object (brings a `}` or
+/// `]`), so a client trickling a long object costs no repeated work.
+#[derive(Debug, Default)]
+pub struct ResizeDecoder {
+    buf: Vec<u8>,
+}
+
+impl ResizeDecoder {
+    /// Appends to `sizes` the sizes `chunk` completes. An error ends the
+    /// stream (kubelet stops reading it at bad JSON too); the sizes before
+    /// the bad part are still appended.
+    pub fn push(&mut self, chunk: &[u8], sizes: &mut Vec<TerminalSize>) -> Result<(), ResizeError> {
+        let can_end = chunk.iter().any(|b| matches!(b, b'}' | b']'));
+        self.buf.extend_from_slice(chunk);
+        if can_end {
+            let (got, used, bad) = parse_sizes(&self.buf);
+            self.buf.drain(..used);
+            sizes.extend(got);
+            if bad {
+                return Err(ResizeError::BadJson);
+            }
+        }
+        if self.buf.len() > MAX_RESIZE_PENDING {
+            return Err(ResizeError::TooLong);
+        }
+        Ok(())
+    }
+}
+
+/// Turns the resize stream's JSON objects into sizes until the stream ends
+/// or [`ResizeDecoder`] gives up; sizes decoded before the error are kept.
 async fn resize_pump(mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc::Sender<TerminalSize>) {
-    let mut buf = Vec::new();
+    let mut decoder = ResizeDecoder::default();
+    let mut sizes = Vec::new();
     while let Some(chunk) = rx.recv().await {
-        buf.extend_from_slice(&chunk);
-        let (sizes, used, bad) = parse_sizes(&buf);
-        buf.drain(..used);
-        for size in sizes {
+        let result = decoder.push(&chunk, &mut sizes);
+        for size in sizes.drain(..) {
             if tx.send(size).await.is_err() {
                 return;
             }
         }
-        if bad {
-            tracing::warn!("bad JSON on the resize stream; ignoring further resizes");
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "the resize stream; ignoring further resizes");
             return;
         }
     }
@@ -402,5 +447,36 @@ mod tests {
         let (sizes, _, bad) = parse_sizes(b"{\"width\":5,\"height\":6} nonsense");
         assert_eq!(sizes.len(), 1);
         assert!(bad);
+    }
+
+    #[test]
+    fn the_resize_decoder_keeps_sizes_before_bad_json_and_bounds_what_it_keeps() {
+        let mut d = ResizeDecoder::default();
+        let mut sizes = Vec::new();
+        d.push(b"{\"Width\":8", &mut sizes).unwrap();
+        assert!(sizes.is_empty());
+        d.push(b"0,\"Height\":24}{\"width\":5,", &mut sizes)
+            .unwrap();
+        assert_eq!(
+            sizes,
+            [TerminalSize {
+                width: 80,
+                height: 24
+            }]
+        );
+        assert_eq!(
+            d.push(b"\"height\":6} nonsense }", &mut sizes),
+            Err(ResizeError::BadJson)
+        );
+        assert_eq!(sizes.len(), 2);
+
+        let mut d = ResizeDecoder::default();
+        let mut sizes = Vec::new();
+        d.push(b"{\"Width\":", &mut sizes).unwrap();
+        let spaces = [b' '; 1024];
+        for _ in 0..3 {
+            d.push(&spaces, &mut sizes).unwrap();
+        }
+        assert_eq!(d.push(&spaces, &mut sizes), Err(ResizeError::TooLong));
     }
 }

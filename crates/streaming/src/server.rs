@@ -24,7 +24,7 @@ use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
@@ -39,6 +39,9 @@ use crate::{portforward, websocket, Config};
 
 /// How long a client may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes of a request head buffered (kubelet's clients send well under
+/// 4 KiB; hyper's own default is some 400 KiB per connection).
+const MAX_REQUEST_HEAD: usize = 64 * 1024;
 
 /// What a token stands for.
 #[derive(Debug, Clone)]
@@ -158,13 +161,28 @@ impl StreamingServer {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let mut stop = self.inner.stop.subscribe();
         let mut connections = JoinSet::new();
+        let slots = Arc::new(Semaphore::new(self.inner.config.max_connections));
         loop {
             tokio::select! {
                 _ = async { let _ = stop.wait_for(|stop| *stop).await; } => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, peer)) => {
-                        connections.spawn(serve_connection(self.inner.clone(), tcp, peer));
-                    }
+                    Ok((tcp, peer)) => match slots.clone().try_acquire_owned() {
+                        Ok(slot) => {
+                            let inner = self.inner.clone();
+                            connections.spawn(async move {
+                                serve_connection(inner, tcp, peer).await;
+                                drop(slot);
+                            });
+                        }
+                        Err(_) => {
+                            tracing::warn!(
+                                %peer,
+                                max = self.inner.config.max_connections,
+                                "streaming server: too many connections; closing a new one"
+                            );
+                            drop(tcp);
+                        }
+                    },
                     Err(e) => {
                         tracing::warn!(error = %e, "streaming server: accepting a connection");
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -194,6 +212,7 @@ async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEAD)
         .serve_connection(TokioIo::new(tcp), service)
         .with_upgrades();
     if let Err(e) = conn.await {
@@ -479,14 +498,18 @@ fn handle(
                 remotecommand::serve_spdy(io, &p, cmd, backend, creation_timeout).await
             }
             (Transport::WebSocket(p), Some(cmd), _) => {
-                let ws = WebSocketStream::from_raw_socket(io, WsRole::Server, None).await;
+                let ws =
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(websocket::limits()))
+                        .await;
                 websocket::serve_remote_command(ws, &p, cmd, backend).await
             }
             (Transport::Spdy(_), None, Pending::PortForward(pf)) => {
                 portforward::serve_spdy(io, pf.pod_sandbox_id, backend, creation_timeout).await
             }
             (Transport::WebSocket(p), None, Pending::PortForward(pf)) => {
-                let ws = WebSocketStream::from_raw_socket(io, WsRole::Server, None).await;
+                let ws =
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(websocket::limits()))
+                        .await;
                 websocket::serve_port_forward(ws, &p, pf.pod_sandbox_id, ws_ports, backend).await
             }
             _ => {}

@@ -20,7 +20,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, Mutex};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
@@ -51,6 +51,19 @@ pub const PORT_FORWARD_PROTOCOLS: &[&str] = &[
 /// Most ports one WebSocket port-forward carries (two channels each; 255 is
 /// reserved).
 pub const MAX_PORTS: usize = 100;
+
+/// Largest message (and frame) accepted from a client; a larger one ends
+/// the connection before it is buffered whole. Clients write their stdin
+/// and port data in pieces of 32 KiB.
+pub const MAX_MESSAGE: usize = 4 << 20;
+
+/// The WebSocket settings of every server connection: messages and frames
+/// bounded by [`MAX_MESSAGE`].
+pub(crate) fn limits() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_MESSAGE))
+        .max_frame_size(Some(MAX_MESSAGE))
+}
 
 /// The v5 close signal.
 const CLOSE_SIGNAL: u8 = 255;
@@ -117,17 +130,25 @@ pub(crate) fn decode(
         Ok(Message::Close(_)) | Err(_) => return Received::Closed,
         Ok(_) => return Received::Skip,
     };
-    let Some((&first, payload)) = data.split_first() else {
-        return Received::Skip;
-    };
+    match decode_message(base64, &data) {
+        Some((channel, payload)) => Received::Data(channel, payload),
+        None => Received::Skip,
+    }
+}
+
+/// The channel and data of one message's bytes (binary, or the text of a
+/// base64 sub-protocol): `None` for an empty message or bad base64. A v5
+/// close signal comes out as data on channel 255.
+pub fn decode_message(base64: bool, data: &[u8]) -> Option<(u8, Vec<u8>)> {
+    let (&first, payload) = data.split_first()?;
     if first == CLOSE_SIGNAL || !base64 {
-        return Received::Data(first, payload.to_vec());
+        return Some((first, payload.to_vec()));
     }
     match base64::engine::general_purpose::STANDARD.decode(payload) {
-        Ok(bytes) => Received::Data(first.wrapping_sub(b'0'), bytes),
+        Ok(bytes) => Some((first.wrapping_sub(b'0'), bytes)),
         Err(_) => {
             tracing::warn!("WebSocket: a message is not base64");
-            Received::Skip
+            None
         }
     }
 }
@@ -262,8 +283,12 @@ async fn read_loop<IO: AsyncRead + AsyncWrite + Unpin>(
             continue;
         }
         if let Some(tx) = routes.get(&channel) {
-            if tx.send(payload).await.is_err() {
-                routes.remove(&channel);
+            // Handed on in pieces: what waits for the consumer stays small.
+            for piece in payload.chunks(crate::channel::CHUNK) {
+                if tx.send(piece.to_vec()).await.is_err() {
+                    routes.remove(&channel);
+                    break;
+                }
             }
         }
     }

@@ -13,6 +13,15 @@
 //!
 //! Like the peers kubelet speaks to (moby/spdystream), no flow control
 //! windows are kept: WINDOW_UPDATE and SETTINGS are read and ignored.
+//!
+//! What the peer can make this side hold is bounded: a DATA frame is read
+//! and handed on in pieces of [`DATA_CHUNK`] (never the whole 16 MiB a
+//! frame may announce), control frames are refused past
+//! [`super::frame::MAX_CONTROL_PAYLOAD`], the answers the reader queues for
+//! the writer (SYN_REPLY, RST_STREAM, PING) are at most [`CONTROL_QUEUE`] (a
+//! peer that sends and never reads is disconnected once the socket's buffers
+//! and the queue are full), and at most [`MAX_STREAMS`] of its streams are
+//! open at once (more are refused).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -20,14 +29,22 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use super::frame::{rst, Decoder, Encoder, Frame, FrameError, Headers, RawFrame, FLAG_FIN};
+use super::frame::{
+    check_control_len, is_control, payload_len, read_head, rst, Decoder, Encoder, Frame,
+    FrameError, Headers, RawFrame, FLAG_FIN,
+};
 
-/// Largest DATA payload sent at once.
-const DATA_CHUNK: usize = 32 * 1024;
+/// Largest DATA payload sent at once, and largest piece of a received DATA
+/// frame handed to its stream.
+pub const DATA_CHUNK: usize = 32 * 1024;
+/// Frames the reader may queue for the writer (answers to the peer).
+pub const CONTROL_QUEUE: usize = 1024;
+/// Most streams of the peer open at once on one connection.
+pub const MAX_STREAMS: usize = 512;
 /// Chunks of one stream buffered for its consumer.
 const STREAM_BUFFER: usize = 16;
 /// Frames of streams queued for the writer.
@@ -195,7 +212,7 @@ impl Connection {
         let encoder = Encoder::new()?;
         let (read, write) = tokio::io::split(io);
         let (out_tx, out_rx) = mpsc::channel(WRITE_QUEUE);
-        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE);
         let (closed_tx, closed_rx) = watch::channel(false);
         let shared = Arc::new(Shared {
             role,
@@ -349,7 +366,7 @@ impl Connection {
 async fn write_loop<W: AsyncWrite>(
     mut io: WriteHalf<W>,
     mut encoder: Encoder,
-    mut control: mpsc::UnboundedReceiver<Frame>,
+    mut control: mpsc::Receiver<Frame>,
     mut out: mpsc::Receiver<OutItem>,
     shared: Arc<Shared>,
 ) {
@@ -402,35 +419,107 @@ async fn write_all<W: AsyncWrite>(io: &mut WriteHalf<W>, buf: &[u8]) -> io::Resu
     io.flush().await
 }
 
+/// Queues an answer for the writer. `false` when the queue is full: the
+/// peer does not read what it asks for, and the connection ends.
+fn answer(control: &mpsc::Sender<Frame>, frame: Frame) -> bool {
+    match control.try_send(frame) {
+        Ok(()) => true,
+        // The writer has stopped (shut down or failed): nothing to send to.
+        Err(mpsc::error::TrySendError::Closed(_)) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            tracing::warn!(
+                queued = CONTROL_QUEUE,
+                "SPDY: the peer does not read the answers to its frames; closing"
+            );
+            false
+        }
+    }
+}
+
+/// Streams of the peer still open in either direction.
+fn open_streams(shared: &Shared) -> usize {
+    let local = lock(&shared.open_local);
+    let inbound = lock(&shared.inbound);
+    local.len() + inbound.keys().filter(|id| !local.contains(id)).count()
+}
+
+/// Reads the payload of a DATA frame of `len` bytes in pieces of at most
+/// [`DATA_CHUNK`] and hands them to the stream's receiver, if it has one.
+async fn read_data<R: AsyncRead>(
+    io: &mut ReadHalf<R>,
+    shared: &Shared,
+    stream_id: u32,
+    len: usize,
+) -> io::Result<()> {
+    let mut tx = lock(&shared.inbound).get(&stream_id).cloned();
+    let mut left = len;
+    while left > 0 {
+        let mut piece = vec![0u8; left.min(DATA_CHUNK)];
+        io.read_exact(&mut piece).await?;
+        left -= piece.len();
+        if let Some(sender) = &tx {
+            if sender.send(piece).await.is_err() {
+                // The consumer is gone: drop the rest of this stream.
+                lock(&shared.inbound).remove(&stream_id);
+                tx = None;
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn read_loop<R: AsyncRead>(
     mut io: ReadHalf<R>,
     shared: Arc<Shared>,
-    control: mpsc::UnboundedSender<Frame>,
+    control: mpsc::Sender<Frame>,
     mut acceptor: Option<(Accept, mpsc::Sender<Stream>)>,
 ) {
     let mut decoder = Decoder::default();
     let mut going_away = false;
+    let protocol_error = |shared: &Shared, control: &mpsc::Sender<Frame>, e: &FrameError| {
+        tracing::warn!(error = %e, "SPDY: bad frame from the peer; closing");
+        let _ = control.try_send(Frame::GoAway {
+            last_good_stream_id: shared.last_peer_id.load(Ordering::SeqCst),
+            status: 1,
+        });
+    };
     loop {
-        let raw = match RawFrame::read(&mut io).await {
-            Ok(Some(raw)) => raw,
+        let head = match read_head(&mut io).await {
+            Ok(Some(head)) => head,
             Ok(None) => break,
             Err(e) => {
                 tracing::debug!(error = %e, "SPDY: reading");
                 break;
             }
         };
-        let frame = match decoder.decode(raw) {
+        if !is_control(&head) {
+            let stream_id = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+            if let Err(e) = read_data(&mut io, &shared, stream_id, payload_len(&head)).await {
+                tracing::debug!(error = %e, "SPDY: reading");
+                break;
+            }
+            if head[4] & FLAG_FIN != 0 {
+                lock(&shared.inbound).remove(&stream_id);
+            }
+            continue;
+        }
+        if let Err(e) = check_control_len(&head) {
+            protocol_error(&shared, &control, &e);
+            break;
+        }
+        let mut payload = vec![0u8; payload_len(&head)];
+        if let Err(e) = io.read_exact(&mut payload).await {
+            tracing::debug!(error = %e, "SPDY: reading");
+            break;
+        }
+        let frame = match decoder.decode(RawFrame { head, payload }) {
             Ok(frame) => frame,
             Err(e) => {
-                tracing::warn!(error = %e, "SPDY: bad frame from the peer; closing");
-                let _ = control.send(Frame::GoAway {
-                    last_good_stream_id: shared.last_peer_id.load(Ordering::SeqCst),
-                    status: 1,
-                });
+                protocol_error(&shared, &control, &e);
                 break;
             }
         };
-        match frame {
+        let answered = match frame {
             Frame::SynStream {
                 stream_id,
                 flags,
@@ -443,10 +532,15 @@ async fn read_loop<R: AsyncRead>(
                 };
                 let last = shared.last_peer_id.load(Ordering::SeqCst);
                 if stream_id == 0 || stream_id % 2 != peer_parity || stream_id <= last {
-                    let _ = control.send(Frame::RstStream {
-                        stream_id,
-                        status: rst::PROTOCOL_ERROR,
-                    });
+                    if !answer(
+                        &control,
+                        Frame::RstStream {
+                            stream_id,
+                            status: rst::PROTOCOL_ERROR,
+                        },
+                    ) {
+                        break;
+                    }
                     continue;
                 }
                 shared.last_peer_id.store(stream_id, Ordering::SeqCst);
@@ -454,14 +548,22 @@ async fn read_loop<R: AsyncRead>(
                     _ if going_away => Err("the peer is going away".to_string()),
                     None => Err("this side accepts no streams".to_string()),
                     Some((_, tx)) if tx.is_closed() => Err("no more streams expected".to_string()),
+                    Some(_) if open_streams(&shared) >= MAX_STREAMS => Err(format!(
+                        "{MAX_STREAMS} streams are open on this connection already"
+                    )),
                     Some((accept, _)) => accept(&headers),
                 };
                 if let Err(reason) = verdict {
                     tracing::debug!(stream_id, ?headers, %reason, "SPDY: refusing a stream");
-                    let _ = control.send(Frame::RstStream {
-                        stream_id,
-                        status: rst::REFUSED_STREAM,
-                    });
+                    if !answer(
+                        &control,
+                        Frame::RstStream {
+                            stream_id,
+                            status: rst::REFUSED_STREAM,
+                        },
+                    ) {
+                        break;
+                    }
                     continue;
                 }
                 let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -469,11 +571,16 @@ async fn read_loop<R: AsyncRead>(
                     lock(&shared.inbound).insert(stream_id, tx);
                 }
                 lock(&shared.open_local).insert(stream_id);
-                let _ = control.send(Frame::SynReply {
-                    stream_id,
-                    flags: 0,
-                    headers: Headers::default(),
-                });
+                if !answer(
+                    &control,
+                    Frame::SynReply {
+                        stream_id,
+                        flags: 0,
+                        headers: Headers::default(),
+                    },
+                ) {
+                    break;
+                }
                 let stream = Stream {
                     id: stream_id,
                     headers,
@@ -487,14 +594,19 @@ async fn read_loop<R: AsyncRead>(
                     Some((_, tx)) => tx.send(stream).await.is_ok(),
                     None => false,
                 };
-                if !delivered {
+                if delivered {
+                    true
+                } else {
                     lock(&shared.inbound).remove(&stream_id);
                     lock(&shared.open_local).remove(&stream_id);
-                    let _ = control.send(Frame::RstStream {
-                        stream_id,
-                        status: rst::REFUSED_STREAM,
-                    });
                     acceptor = None;
+                    answer(
+                        &control,
+                        Frame::RstStream {
+                            stream_id,
+                            status: rst::REFUSED_STREAM,
+                        },
+                    )
                 }
             }
             Frame::SynReply {
@@ -506,29 +618,17 @@ async fn read_loop<R: AsyncRead>(
                 if flags & FLAG_FIN != 0 {
                     lock(&shared.inbound).remove(&stream_id);
                 }
+                true
             }
-            Frame::Data {
-                stream_id,
-                flags,
-                data,
-            } => {
-                let tx = lock(&shared.inbound).get(&stream_id).cloned();
-                if let Some(tx) = tx {
-                    if !data.is_empty() && tx.send(data).await.is_err() {
-                        // The consumer is gone: drop the rest of this stream.
-                        lock(&shared.inbound).remove(&stream_id);
-                    }
-                }
-                if flags & FLAG_FIN != 0 {
-                    lock(&shared.inbound).remove(&stream_id);
-                }
-            }
+            // Read above, in pieces.
+            Frame::Data { .. } => true,
             Frame::Headers {
                 stream_id, flags, ..
             } => {
                 if flags & FLAG_FIN != 0 {
                     lock(&shared.inbound).remove(&stream_id);
                 }
+                true
             }
             Frame::RstStream { stream_id, status } => {
                 lock(&shared.inbound).remove(&stream_id);
@@ -536,6 +636,7 @@ async fn read_loop<R: AsyncRead>(
                 if let Some(reply) = lock(&shared.replies).remove(&stream_id) {
                     let _ = reply.send(Err(status));
                 }
+                true
             }
             Frame::Ping { id } => {
                 // Answer the peer's pings; ours are even (server) or odd (client).
@@ -543,12 +644,16 @@ async fn read_loop<R: AsyncRead>(
                     Role::Server => id % 2 == 0,
                     Role::Client => id % 2 == 1,
                 };
-                if !ours {
-                    let _ = control.send(Frame::Ping { id });
-                }
+                ours || answer(&control, Frame::Ping { id })
             }
-            Frame::GoAway { .. } => going_away = true,
-            Frame::Settings { .. } | Frame::WindowUpdate { .. } | Frame::Unknown { .. } => {}
+            Frame::GoAway { .. } => {
+                going_away = true;
+                true
+            }
+            Frame::Settings { .. } | Frame::WindowUpdate { .. } | Frame::Unknown { .. } => true,
+        };
+        if !answered {
+            break;
         }
     }
     // The peer is gone: every stream's data ends, waiting openers fail.

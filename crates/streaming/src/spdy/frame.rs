@@ -18,6 +18,21 @@ pub const FLAG_FIN: u8 = 0x01;
 pub const FLAG_UNIDIRECTIONAL: u8 = 0x02;
 /// Largest payload one frame can carry (24-bit length).
 pub const MAX_FRAME_PAYLOAD: usize = (1 << 24) - 1;
+/// Largest control frame payload accepted from the peer. Control frames are
+/// small (a stream's headers compress to some dozens of bytes); a bigger one
+/// is refused before its payload is read. DATA frames may use the whole
+/// 24-bit length: they are read and handed on in pieces (see [`read_head`]).
+pub const MAX_CONTROL_PAYLOAD: usize = 1 << 20;
+/// Most name/value pairs one header block may decode to (each value of a
+/// NUL-joined list counts), as other SPDY peers bound it.
+pub const MAX_HEADERS: usize = 1000;
+/// Most bytes the decoded pairs of one header block may take, counted as
+/// HTTP/2 counts a header list: name, value and [`HEADER_OVERHEAD`] per pair.
+/// The budget is checked before each pair is made, so a block whose values
+/// repeat a long name is refused before it is copied.
+pub const MAX_HEADER_LIST: usize = 1 << 20;
+/// What each decoded pair costs beyond its name and value (RFC 9113 §6.5.2).
+pub const HEADER_OVERHEAD: usize = 32;
 
 /// Control frame types.
 pub mod kind {
@@ -51,6 +66,9 @@ pub enum FrameError {
     Invalid(&'static str),
     #[error("header compression: {0}")]
     Compression(String),
+    /// The peer sent more than this side accepts (a frame, a header block).
+    #[error("limit exceeded: {0}")]
+    Limit(String),
 }
 
 /// Header names and values of a stream, names in lower case.
@@ -102,19 +120,38 @@ impl Headers {
         out
     }
 
-    /// Parses an uncompressed name/value block.
+    /// Parses an uncompressed name/value block. Refuses, before making them,
+    /// more than [`MAX_HEADERS`] pairs or pairs over [`MAX_HEADER_LIST`].
     pub fn decode(block: &[u8]) -> Result<Headers, FrameError> {
         let mut r = Cursor(block);
         let count = r.u32()? as usize;
+        if count > MAX_HEADERS {
+            return Err(FrameError::Limit(format!(
+                "a header block of {count} names (at most {MAX_HEADERS})"
+            )));
+        }
         let mut headers = Vec::new();
+        let mut budget = MAX_HEADER_LIST;
         for _ in 0..count {
             let len = r.u32()? as usize;
             let name = r.take(len)?;
             let len = r.u32()? as usize;
             let value = r.take(len)?;
-            let name = String::from_utf8_lossy(name).into_owned();
+            let name = String::from_utf8_lossy(name);
             for v in value.split(|b| *b == 0) {
-                headers.push((name.clone(), String::from_utf8_lossy(v).into_owned()));
+                let cost = name.len() + v.len() + HEADER_OVERHEAD;
+                if headers.len() == MAX_HEADERS {
+                    return Err(FrameError::Limit(format!(
+                        "a header block of more than {MAX_HEADERS} values"
+                    )));
+                }
+                if cost > budget {
+                    return Err(FrameError::Limit(format!(
+                        "a header block of more than {MAX_HEADER_LIST} bytes of names and values"
+                    )));
+                }
+                budget -= cost;
+                headers.push((name.to_string(), String::from_utf8_lossy(v).into_owned()));
             }
         }
         Ok(Headers(headers))
@@ -319,21 +356,57 @@ pub struct RawFrame {
     pub payload: Vec<u8>,
 }
 
-impl RawFrame {
-    /// Reads one frame; `None` at a clean end of the connection.
-    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<RawFrame>, FrameError> {
-        let mut head = [0u8; 8];
-        let mut got = 0;
-        while got < head.len() {
-            match r.read(&mut head[got..]).await? {
-                0 if got == 0 => return Ok(None),
-                0 => return Err(FrameError::Invalid("connection ended inside a frame head")),
-                n => got += n,
-            }
+/// Reads the 8-byte head of the next frame; `None` at a clean end of the
+/// connection.
+pub async fn read_head<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<[u8; 8]>, FrameError> {
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]).await? {
+            0 if got == 0 => return Ok(None),
+            0 => return Err(FrameError::Invalid("connection ended inside a frame head")),
+            n => got += n,
         }
-        let len = u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize;
-        let mut payload = vec![0u8; len];
-        r.read_exact(&mut payload).await?;
+    }
+    Ok(Some(head))
+}
+
+/// Whether a frame head is a control frame's (else DATA).
+pub fn is_control(head: &[u8; 8]) -> bool {
+    head[0] & 0x80 != 0
+}
+
+/// The payload length a frame head announces.
+pub fn payload_len(head: &[u8; 8]) -> usize {
+    u32::from_be_bytes([0, head[5], head[6], head[7]]) as usize
+}
+
+/// Refuses a control frame over [`MAX_CONTROL_PAYLOAD`] by its head alone.
+pub fn check_control_len(head: &[u8; 8]) -> Result<(), FrameError> {
+    let len = payload_len(head);
+    if is_control(head) && len > MAX_CONTROL_PAYLOAD {
+        return Err(FrameError::Limit(format!(
+            "a control frame of {len} bytes (at most {MAX_CONTROL_PAYLOAD})"
+        )));
+    }
+    Ok(())
+}
+
+impl RawFrame {
+    /// Reads one frame; `None` at a clean end of the connection. A control
+    /// frame over [`MAX_CONTROL_PAYLOAD`] is refused before its payload is
+    /// read; a DATA payload grows only as its bytes arrive.
+    pub async fn read<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<RawFrame>, FrameError> {
+        let Some(head) = read_head(r).await? else {
+            return Ok(None);
+        };
+        check_control_len(&head)?;
+        let len = payload_len(&head);
+        let mut payload = Vec::with_capacity(len.min(64 * 1024));
+        let got = r.take(len as u64).read_to_end(&mut payload).await?;
+        if got < len {
+            return Err(FrameError::Invalid("connection ended inside a frame"));
+        }
         Ok(Some(RawFrame { head, payload }))
     }
 
@@ -351,6 +424,7 @@ impl Decoder {
     pub fn decode(&mut self, raw: RawFrame) -> Result<Frame, FrameError> {
         let h = raw.head;
         let flags = h[4];
+        check_control_len(&h)?;
         if h[0] & 0x80 == 0 {
             return Ok(Frame::Data {
                 stream_id: u32::from_be_bytes([h[0], h[1], h[2], h[3]]),

@@ -94,16 +94,26 @@ impl Default for HeaderDecompressor {
 
 impl HeaderDecompressor {
     /// Decompresses one header block (the peer's stream asks for the
-    /// dictionary in its first block).
+    /// dictionary in its first block). Output past [`MAX_HEADER_BLOCK`] is an
+    /// error before it is made: zlib inflates a run of one byte about a
+    /// thousand to one, so a small frame can carry a huge block.
     pub fn decompress(&mut self, data: &[u8]) -> Result<Vec<u8>, FrameError> {
-        let mut out = Vec::with_capacity(data.len() * 4 + 64);
+        let too_large = || {
+            FrameError::Limit(format!(
+                "a header block that decompresses to more than {MAX_HEADER_BLOCK} bytes"
+            ))
+        };
+        let mut out = Vec::with_capacity((data.len() * 4 + 64).min(MAX_HEADER_BLOCK + 1));
         let mut pos = 0;
         loop {
             if out.capacity() - out.len() < 64 {
-                if out.len() >= MAX_HEADER_BLOCK {
-                    return Err(FrameError::Invalid("header block too large"));
+                // One byte past the limit tells a block of exactly the limit
+                // from a larger one.
+                let room = (MAX_HEADER_BLOCK + 1).saturating_sub(out.len());
+                if room == 0 {
+                    return Err(too_large());
                 }
-                out.reserve(out.len().max(256));
+                out.reserve_exact(out.len().max(256).min(room));
             }
             let (in_before, out_before) = (self.zlib.total_in(), out.len());
             let result = self
@@ -111,6 +121,9 @@ impl HeaderDecompressor {
                 .decompress_vec(&data[pos..], &mut out, FlushDecompress::Sync);
             let consumed = (self.zlib.total_in() - in_before) as usize;
             pos += consumed;
+            if out.len() > MAX_HEADER_BLOCK {
+                return Err(too_large());
+            }
             let mut progress = consumed > 0 || out.len() > out_before;
             match result {
                 Ok(Status::Ok) | Ok(Status::BufError) | Ok(Status::StreamEnd) => {}

@@ -76,7 +76,10 @@ impl Backend for Fake {
                 Ok(0)
             }
             "size" => {
-                let size = io.resize.as_mut().unwrap().recv().await.unwrap();
+                // Waits, like a process, if the resizes stop before the first.
+                let Some(size) = io.resize.as_mut().unwrap().recv().await else {
+                    return std::future::pending().await;
+                };
                 let line = format!("{} {}\r\n", size.height, size.width);
                 io.stdout
                     .as_mut()

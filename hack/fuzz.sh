@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Fuzzes every parser berth runs on untrusted bytes: each target of fuzz/
+# (cargo-fuzz, libFuzzer) for SECONDS (default 10), on the stable toolchain
+# (`--sanitizer none`; debug assertions and overflow checks on).
+#
+#   bash hack/fuzz.sh [SECONDS] [TARGET...]
+#
+# Installs cargo-fuzz from crates.io when it is missing (once, ~2 min).
+# BERTH_FUZZ_OCI=1 adds the berth-oci-image targets (their build pulls in
+# the registry client and its TLS: some minutes more). The build goes to
+# BERTH_FUZZ_TARGET_DIR (default /var/tmp/berth-fuzz-target), kept between
+# runs. Inputs the fuzzer finds are kept in fuzz/corpus/TARGET (not in git);
+# fuzz/seeds/TARGET are the starting inputs in git. A crash stops nothing
+# else: every target runs, then the crashing inputs are printed in hex, each
+# to become a unit test, and the script fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=${1:-10}
+shift || true
+cargo_fuzz_version=0.13.2
+target_dir=${BERTH_FUZZ_TARGET_DIR:-/var/tmp/berth-fuzz-target}
+
+if ! cargo fuzz --version 2>/dev/null | grep -qF "$cargo_fuzz_version"; then
+  cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
+fi
+
+cd fuzz
+features=()
+if [[ ${BERTH_FUZZ_OCI:-0} == 1 ]]; then
+  features=(--features oci)
+fi
+build=(-s none --debug-assertions --target-dir "$target_dir" "${features[@]}")
+
+targets=("$@")
+if [[ ${#targets[@]} == 0 ]]; then
+  while read -r t; do
+    if [[ $t == oci_* && ${BERTH_FUZZ_OCI:-0} != 1 ]]; then
+      continue
+    fi
+    targets+=("$t")
+  done < <(cargo fuzz list)
+fi
+
+cargo fuzz build "${build[@]}"
+
+failed=()
+started=$(date +%s)
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t" "seeds/$t"
+  echo "fuzz: $t for ${seconds}s"
+  if ! cargo fuzz run "${build[@]}" "$t" "corpus/$t" "seeds/$t" -- \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      >"$target_dir/fuzz-$t.log" 2>&1; then
+    failed+=("$t")
+    tail -n 40 "$target_dir/fuzz-$t.log"
+  else
+    grep -E '^Done ' "$target_dir/fuzz-$t.log" || true
+  fi
+done
+echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - started))s"
+
+if [[ ${#failed[@]} != 0 ]]; then
+  for t in "${failed[@]}"; do
+    for f in artifacts/"$t"/*; do
+      [[ -f $f ]] || continue
+      echo "fuzz: $t: $f"
+      od -An -tx1 -v "$f" | tr -d ' \n' | head -c 4096
+      echo
+    done
+  done
+  echo "fuzz: crashes in ${failed[*]}"
+  exit 1
+fi

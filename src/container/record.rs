@@ -26,6 +26,14 @@ pub struct ContainerMeta {
     pub log_path: PathBuf,
     /// OCI runtime binary of the pod's handler.
     pub runtime: String,
+    /// Image snapshots (chain ids) the rootfs is made of, top first: kept
+    /// from garbage collection while the container exists, even once its
+    /// image is removed.
+    #[serde(default)]
+    pub rootfs_snapshots: Vec<String>,
+    /// Snapshots of its image volumes, kept the same way.
+    #[serde(default)]
+    pub volume_snapshots: Vec<String>,
     /// Signal that stops the container gracefully.
     pub stop_signal: i32,
     /// Nanoseconds since the epoch.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cri_api::v1;
 use prost::Message;
 
-use super::mechanisms::EventKind;
+use super::mechanisms::{chain_ids, EventKind};
 use super::{new_id, now_nanos, retry, Core};
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
 use crate::error::Error;
@@ -111,6 +111,22 @@ impl Core {
             });
         }
         let info = image_info(&image);
+        // Every snapshot the container will use, recorded before it is used.
+        let mut volume_snapshots = Vec::new();
+        for mount in &config.mounts {
+            if let Some(name) = mount
+                .image
+                .as_ref()
+                .map(|i| &i.image)
+                .filter(|i| !i.is_empty())
+            {
+                let volume = self.mech.images.get(name).ok_or_else(|| Error::NotFound {
+                    kind: "image (for an image volume)",
+                    id: name.clone(),
+                })?;
+                volume_snapshots.extend(chain_ids(&volume));
+            }
+        }
         let meta = ContainerMeta {
             id: id.clone(),
             name: name.clone(),
@@ -118,6 +134,8 @@ impl Core {
             config: config.encode_to_vec(),
             image_name,
             image_id: image.id.clone(),
+            rootfs_snapshots: chain_ids(&image),
+            volume_snapshots,
             log_path,
             runtime: self.runtime_binary(&sandbox.meta.runtime_handler),
             stop_signal: berth_spec::stop_signal(&id, &config, &info)?,
@@ -126,8 +144,7 @@ impl Core {
         };
         let built = match self.sandboxes.lookup(&sandbox.meta.id) {
             Ok(s) if s.status().state == SandboxState::Ready => {
-                self.build_container(&mut undo, meta, &sandbox, &image, info)
-                    .await
+                self.build_container(&mut undo, meta, &sandbox, info).await
             }
             _ => Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",
@@ -162,7 +179,6 @@ impl Core {
         undo: &mut Undo,
         meta: ContainerMeta,
         sandbox: &Sandbox,
-        image: &berth_oci_image::Image,
         info: berth_spec::ImageInfo,
     ) -> Result<(), Error> {
         let id = meta.id.clone();
@@ -193,7 +209,13 @@ impl Core {
         }
         self.mech
             .files
-            .mount_rootfs(&id, &dirs, self.mech.images.lowerdirs(image))
+            .mount_rootfs(
+                &id,
+                &dirs,
+                self.mech
+                    .images
+                    .snapshot_dirs(&container.meta.rootfs_snapshots),
+            )
             .await?;
         let image_mounts = self.mount_image_volumes(&container).await?;
         let spec = self
@@ -235,7 +257,12 @@ impl Core {
             let path = self
                 .mech
                 .files
-                .mount_image_volume(id, &dirs, n, self.mech.images.lowerdirs(&volume))
+                .mount_image_volume(
+                    id,
+                    &dirs,
+                    n,
+                    self.mech.images.snapshot_dirs(&chain_ids(&volume)),
+                )
                 .await?;
             image_mounts.insert(name, path);
         }

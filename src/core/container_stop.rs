@@ -123,6 +123,13 @@ impl Core {
             .remove_dir(&id, &self.layout.shim_dir(&id))
             .await?;
         self.containers.delete(container)?;
+        if self.mech.images.get(&container.meta.image_id).is_none() {
+            // Its image was removed while it lived: the snapshots it kept
+            // may be unused now.
+            if let Err(e) = self.mech.images.collect_garbage().await {
+                tracing::warn!(container = %id, error = %e, "collecting the removed image's content");
+            }
+        }
         self.container_event(container, EventKind::Deleted).await;
         tracing::info!(container = %id, "container removed");
         Ok(())

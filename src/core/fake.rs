@@ -461,12 +461,19 @@ impl Runtime for Arc<Fake> {
     }
 }
 
+#[async_trait]
 impl Images for Fake {
+    async fn collect_garbage(&self) -> Result<(), Error> {
+        self.call("images.gc", "").await
+    }
     fn get(&self, name: &str) -> Option<berth_oci_image::Image> {
         self.images.lock().unwrap().get(name).cloned()
     }
-    fn lowerdirs(&self, image: &berth_oci_image::Image) -> Vec<PathBuf> {
-        vec![PathBuf::from("/snapshots").join(&image.id)]
+    fn snapshot_dirs(&self, chain_ids: &[String]) -> Vec<PathBuf> {
+        chain_ids
+            .iter()
+            .map(|c| PathBuf::from("/snapshots").join(c))
+            .collect()
     }
 }
 

@@ -122,10 +122,23 @@ pub trait Runtime: Send + Sync {
 }
 
 /// The images containers are made from.
+#[async_trait]
 pub trait Images: Send + Sync {
+    /// Removes content no image and no container uses any more.
+    async fn collect_garbage(&self) -> Result<(), Error>;
     fn get(&self, name: &str) -> Option<berth_oci_image::Image>;
-    /// The image's snapshot dirs, top layer first.
-    fn lowerdirs(&self, image: &berth_oci_image::Image) -> Vec<PathBuf>;
+    /// The dirs of snapshots (chain ids), in the order given.
+    fn snapshot_dirs(&self, chain_ids: &[String]) -> Vec<PathBuf>;
+}
+
+/// The snapshots (chain ids) of an image, top layer first (overlay order).
+pub fn chain_ids(image: &berth_oci_image::Image) -> Vec<String> {
+    image
+        .layers
+        .iter()
+        .rev()
+        .map(|l| l.chain_id.clone())
+        .collect()
 }
 
 /// A life-cycle change to report (GetContainerEvents).

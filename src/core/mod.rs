@@ -125,6 +125,34 @@ impl Core {
             .flatten()
     }
 
+    /// The snapshots a container's rootfs is made of (from its record; for
+    /// records older than that, from its image).
+    pub fn rootfs_snapshots(&self, container: &Container) -> Result<Vec<String>, Error> {
+        if !container.meta.rootfs_snapshots.is_empty() {
+            return Ok(container.meta.rootfs_snapshots.clone());
+        }
+        let image = self
+            .mech
+            .images
+            .get(&container.meta.image_id)
+            .ok_or_else(|| Error::NotFound {
+                kind: "image",
+                id: container.meta.image_id.clone(),
+            })?;
+        Ok(mechanisms::chain_ids(&image))
+    }
+
+    /// Every snapshot some container uses: what image garbage collection
+    /// must keep, whatever images are removed.
+    pub fn snapshots_in_use(&self) -> Vec<String> {
+        let mut in_use = Vec::new();
+        for c in self.containers.list() {
+            in_use.extend(self.rootfs_snapshots(&c).unwrap_or_default());
+            in_use.extend(c.meta.volume_snapshots.iter().cloned());
+        }
+        in_use
+    }
+
     /// Reports a container's change; STOPPED only for one that has exited.
     async fn container_event(&self, container: &Container, kind: EventKind) {
         if kind == EventKind::Stopped && container.status().state != ContainerState::Exited {

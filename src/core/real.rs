@@ -353,23 +353,31 @@ impl Runtime for Shims {
     }
 }
 
+#[async_trait]
 impl Images for berth_oci_image::ImageStore {
+    async fn collect_garbage(&self) -> Result<(), Error> {
+        Ok(self.gc().await?)
+    }
     fn get(&self, name: &str) -> Option<berth_oci_image::Image> {
         berth_oci_image::ImageStore::get(self, name)
     }
-    fn lowerdirs(&self, image: &berth_oci_image::Image) -> Vec<PathBuf> {
-        berth_oci_image::ImageStore::lowerdirs(self, image)
+    fn snapshot_dirs(&self, chain_ids: &[String]) -> Vec<PathBuf> {
+        berth_oci_image::ImageStore::snapshot_dirs(self, chain_ids)
     }
 }
 
 /// No images at all: for a dry run, which must not open the image store.
 pub struct NoImages;
 
+#[async_trait]
 impl Images for NoImages {
+    async fn collect_garbage(&self) -> Result<(), Error> {
+        Ok(())
+    }
     fn get(&self, _name: &str) -> Option<berth_oci_image::Image> {
         None
     }
-    fn lowerdirs(&self, _image: &berth_oci_image::Image) -> Vec<PathBuf> {
+    fn snapshot_dirs(&self, _chain_ids: &[String]) -> Vec<PathBuf> {
         Vec::new()
     }
 }

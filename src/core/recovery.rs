@@ -281,18 +281,11 @@ impl Core {
             }
             Action::RemountContainer(id) => {
                 let container = self.containers.lookup(id)?;
-                let image = self
-                    .mech
-                    .images
-                    .get(&container.meta.image_id)
-                    .ok_or_else(|| Error::NotFound {
-                        kind: "image",
-                        id: container.meta.image_id.clone(),
-                    })?;
+                let snapshots = self.rootfs_snapshots(&container)?;
                 let dirs = self.layout.container_dirs(id);
                 self.mech
                     .files
-                    .mount_rootfs(id, &dirs, self.mech.images.lowerdirs(&image))
+                    .mount_rootfs(id, &dirs, self.mech.images.snapshot_dirs(&snapshots))
                     .await
             }
             Action::AdoptStarted(id) => {

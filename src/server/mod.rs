@@ -103,8 +103,20 @@ impl Cri {
     /// Opens the image store and the core's stores under the configured root.
     pub async fn new(config: Config) -> Result<Arc<Cri>, Error> {
         let layout = crate::core::Layout::new(&config.root, &config.state);
+        // Snapshots that containers use are kept by image garbage collection;
+        // until the core is open nothing is collected.
+        let core_of_roots: Arc<std::sync::OnceLock<std::sync::Weak<Core>>> = Default::default();
+        let roots: berth_oci_image::GcRoots = {
+            let core = core_of_roots.clone();
+            Arc::new(move || Some(core.get()?.upgrade()?.snapshots_in_use()))
+        };
         let images = Arc::new(
-            berth_oci_image::ImageStore::open(&layout.images(), config.registry.clone()).await?,
+            berth_oci_image::ImageStore::open_with_roots(
+                &layout.images(),
+                config.registry.clone(),
+                Some(roots),
+            )
+            .await?,
         );
         let cni = cni_client(&config, &layout);
         let sink = Arc::new(crate::events::CoreEvents::default());
@@ -121,6 +133,7 @@ impl Cri {
         };
         let options = spec_options(&config);
         let core = Core::open(config, mech, options)?;
+        let _ = core_of_roots.set(Arc::downgrade(&core));
         let cri = Arc::new(Cri {
             core,
             gate: Gate::default(),
@@ -138,6 +151,11 @@ impl Cri {
     /// Brings the records in line with what runs (before the gate opens).
     pub async fn recover(&self) {
         self.core.recover().await;
+        // What no image and no container uses any more (the start-up
+        // collection, deferred until the containers were known).
+        if let Err(e) = self.images.gc().await {
+            tracing::warn!(error = %e, "collecting unused image content");
+        }
     }
 
     /// Writes berth's default CNI network when the config dir holds none.

@@ -47,7 +47,10 @@ pub struct FsUsage {
 /// Chain ids of snapshots the garbage collector must keep even when no image
 /// names them (e.g. the lowerdirs of running containers whose image was
 /// removed). Called under the store's lock: it must not call the store.
-pub type GcRoots = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+///
+/// `None` means "not known yet" (the users of snapshots have not been
+/// loaded): garbage collection then removes nothing at all.
+pub type GcRoots = Arc<dyn Fn() -> Option<Vec<String>> + Send + Sync>;
 
 type PullFuture = Shared<BoxFuture<'static, Result<Image, Error>>>;
 
@@ -105,6 +108,16 @@ impl ImageStore {
     /// Opens (creating if needed) the store under `root`: loads the image
     /// records, removes leftovers of interrupted pulls and collects garbage.
     pub async fn open(root: &Path, cfg: RegistryConfig) -> Result<ImageStore, Error> {
+        Self::open_with_roots(root, cfg, None).await
+    }
+
+    /// [`ImageStore::open`] with the callback that names the snapshots other
+    /// users (containers) hold, in force from the first collection on.
+    pub async fn open_with_roots(
+        root: &Path,
+        cfg: RegistryConfig,
+        roots: Option<GcRoots>,
+    ) -> Result<ImageStore, Error> {
         cfg.validate()?;
         let inner = Arc::new(Inner {
             paths: Paths::new(root),
@@ -115,7 +128,7 @@ impl ImageStore {
             pulls: Mutex::new(HashMap::new()),
             next_pull: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
-            gc_roots: RwLock::new(None),
+            gc_roots: RwLock::new(roots),
         });
         let loader = inner.clone();
         tokio::task::spawn_blocking(move || loader.load())
@@ -132,15 +145,6 @@ impl ImageStore {
     /// The registry configuration in use.
     pub fn config(&self) -> &RegistryConfig {
         &self.inner.cfg
-    }
-
-    /// Sets the callback that names snapshots to keep beyond the images'.
-    pub fn set_gc_roots(&self, roots: GcRoots) {
-        *self
-            .inner
-            .gc_roots
-            .write()
-            .unwrap_or_else(|p| p.into_inner()) = Some(roots);
     }
 
     /// Pulls `reference` (normalised: `busybox` is
@@ -234,6 +238,14 @@ impl ImageStore {
         })
         .await
         .map_err(join_err)?
+    }
+
+    /// The dirs of snapshots `chain_ids`, in the order given.
+    pub fn snapshot_dirs(&self, chain_ids: &[String]) -> Vec<PathBuf> {
+        chain_ids
+            .iter()
+            .map(|c| self.inner.paths.snapshot_fs(c))
+            .collect()
     }
 
     /// The overlay lowerdirs of `image`, top layer first (overlayfs order).
@@ -464,7 +476,11 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if let Some(roots) = roots {
-            keep.extend(roots());
+            match roots() {
+                Some(in_use) => keep.extend(in_use),
+                // Who uses what is not known yet: remove nothing.
+                None => return Ok(Vec::new()),
+            }
         }
         for entry in read_dir(&self.paths.blobs)? {
             let name = entry.file_name().to_string_lossy().into_owned();

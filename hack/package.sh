@@ -72,10 +72,10 @@ fi
 started=$SECONDS
 snapshot() {
   # Everything the package or its maintainer scripts may create.
-  find /etc/berth /etc/systemd/system /var/lib/systemd/deb-systemd-helper-enabled \
+  { find /etc/berth /etc/systemd/system /var/lib/systemd/deb-systemd-helper-enabled \
     /var/lib/systemd/deb-systemd-helper-masked /usr/bin/berth /usr/bin/berth-shim \
     /usr/share/doc/berth /usr/share/man/man8/berth.8.gz /lib/systemd/system/berth.service \
-    /usr/lib/systemd/system/berth.service 2>/dev/null | sort
+    /usr/lib/systemd/system/berth.service 2>/dev/null || true; } | sort
   dpkg-query -W -f='${Package} ${Status}\n' berth 2>/dev/null || true
 }
 before=$(mktemp)

@@ -164,7 +164,10 @@ fn resolve(host: &dyn Host, binary: &str) -> Option<PathBuf> {
 
 fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
     let mut items = Vec::new();
-    for (name, handler) in &config.runtime.handlers {
+    // The default handler first: it is the one every pod without a handler uses.
+    let mut handlers: Vec<_> = config.runtime.handlers.iter().collect();
+    handlers.sort_by_key(|(name, _)| **name != config.runtime.default_handler);
+    for (name, handler) in handlers {
         let default = *name == config.runtime.default_handler;
         let role = if default { " (default handler)" } else { "" };
         let label = format!("runtime {name}");
@@ -804,6 +807,10 @@ mod tests {
         assert!(passed(&items), "{}", render(&items));
         let runc = find(&items, "runtime runc");
         assert_eq!(runc.status, Status::Ok);
+        assert_eq!(
+            items[1].name, "runtime runc",
+            "the default handler comes first"
+        );
         assert!(
             runc.detail
                 .contains("/usr/sbin/runc: runc version 1.1.5+ds1"),

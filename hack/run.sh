@@ -10,4 +10,7 @@ cargo build --release --locked
 # The shim runs once per container: a static build keeps it under 2 MiB RSS.
 cargo rustc --release --locked -p berth-shim --bin berth-shim --no-default-features \
   -- -C target-feature=+crt-static
-exec ./target/release/berth "$@"
+bin=${CARGO_TARGET_DIR:-target}/release
+# The host's prerequisites first: stop here, saying what to fix, when one is missing.
+"$bin/berth" check "$@"
+exec "$bin/berth" "$@"

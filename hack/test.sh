@@ -32,7 +32,21 @@ trap cleanup EXIT
 status=0
 cargo test --workspace --locked --no-fail-fast -- --test-threads "${BERTH_TEST_THREADS:-4}" 2>&1 | tee "$log" || status=$?
 
+# The Debian package, from the release build: installed with dpkg, run from
+# the installed paths, its unit verified, purged (hack/package.sh test).
+# Counted as one test. BERTH_SKIP_PACKAGE=1 skips it.
+pkg_pass=0 pkg_fail=0 pkg_skip=0
+if [[ ${BERTH_SKIP_PACKAGE:-0} != 1 ]]; then
+  pkg_status=0
+  bash hack/package.sh test || pkg_status=$?
+  case $pkg_status in
+    0) pkg_pass=1 ;;
+    77) pkg_skip=1 ;;
+    *) status=1 pkg_fail=1 ;;
+  esac
+fi
+
 # One closing line for the whole run: the sum over every test binary.
-awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+awk -v p="$pkg_pass" -v f="$pkg_fail" -v s="$pkg_skip" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "all tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"

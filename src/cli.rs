@@ -1,13 +1,16 @@
 //! Command-line interface.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, ConfigError, LogFormat};
+use crate::config::{Config, ConfigError, Layers, Loaded, LogFormat};
 
 /// The default config file, read when it exists and `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/berth/config.toml";
+
+/// The name of the drop-in directory beside the main config file.
+pub const DROP_IN_DIR_NAME: &str = "config.d";
 
 /// berth: a Kubernetes container runtime that speaks CRI v1.
 #[derive(Debug, Parser)]
@@ -25,6 +28,11 @@ pub struct Flags {
     /// TOML config file (default: /etc/berth/config.toml when it exists).
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Drop-in directory: its `*.toml` files are merged after the main file,
+    /// in lexical order (default: `config.d` beside the main file, i.e.
+    /// /etc/berth/config.d).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
     /// Unix socket to serve CRI on.
     #[arg(long, global = true, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -49,6 +57,19 @@ pub enum Command {
         #[command(subcommand)]
         action: ConfigAction,
     },
+    /// Check the host's prerequisites (runtimes, cgroups, overlayfs, CNI,
+    /// sysctls, security modules) and say how to fix what is missing; exits
+    /// non-zero when something required is missing.
+    Check,
+    /// Print a shell completion script for berth.
+    #[command(hide = true)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print berth's man page (roff).
+    #[command(hide = true)]
+    Man,
     /// Recovery runs whenever berth starts; with --dry-run, list what it
     /// would change now, changing nothing.
     Recover {
@@ -62,36 +83,70 @@ pub enum Command {
 pub enum ConfigAction {
     /// Print the embedded default configuration as TOML.
     Default,
-    /// Print the effective configuration (defaults, file, flags) as TOML.
+    /// Print the effective configuration (defaults, file, drop-ins, flags)
+    /// as TOML, and which file or flag set each key.
     Show,
+    /// Print the embedded defaults as the commented config file that the
+    /// package installs as /etc/berth/config.toml.
+    DefaultCommented,
 }
 
 impl Flags {
     /// Defaults, then the config file, then these flags; validated.
     pub fn effective_config(&self) -> Result<Config, ConfigError> {
-        let mut config = match &self.config {
-            Some(path) => Config::load(path)?,
-            None if std::path::Path::new(DEFAULT_CONFIG_PATH).exists() => {
-                Config::load(std::path::Path::new(DEFAULT_CONFIG_PATH))?
+        let loaded = self.load()?;
+        loaded.validate()?;
+        Ok(loaded.config)
+    }
+
+    /// The main file (`--config`, else /etc/berth/config.toml when it
+    /// exists), the drop-ins (`--config-dir`, else `config.d` beside the main
+    /// file), then these flags; not validated.
+    pub fn load(&self) -> Result<Loaded, ConfigError> {
+        let default_path = Path::new(DEFAULT_CONFIG_PATH);
+        let main = self.config.as_deref().unwrap_or(default_path);
+        let mut layers = Layers::new();
+        if self.config.is_some() || main.exists() {
+            layers.add_file(main)?;
+        }
+        match &self.config_dir {
+            Some(dir) => layers.add_dir(dir, true)?,
+            None => {
+                let dir = main
+                    .parent()
+                    .unwrap_or(Path::new("."))
+                    .join(DROP_IN_DIR_NAME);
+                layers.add_dir(&dir, false)?;
             }
-            None => Config::default(),
-        };
-        if let Some(v) = &self.socket {
-            config.socket = v.clone();
         }
-        if let Some(v) = &self.root {
-            config.root = v.clone();
+        let flags: [(&str, &'static str, bool); 5] = [
+            ("socket", "--socket", self.socket.is_some()),
+            ("root", "--root", self.root.is_some()),
+            ("state", "--state", self.state.is_some()),
+            ("log_level", "--log-level", self.log_level.is_some()),
+            ("log_format", "--log-format", self.log_format.is_some()),
+        ];
+        for (key, flag, set) in flags {
+            if set {
+                layers.flag(key, flag);
+            }
         }
-        if let Some(v) = &self.state {
-            config.state = v.clone();
-        }
-        if let Some(v) = &self.log_level {
-            config.log_level = v.clone();
-        }
-        if let Some(v) = self.log_format {
-            config.log_format = v;
-        }
-        config.validate()?;
-        Ok(config)
+        layers.finish(|config| {
+            if let Some(v) = &self.socket {
+                config.socket = v.clone();
+            }
+            if let Some(v) = &self.root {
+                config.root = v.clone();
+            }
+            if let Some(v) = &self.state {
+                config.state = v.clone();
+            }
+            if let Some(v) = &self.log_level {
+                config.log_level = v.clone();
+            }
+            if let Some(v) = self.log_format {
+                config.log_format = v;
+            }
+        })
     }
 }

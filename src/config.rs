@@ -1,6 +1,8 @@
 //! berth's configuration: embedded defaults, an optional TOML file on top,
-//! and command-line flags on top of that. Unknown keys and bad values are
-//! errors that name the key.
+//! then the drop-in files of a directory (`config.d/*.toml`, in lexical
+//! order), and command-line flags on top of that. Unknown keys and bad values
+//! are errors that name the file and the key; [`Layers`] remembers which file
+//! (or flag) set each key, for `berth config show`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,283 @@ pub enum ConfigError {
     },
     #[error("config: key `{key}`: {message}")]
     Value { key: String, message: String },
+    #[error("config: key `{key}` (set by {origin}): {message}")]
+    ValueFrom {
+        key: String,
+        origin: Origin,
+        message: String,
+    },
+    #[error("config file {path}: larger than {max} bytes")]
+    TooLarge { path: PathBuf, max: u64 },
+    #[error("reading drop-in directory {path}: {source}")]
+    ReadDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("drop-in directory {path}: more than {max} files")]
+    TooManyFiles { path: PathBuf, max: usize },
+}
+
+/// Where a key of the effective configuration was set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A config file (the main file or a drop-in).
+    File(PathBuf),
+    /// A command-line flag, such as `--socket`.
+    Flag(&'static str),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::File(path) => write!(f, "{}", path.display()),
+            Origin::Flag(flag) => f.write_str(flag),
+        }
+    }
+}
+
+/// A config file larger than this is refused (the real ones are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+/// A drop-in directory with more `.toml` files than this is refused.
+pub const MAX_DROP_INS: usize = 256;
+
+/// The configuration being assembled: the embedded defaults, then each file
+/// merged on top (tables merged key by key, any other value replaced whole),
+/// then flags. Each file is also checked on its own, so an unknown key or a
+/// bad value names the file it is in.
+#[derive(Debug, Default)]
+pub struct Layers {
+    table: toml::Table,
+    origins: BTreeMap<String, Origin>,
+    files: Vec<PathBuf>,
+}
+
+/// The effective configuration and where each key that is not an embedded
+/// default was set.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub config: Config,
+    /// Dotted key (`cni.conf_dir`, `registry.mirrors."docker.io".endpoints`)
+    /// to the file or flag that set it last.
+    pub origins: BTreeMap<String, Origin>,
+    /// The files read, in the order they were merged.
+    pub files: Vec<PathBuf>,
+}
+
+impl Layers {
+    /// Nothing but the embedded defaults.
+    pub fn new() -> Layers {
+        Layers::default()
+    }
+
+    /// Merges a TOML document read from `path` on top of what is there.
+    pub fn add_toml(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        // On its own first: errors then name this file and the key in it.
+        Config::from_toml(text, path)?;
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    path: path.to_path_buf(),
+                    message: e.to_string().trim().to_string(),
+                })?;
+        let origin = Origin::File(path.to_path_buf());
+        merge(&mut self.table, table, "", &origin, &mut self.origins);
+        self.files.push(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Reads `path` (at most [`MAX_FILE_BYTES`]) and merges it.
+    pub fn add_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = read_bounded(path)?;
+        self.add_toml(&text, path)
+    }
+
+    /// Merges every `*.toml` file of `dir` in lexical order of their names
+    /// (hidden files skipped). A missing directory adds nothing unless
+    /// `required`.
+    pub fn add_dir(&mut self, dir: &Path, required: bool) -> Result<(), ConfigError> {
+        for path in drop_in_files(dir, required)? {
+            self.add_file(&path)?;
+        }
+        Ok(())
+    }
+
+    /// Records that a flag set `key` (its value is applied by the caller).
+    pub fn flag(&mut self, key: &str, flag: &'static str) {
+        self.origins.insert(key.to_string(), Origin::Flag(flag));
+    }
+
+    /// The merged configuration on top of the embedded defaults (not yet
+    /// validated: see [`Loaded::validate`]), with `apply` run on it for the
+    /// flags.
+    pub fn finish(self, apply: impl FnOnce(&mut Config)) -> Result<Loaded, ConfigError> {
+        let mut config: Config = serde_path_to_error::deserialize(toml::Value::Table(self.table))
+            .map_err(|e| ConfigError::Value {
+            key: e.path().to_string(),
+            message: e.into_inner().message().trim().to_string(),
+        })?;
+        apply(&mut config);
+        Ok(Loaded {
+            config,
+            origins: self.origins,
+            files: self.files,
+        })
+    }
+}
+
+impl Loaded {
+    /// [`Config::validate`], with the error naming the file or flag that set
+    /// the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.config.validate() {
+            Err(ConfigError::Value { key, message }) => match self.origin_of(&key) {
+                Some(origin) => Err(ConfigError::ValueFrom {
+                    key,
+                    origin: origin.clone(),
+                    message,
+                }),
+                None => Err(ConfigError::Value { key, message }),
+            },
+            other => other,
+        }
+    }
+
+    /// Who set `key`, or a key below it (`registry` → `registry.plain_http`).
+    pub fn origin_of(&self, key: &str) -> Option<&Origin> {
+        if let Some(origin) = self.origins.get(key) {
+            return Some(origin);
+        }
+        let prefix = format!("{key}.");
+        self.origins
+            .iter()
+            .rev()
+            .find(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, origin)| origin)
+    }
+}
+
+/// The drop-in files of `dir`: `*.toml`, not hidden, sorted by name.
+pub fn drop_in_files(dir: &Path, required: bool) -> Result<Vec<PathBuf>, ConfigError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(ConfigError::ReadDir {
+                path: dir.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|source| ConfigError::ReadDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || !name.ends_with(".toml") {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks: a drop-in may link to a file kept elsewhere.
+        if !path.is_file() {
+            continue;
+        }
+        if files.len() == MAX_DROP_INS {
+            return Err(ConfigError::TooManyFiles {
+                path: dir.to_path_buf(),
+                max: MAX_DROP_INS,
+            });
+        }
+        files.push(path);
+    }
+    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(files)
+}
+
+/// Reads a config file of at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            max: MAX_FILE_BYTES,
+        });
+    }
+    Ok(text)
+}
+
+/// One key as it is written in TOML: bare when it can be, else quoted.
+fn key_segment(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+/// Merges `from` into `into`: tables key by key, anything else replaced whole.
+/// Every value set is recorded in `origins` under its dotted key.
+fn merge(
+    into: &mut toml::Table,
+    from: toml::Table,
+    prefix: &str,
+    origin: &Origin,
+    origins: &mut BTreeMap<String, Origin>,
+) {
+    for (key, value) in from {
+        let path = format!("{prefix}{}", key_segment(&key));
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(existing)), toml::Value::Table(table)) => {
+                merge(existing, table, &format!("{path}."), origin, origins);
+            }
+            (_, value) => {
+                // What was below this key is gone: so are its origins.
+                let below = format!("{path}.");
+                origins.retain(|k, _| !k.starts_with(&below));
+                record(&value, &path, origin, origins);
+                into.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Records `origin` for `value` at `path`, and for every key below it.
+fn record(
+    value: &toml::Value,
+    path: &str,
+    origin: &Origin,
+    origins: &mut BTreeMap<String, Origin>,
+) {
+    match value {
+        toml::Value::Table(table) if !table.is_empty() => {
+            for (key, value) in table {
+                record(
+                    value,
+                    &format!("{path}.{}", key_segment(key)),
+                    origin,
+                    origins,
+                );
+            }
+        }
+        _ => {
+            origins.insert(path.to_string(), origin.clone());
+        }
+    }
 }
 
 /// The whole configuration of the daemon.
@@ -247,18 +526,25 @@ impl Config {
         })
     }
 
-    /// Reads and parses a TOML file on top of the embedded defaults.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Config::from_toml(&text, path)
-    }
-
     /// The embedded defaults, as the TOML that `berth config default` prints.
     pub fn default_toml() -> String {
         toml::to_string_pretty(&Config::default()).expect("the default config serializes")
+    }
+
+    /// The embedded defaults as a config file to install: every key commented
+    /// out, under a header that says how the files are layered.
+    pub fn commented_default_toml() -> String {
+        let mut out = String::from(COMMENTED_HEADER);
+        for line in Config::default_toml().lines() {
+            if line.is_empty() {
+                out.push('\n');
+            } else {
+                out.push_str("# ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
     }
 
     /// Checks values that parse but cannot work.
@@ -352,6 +638,22 @@ impl Config {
         &self.runtime.handlers[&self.runtime.default_handler]
     }
 }
+
+/// The top of the installed `/etc/berth/config.toml`.
+const COMMENTED_HEADER: &str = "\
+# berth's configuration file (/etc/berth/config.toml).
+#
+# Every key below is commented out and shows its embedded default: uncomment
+# and change only what you need. berth reads the embedded defaults, then this
+# file, then the drop-ins /etc/berth/config.d/*.toml in lexical order of their
+# names (later files win; tables are merged key by key, other values replaced
+# whole), then command-line flags. Unknown keys and bad values stop the start
+# with a message that names the file and the key.
+#
+#   berth config show   # the effective configuration and which file set each key
+#   berth check         # are the host's prerequisites there?
+
+";
 
 /// True when systemd is the init system (the test systemd itself uses).
 pub fn systemd_is_running() -> bool {
@@ -469,5 +771,202 @@ mod tests {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(key), "{err}");
         }
+    }
+
+    fn layered(files: &[(&str, &str)]) -> Result<Loaded, ConfigError> {
+        let mut layers = Layers::new();
+        for (path, text) in files {
+            layers.add_toml(text, Path::new(path))?;
+        }
+        layers.finish(|_| {})
+    }
+
+    const MAIN: &str = "/etc/berth/config.toml";
+    const DROP_10: &str = "/etc/berth/config.d/10-registry.toml";
+    const DROP_20: &str = "/etc/berth/config.d/20-debug.toml";
+
+    #[test]
+    fn drop_ins_merge_tables_key_by_key_and_later_files_win() {
+        let loaded = layered(&[
+            (
+                MAIN,
+                "log_level = \"warn\"\n[cni]\nconf_dir = \"/etc/cni/other\"\ntimeout_secs = 30\n\
+                 [registry.mirrors.\"docker.io\"]\nendpoints = [\"http://127.0.0.1:5000\"]\n",
+            ),
+            (
+                DROP_10,
+                "[registry.mirrors.\"registry.k8s.io\"]\nendpoints = [\"http://127.0.0.1:5001\"]\n\
+                 [cni]\ntimeout_secs = 90\n",
+            ),
+            (DROP_20, "log_level = \"debug\"\n"),
+        ])
+        .unwrap();
+        let cfg = &loaded.config;
+        assert_eq!(cfg.log_level, "debug");
+        // The drop-in changed one key of [cni]; the main file's other key stays.
+        assert_eq!(cfg.cni.timeout_secs, 90);
+        assert_eq!(cfg.cni.conf_dir, PathBuf::from("/etc/cni/other"));
+        // Both mirrors: maps are merged too.
+        assert_eq!(cfg.registry.mirrors.len(), 2);
+        // Untouched keys are the embedded defaults.
+        assert_eq!(cfg.socket, Config::default().socket);
+        loaded.validate().unwrap();
+
+        let origin = |k: &str| loaded.origins.get(k).map(|o| o.to_string());
+        assert_eq!(origin("log_level").as_deref(), Some(DROP_20));
+        assert_eq!(origin("cni.timeout_secs").as_deref(), Some(DROP_10));
+        assert_eq!(origin("cni.conf_dir").as_deref(), Some(MAIN));
+        assert_eq!(
+            origin("registry.mirrors.\"docker.io\".endpoints").as_deref(),
+            Some(MAIN)
+        );
+        assert_eq!(
+            origin("registry.mirrors.\"registry.k8s.io\".endpoints").as_deref(),
+            Some(DROP_10)
+        );
+        assert_eq!(origin("socket"), None);
+        assert_eq!(
+            loaded.files,
+            vec![
+                PathBuf::from(MAIN),
+                PathBuf::from(DROP_10),
+                PathBuf::from(DROP_20)
+            ]
+        );
+    }
+
+    #[test]
+    fn arrays_are_replaced_whole() {
+        let loaded = layered(&[
+            (MAIN, "[cni]\nbin_dirs = [\"/a\", \"/b\"]\n"),
+            (DROP_10, "[cni]\nbin_dirs = [\"/c\"]\n"),
+        ])
+        .unwrap();
+        assert_eq!(loaded.config.cni.bin_dirs, vec![PathBuf::from("/c")]);
+    }
+
+    #[test]
+    fn a_bad_key_in_a_drop_in_names_the_file_and_the_key() {
+        let err = layered(&[
+            (MAIN, "log_level = \"info\"\n"),
+            (DROP_20, "[cni]\nconf_dri = \"/x\"\n"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(DROP_20), "{err}");
+        assert!(err.contains("conf_dri"), "{err}");
+
+        let err = layered(&[(DROP_10, "[cni]\ntimeout_secs = \"soon\"\n")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(DROP_10) && err.contains("cni.timeout_secs"),
+            "{err}"
+        );
+
+        let err = layered(&[(DROP_10, "[cni\n")]).unwrap_err().to_string();
+        assert!(err.contains(DROP_10), "{err}");
+    }
+
+    #[test]
+    fn a_value_that_does_not_validate_names_the_file_that_set_it() {
+        let loaded = layered(&[
+            (MAIN, "[cni]\ndefault_subnet = \"10.1.0.0/16\"\n"),
+            (DROP_20, "[cni]\ndefault_subnet = \"not-a-net\"\n"),
+        ])
+        .unwrap();
+        let err = loaded.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("cni.default_subnet") && err.contains(DROP_20),
+            "{err}"
+        );
+
+        // A key checked as a whole (`registry`) finds the file of a key below it.
+        let loaded = layered(&[(DROP_10, "[registry]\nmax_concurrent_downloads = 0\n")]).unwrap();
+        if let Err(e) = loaded.validate() {
+            assert!(e.to_string().contains(DROP_10), "{e}");
+        }
+    }
+
+    #[test]
+    fn flags_are_origins_too() {
+        let mut layers = Layers::new();
+        layers
+            .add_toml("socket = \"/run/a.sock\"\n", Path::new(MAIN))
+            .unwrap();
+        layers.flag("socket", "--socket");
+        let loaded = layers
+            .finish(|c| c.socket = PathBuf::from("relative.sock"))
+            .unwrap();
+        assert_eq!(loaded.origins["socket"], Origin::Flag("--socket"));
+        let err = loaded.validate().unwrap_err().to_string();
+        assert!(err.contains("--socket"), "{err}");
+    }
+
+    #[test]
+    fn drop_in_dir_is_read_in_lexical_order_and_skips_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("20-b.toml"), "log_level = \"debug\"\n").unwrap();
+        std::fs::write(
+            d.join("10-a.toml"),
+            "log_level = \"warn\"\nroot = \"/srv/berth\"\n",
+        )
+        .unwrap();
+        std::fs::write(d.join("README"), "not toml at all [").unwrap();
+        std::fs::write(d.join(".30-hidden.toml"), "log_level = \"trace\"\n").unwrap();
+        std::fs::write(d.join("99-z.toml.dpkg-old"), "log_level = \"trace\"\n").unwrap();
+        std::fs::create_dir(d.join("40-dir.toml")).unwrap();
+        let mut layers = Layers::new();
+        layers.add_dir(d, true).unwrap();
+        let loaded = layers.finish(|_| {}).unwrap();
+        assert_eq!(loaded.config.log_level, "debug");
+        assert_eq!(loaded.config.root, PathBuf::from("/srv/berth"));
+        assert_eq!(loaded.files, vec![d.join("10-a.toml"), d.join("20-b.toml")]);
+
+        // Missing: nothing, unless the directory was asked for.
+        let mut layers = Layers::new();
+        layers.add_dir(&d.join("none"), false).unwrap();
+        let err = layers
+            .add_dir(&d.join("none"), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("none"), "{err}");
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.toml");
+        let line = "# padding padding padding padding padding padding padding padding\n";
+        std::fs::write(
+            &path,
+            line.repeat((MAX_FILE_BYTES as usize / line.len()) + 2),
+        )
+        .unwrap();
+        let err = Layers::new().add_file(&path).unwrap_err();
+        assert!(matches!(err, ConfigError::TooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn commented_defaults_parse_to_the_defaults_and_show_every_key() {
+        let text = Config::commented_default_toml();
+        assert_eq!(parse(&text).unwrap(), Config::default());
+        assert!(
+            text.contains("# socket = \"/run/berth/berth.sock\""),
+            "{text}"
+        );
+        assert!(text.contains("# [runtime.handlers.runc]"), "{text}");
+        assert!(
+            text.lines().all(|l| l.is_empty() || l.starts_with('#')),
+            "{text}"
+        );
+        // Uncommenting the body gives back the default TOML.
+        let body = text.strip_prefix(COMMENTED_HEADER).unwrap();
+        let uncommented: String = body
+            .lines()
+            .map(|l| format!("{}\n", l.strip_prefix("# ").unwrap_or(l)))
+            .collect();
+        assert_eq!(uncommented, Config::default_toml());
     }
 }

@@ -101,6 +101,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         tokio::spawn(crate::metrics::serve(listener, cri.clone()));
     }
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
+    // systemd (Type=notify): recovery has finished and the socket serves.
+    crate::sd_notify::ready();
 
     // Graceful: in-flight calls get SHUTDOWN_GRACE to finish, then berth exits anyway
     // (a client that never closes its connection must not keep the daemon up).

@@ -1,5 +1,6 @@
 //! The berth daemon: a Kubernetes container runtime that serves CRI v1.
 
+mod check;
 mod cli;
 mod config;
 mod container;
@@ -12,17 +13,20 @@ mod logging;
 mod metrics;
 mod objects;
 mod sandbox;
+mod sd_notify;
 mod server;
 mod undo;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 use cli::{Cli, Command, ConfigAction};
-use config::Config;
+use config::{Config, Loaded};
 
 fn main() -> ExitCode {
+    // First, while berth has one thread: no child of berth may inherit it.
+    sd_notify::take_socket();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Config {
@@ -32,17 +36,48 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Config {
+            action: ConfigAction::DefaultCommented,
+        }) => {
+            print!("{}", Config::commented_default_toml());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Config {
             action: ConfigAction::Show,
-        }) => match cli.flags.effective_config() {
-            Ok(config) => {
-                print!(
-                    "{}",
-                    toml::to_string_pretty(&config).expect("config serializes")
-                );
+        }) => match cli.flags.load().and_then(|l| l.validate().map(|()| l)) {
+            Ok(loaded) => {
+                print!("{}", show(&loaded));
                 ExitCode::SUCCESS
             }
             Err(e) => fail(e.into()),
         },
+        Some(Command::Check) => {
+            let loaded = match cli.flags.load() {
+                Ok(loaded) => loaded,
+                Err(e) => return fail(e.into()),
+            };
+            let mut items = check::run(&loaded.config, &check::RealHost);
+            // A configuration that does not validate is reported with the host's checks.
+            if let Err(e) = loaded.validate() {
+                items.insert(0, check::config_item(&e.to_string()));
+            }
+            print!("{}", check::render(&items));
+            if check::passed(&items) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Some(Command::Completions { shell }) => {
+            clap_complete::generate(shell, &mut Cli::command(), "berth", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Some(Command::Man) => {
+            let man = clap_mangen::Man::new(Cli::command()).section("8");
+            match man.render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e.into()),
+            }
+        }
         Some(Command::Recover { dry_run }) => {
             if !dry_run {
                 return fail(anyhow::anyhow!(
@@ -75,12 +110,13 @@ fn main() -> ExitCode {
             }
         }
         None => {
-            let config = match cli.flags.effective_config() {
-                Ok(config) => config,
+            let loaded = match cli.flags.load().and_then(|l| l.validate().map(|()| l)) {
+                Ok(loaded) => loaded,
                 Err(e) => return fail(e.into()),
             };
-            logging::init(&config);
-            match daemon::run(config) {
+            logging::init(&loaded.config);
+            tracing::info!(files = ?loaded.files, "configuration loaded");
+            match daemon::run(loaded.config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e:#}");
@@ -89,6 +125,31 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `berth config show`: the effective configuration as TOML, then which file
+/// or flag set each key that is not an embedded default.
+fn show(loaded: &Loaded) -> String {
+    let mut out = String::from(
+        "# The effective configuration: embedded defaults, then the files below\n\
+         # in this order, then flags.\n",
+    );
+    if loaded.files.is_empty() {
+        out.push_str("# Files read: none\n");
+    }
+    for file in &loaded.files {
+        out.push_str(&format!("# File read: {}\n", file.display()));
+    }
+    out.push('\n');
+    out.push_str(&toml::to_string_pretty(&loaded.config).expect("config serializes"));
+    out.push_str("\n# Set by a file or a flag (every other key is the embedded default):\n");
+    if loaded.origins.is_empty() {
+        out.push_str("#   none\n");
+    }
+    for (key, origin) in &loaded.origins {
+        out.push_str(&format!("#   {key}  <-  {origin}\n"));
+    }
+    out
 }
 
 fn fail(e: anyhow::Error) -> ExitCode {

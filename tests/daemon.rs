@@ -185,6 +185,12 @@ fn bad_config_fails_and_names_the_key() {
             "runtime.default_handler",
         ),
         ("log_format = \"xml\"\n", "log_format"),
+        // Asked for, and impossible here (systemd is not init): refused,
+        // never silently run as cgroupfs.
+        (
+            "[runtime]\ncgroup_driver = \"systemd\"\n",
+            "needs systemd as init",
+        ),
         ("socket = [\n", "line 5"),
     ] {
         let sandbox = Sandbox::new();

@@ -70,6 +70,9 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
     }
 }
 
+/// A new object and its held lifecycle lock.
+pub type Locked<M, S> = (Arc<Object<M, S>>, tokio::sync::OwnedMutexGuard<()>);
+
 /// A record that could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broken {
@@ -160,11 +163,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
 
     /// [`Store::create`], with the object's lifecycle lock already held when
     /// it becomes visible: no other call can act on it until the guard goes.
-    pub fn create_locked(
-        &self,
-        meta: M,
-        status: S,
-    ) -> Result<(Arc<Object<M, S>>, tokio::sync::OwnedMutexGuard<()>), RecordError> {
+    pub fn create_locked(&self, meta: M, status: S) -> Result<Locked<M, S>, RecordError> {
         self.records.save(
             meta.id(),
             &Record {
@@ -175,7 +174,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
         Ok(self.add(meta, status))
     }
 
-    fn add(&self, meta: M, status: S) -> (Arc<Object<M, S>>, tokio::sync::OwnedMutexGuard<()>) {
+    fn add(&self, meta: M, status: S) -> Locked<M, S> {
         let id = meta.id().to_string();
         let object = Arc::new(Object {
             meta,

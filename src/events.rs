@@ -1,4 +1,5 @@
-//! Container events (GetContainerEvents): every life-cycle change of a
+//! Container events (GetContainerEvents, whose handler is in
+//! `server/get_container_events.rs`): every life-cycle change of a
 //! container or a pod sandbox becomes a `ContainerEventResponse` broadcast to
 //! every subscriber, as kubelet's evented PLEG expects.
 //!
@@ -20,7 +21,7 @@ use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
 
 use crate::core::mechanisms::{EventKind, EventSink};
-use crate::error::Error;
+use crate::objects::StoreExt;
 use crate::server::{BoxStream, Cri};
 
 /// Events kept for subscribers that are behind; more lost is a dropped subscriber.
@@ -143,14 +144,6 @@ impl EventSink for CoreEvents {
 }
 
 impl Cri {
-    /// RuntimeService.GetContainerEvents.
-    pub async fn get_container_events(
-        &self,
-        _req: v1::GetEventsRequest,
-    ) -> Result<BoxStream<v1::ContainerEventResponse>, Error> {
-        Ok(self.events.subscribe())
-    }
-
     /// Reports a change of container (or sandbox) `id` in pod `sandbox_id`.
     pub async fn emit_event(&self, id: &str, sandbox_id: &str, kind: v1::ContainerEventType) {
         let _order = self.events.order.lock().await;
@@ -164,35 +157,20 @@ impl Cri {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as i64)
                 .unwrap_or_default(),
-            pod_sandbox_status: self.pod_status(sandbox_id).await,
-            containers_statuses: self.pod_container_statuses(sandbox_id).await,
+            pod_sandbox_status: self.pod_status(sandbox_id),
+            containers_statuses: self.encode_pod_container_statuses(sandbox_id),
         };
         // No subscriber left since the check: nobody to tell.
         let _ = self.events.tx.send(event);
     }
 
     /// The sandbox's status; `None` once it is gone (a DELETED event).
-    async fn pod_status(&self, sandbox_id: &str) -> Option<v1::PodSandboxStatus> {
-        let req = v1::PodSandboxStatusRequest {
-            pod_sandbox_id: sandbox_id.to_string(),
-            verbose: false,
-        };
-        self.pod_sandbox_status(req).await.ok()?.status
-    }
-
-    /// The statuses of the sandbox's containers, oldest first.
-    async fn pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
-        let mut statuses = Vec::new();
-        for container in self.core.sandbox_containers(sandbox_id) {
-            let req = v1::ContainerStatusRequest {
-                container_id: container.meta.id.clone(),
-                verbose: false,
-            };
-            if let Ok(resp) = self.container_status(req).await {
-                statuses.extend(resp.status);
-            }
-        }
-        statuses
+    fn pod_status(&self, sandbox_id: &str) -> Option<v1::PodSandboxStatus> {
+        let sandbox = self.core.sandboxes.lookup(sandbox_id).ok()?;
+        Some(crate::server::encode::sandbox_status(
+            &sandbox.meta,
+            &sandbox.status(),
+        ))
     }
 }
 

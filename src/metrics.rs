@@ -18,7 +18,6 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use anyhow::Context;
-use cri_api::v1;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Method, Request, Response, StatusCode};
@@ -29,7 +28,6 @@ use prometheus::{
 };
 
 use crate::container::ContainerState;
-use crate::error::Error;
 use crate::sandbox::SandboxState;
 use crate::server::Cri;
 
@@ -236,23 +234,15 @@ pub fn render(cri: &Cri) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-impl Cri {
-    /// ImageService.PullImage, counted.
-    pub async fn pull_image_metered(
-        &self,
-        req: v1::PullImageRequest,
-    ) -> Result<v1::PullImageResponse, Error> {
-        let result = self.pull_image(req).await;
-        match &result {
-            Ok(resp) => {
-                METRICS.image_pulls.with_label_values(&["success"]).inc();
-                if let Some(image) = self.images.get(&resp.image_ref) {
-                    METRICS.image_pulled_bytes.inc_by(image.size);
-                }
-            }
-            Err(_) => METRICS.image_pulls.with_label_values(&["failure"]).inc(),
+/// Counts one finished image pull: `Some(bytes)` of the pulled image's
+/// content when it succeeded, `None` when it failed.
+pub fn image_pulled(bytes: Option<u64>) {
+    match bytes {
+        Some(bytes) => {
+            METRICS.image_pulls.with_label_values(&["success"]).inc();
+            METRICS.image_pulled_bytes.inc_by(bytes);
         }
-        result
+        None => METRICS.image_pulls.with_label_values(&["failure"]).inc(),
     }
 }
 

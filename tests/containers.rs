@@ -851,3 +851,59 @@ async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
     assert_eq!(outcomes[1].1, 0, "{outcomes:?}");
     remove_pod(&daemon, &pod).await;
 }
+
+/// The image fields as containerd fills them (internal/cri/server/
+/// container_list.go, container_status.go): a listed container carries the
+/// image id in `image_ref` and `image_id` (kubelet's image GC and `crictl
+/// ps` read them); a container's status carries the image's repo digest in
+/// `image_ref` and the image id in `image_id`.
+#[tokio::test]
+async fn image_ref_and_image_id_as_containerd_fills_them() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "imageref").await;
+    let image_id = pull(&daemon, &registry().busybox()).await;
+    let image = daemon
+        .images()
+        .await
+        .image_status(v1::ImageStatusRequest {
+            image: Some(v1::ImageSpec {
+                image: registry().busybox(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+        .unwrap();
+    let digest = image.repo_digests.first().expect("a repo digest").clone();
+    assert_ne!(digest, image_id);
+    let id = create(&daemon, &pod, &pod_config, container("ref", &["true"]))
+        .await
+        .unwrap();
+
+    let listed = daemon
+        .runtime()
+        .await
+        .list_containers(v1::ListContainersRequest {
+            filter: Some(v1::ContainerFilter {
+                id: id.clone(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].image_ref, image_id, "ListContainers image_ref");
+    assert_eq!(listed[0].image_id, image_id, "ListContainers image_id");
+
+    let st = container_status(&daemon, &id).await;
+    assert_eq!(st.image_ref, digest, "ContainerStatus image_ref");
+    assert_eq!(st.image_id, image_id, "ContainerStatus image_id");
+    remove_pod(&daemon, &pod).await;
+}

@@ -1,24 +1,40 @@
 //! The CRI v1 server: the state every RPC shares, and thin tonic trait impls
 //! that only pass each call through [`instrument::call`] to its handler.
-//! Handlers live one file per RPC family beside this one.
+//! Each RPC's handler lives in its own file beside this one (named after
+//! the RPC, e.g. `list_containers.rs`; the stats RPCs under `stats/`);
+//! `encode.rs` turns records into CRI messages for all of them.
 
+mod attach;
 mod container_status;
-mod container_update;
 mod create_container;
+pub mod encode;
+mod exec;
+mod exec_sync;
+mod get_container_events;
 mod ids;
-mod image;
+mod image_fs_info;
+mod image_status;
 pub mod instrument;
+mod list_containers;
+mod list_images;
+mod list_pod_sandbox;
+mod pod_sandbox_status;
+mod port_forward;
+mod pull_image;
 mod remove_container;
+mod remove_image;
 mod remove_pod_sandbox;
+mod reopen_container_log;
 mod run_pod_sandbox;
 mod runtime_config;
-mod sandbox_status;
 mod start_container;
 mod stats;
 mod status;
 mod stop_container;
 mod stop_pod_sandbox;
 mod streaming;
+mod update_container_resources;
+mod update_runtime_config;
 mod version;
 
 use std::pin::Pin;
@@ -190,6 +206,17 @@ impl Cri {
     pub fn shim_socket(&self, id: &str) -> std::path::PathBuf {
         berth_shim::ShimPaths::new(self.core.layout.shim_dir(id)).socket()
     }
+
+    /// A client of the container's shim.
+    pub async fn shim_of(
+        &self,
+        container: &crate::container::Container,
+    ) -> Result<berth_shim::ShimClient, Error> {
+        let id = &container.meta.id;
+        berth_shim::ShimClient::connect(&self.shim_socket(id))
+            .await
+            .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))
+    }
 }
 
 /// The tonic `RuntimeService`.
@@ -295,7 +322,7 @@ delegate! {
     impl v1::image_service_server::ImageService, for ImageApi {
         "ListImages" list_images(ListImagesRequest) -> ListImagesResponse => list_images;
         "ImageStatus" image_status(ImageStatusRequest) -> ImageStatusResponse => image_status;
-        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => pull_image_metered;
+        "PullImage" pull_image(PullImageRequest) -> PullImageResponse => pull_image;
         "RemoveImage" remove_image(RemoveImageRequest) -> RemoveImageResponse => remove_image;
         "ImageFsInfo" image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse => image_fs_info;
     }

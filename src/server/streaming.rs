@@ -1,5 +1,6 @@
-//! RuntimeService.Exec, Attach and PortForward: the URLs of the streaming
-//! server (`crates/streaming`), and the backend behind it: exec and attach
+//! The streaming server (`crates/streaming`) behind Exec, Attach and
+//! PortForward (`exec.rs`, `attach.rs`, `port_forward.rs` hand out its URLs):
+//! its start, and the backend that serves its sessions: exec and attach
 //! through the container's shim, port-forward to the pod's loopback from
 //! inside its network namespace.
 
@@ -12,7 +13,6 @@ use berth_shim::{AttachOptions, ExecOptions, IoStream, ShimClient, StreamEvent};
 use berth_streaming::{
     Backend, BackendError, Input, Output, PortStream, StreamIo, StreamingServer, TerminalSize,
 };
-use cri_api::v1;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -55,90 +55,16 @@ impl Cri {
         Ok(server)
     }
 
-    fn streaming_server(&self) -> Result<&StreamingServer, Error> {
+    /// The streaming server, once started.
+    pub(super) fn streaming_server(&self) -> Result<&StreamingServer, Error> {
         self.streaming
             .get()
             .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
     }
-
-    pub async fn exec(&self, req: v1::ExecRequest) -> Result<v1::ExecResponse, Error> {
-        let mut request = berth_streaming::ExecRequest {
-            container_id: req.container_id,
-            cmd: req.cmd,
-            tty: req.tty,
-            stdin: req.stdin,
-            stdout: req.stdout,
-            stderr: req.stderr,
-        };
-        request.validate().map_err(invalid)?;
-        request.container_id = running(self, &request.container_id)?.meta.id.clone();
-        let url = self
-            .streaming_server()?
-            .get_exec_url(request)
-            .map_err(invalid)?;
-        Ok(v1::ExecResponse { url })
-    }
-
-    pub async fn attach(&self, req: v1::AttachRequest) -> Result<v1::AttachResponse, Error> {
-        let mut request = berth_streaming::AttachRequest {
-            container_id: req.container_id,
-            tty: req.tty,
-            stdin: req.stdin,
-            stdout: req.stdout,
-            stderr: req.stderr,
-        };
-        request.validate().map_err(invalid)?;
-        let container = running(self, &request.container_id)?;
-        if request.stdin && !container.meta.config().stdin {
-            return Err(Error::FailedPrecondition(format!(
-                "container {} was not created with stdin: it cannot be attached to with stdin",
-                container.meta.id
-            )));
-        }
-        request.container_id = container.meta.id.clone();
-        let url = self
-            .streaming_server()?
-            .get_attach_url(request)
-            .map_err(invalid)?;
-        Ok(v1::AttachResponse { url })
-    }
-
-    pub async fn port_forward(
-        &self,
-        req: v1::PortForwardRequest,
-    ) -> Result<v1::PortForwardResponse, Error> {
-        let ports = req
-            .port
-            .iter()
-            .map(|&p| {
-                u16::try_from(p)
-                    .ok()
-                    .filter(|p| *p > 0)
-                    .ok_or_else(|| Error::InvalidArgument(format!("invalid port {p}")))
-            })
-            .collect::<Result<Vec<u16>, Error>>()?;
-        let mut request = berth_streaming::PortForwardRequest {
-            pod_sandbox_id: req.pod_sandbox_id,
-            ports,
-        };
-        request.validate().map_err(invalid)?;
-        let sandbox = self.core.sandboxes.lookup(&request.pod_sandbox_id)?;
-        if sandbox.status().state != SandboxState::Ready {
-            return Err(Error::FailedPrecondition(format!(
-                "pod sandbox {} is not ready",
-                sandbox.meta.id
-            )));
-        }
-        request.pod_sandbox_id = sandbox.meta.id.clone();
-        let url = self
-            .streaming_server()?
-            .get_port_forward_url(request)
-            .map_err(invalid)?;
-        Ok(v1::PortForwardResponse { url })
-    }
 }
 
-fn invalid(e: berth_streaming::Error) -> Error {
+/// The RPC error of a streaming request the server refused.
+pub(super) fn invalid(e: berth_streaming::Error) -> Error {
     match e {
         berth_streaming::Error::InvalidArgument(m) => Error::InvalidArgument(m),
         berth_streaming::Error::TooManyRequests(_) => Error::Unavailable(e.to_string()),
@@ -147,7 +73,7 @@ fn invalid(e: berth_streaming::Error) -> Error {
 }
 
 /// The container, if it is running (exec and attach need that).
-fn running(cri: &Cri, id: &str) -> Result<Arc<Container>, Error> {
+pub(super) fn running(cri: &Cri, id: &str) -> Result<Arc<Container>, Error> {
     let container = cri.core.containers.lookup(id)?;
     let state = container.status().state;
     if state != ContainerState::Running {

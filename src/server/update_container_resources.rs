@@ -1,24 +1,15 @@
-//! RuntimeService.UpdateContainerResources and ReopenContainerLog.
+//! RuntimeService.UpdateContainerResources.
 
 use std::sync::Arc;
 
-use berth_shim::ShimClient;
 use cri_api::v1;
 
 use super::Cri;
-use crate::container::{Container, ContainerState};
+use crate::container::ContainerState;
 use crate::error::Error;
 use crate::objects::StoreExt;
 
 impl Cri {
-    async fn shim_of(&self, container: &Container) -> Result<ShimClient, Error> {
-        let id = &container.meta.id;
-        let socket = self.shim_socket(id);
-        ShimClient::connect(&socket)
-            .await
-            .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))
-    }
-
     pub async fn update_container_resources(
         self: &Arc<Self>,
         req: v1::UpdateContainerResourcesRequest,
@@ -65,24 +56,5 @@ impl Cri {
         .map_err(|e| Error::Internal(format!("container {id}: updating its spec: {e}")))?;
         container.update(|s| s.resources = applied)?;
         Ok(v1::UpdateContainerResourcesResponse {})
-    }
-
-    pub async fn reopen_container_log(
-        self: &Arc<Self>,
-        req: v1::ReopenContainerLogRequest,
-    ) -> Result<v1::ReopenContainerLogResponse, Error> {
-        let container = self.core.containers.lookup(&req.container_id)?;
-        let id = &container.meta.id;
-        if container.status().state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} is not running"
-            )));
-        }
-        self.shim_of(&container)
-            .await?
-            .reopen_log()
-            .await
-            .map_err(|e| Error::Internal(format!("container {id}: reopening its log: {e}")))?;
-        Ok(v1::ReopenContainerLogResponse {})
     }
 }

@@ -1,0 +1,229 @@
+//! Records → CRI messages: the container summary and status, the sandbox
+//! summary and status, and the image, shared by the RPC files and by the
+//! container events.
+//!
+//! The image fields follow containerd (`internal/cri/server/container_list.go`
+//! and `container_status.go`): a `Container` (ListContainers) carries the
+//! image id in both `image_ref` and `image_id`; a `ContainerStatus` carries
+//! the image's first repo digest in `image_ref` when the store still has the
+//! image with one (else the image id), and the image id in `image_id`.
+
+use cri_api::v1;
+
+use super::Cri;
+use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
+use crate::sandbox::{SandboxMeta, SandboxState, SandboxStatus};
+
+/// The CRI state of a container.
+pub fn container_state(state: ContainerState) -> v1::ContainerState {
+    match state {
+        ContainerState::Created => v1::ContainerState::ContainerCreated,
+        ContainerState::Running => v1::ContainerState::ContainerRunning,
+        ContainerState::Exited => v1::ContainerState::ContainerExited,
+        ContainerState::Unknown => v1::ContainerState::ContainerUnknown,
+    }
+}
+
+/// The CRI state of a sandbox (a half-made one is not ready).
+pub fn sandbox_state(state: SandboxState) -> v1::PodSandboxState {
+    match state {
+        SandboxState::Ready => v1::PodSandboxState::SandboxReady,
+        SandboxState::NotReady | SandboxState::Unknown => v1::PodSandboxState::SandboxNotready,
+    }
+}
+
+/// The ListContainers entry of a container: the image id is both its
+/// `image_ref` and its `image_id`, as containerd lists it.
+pub fn container(meta: &ContainerMeta, status: &ContainerStatus) -> v1::Container {
+    let config = meta.config();
+    v1::Container {
+        id: meta.id.clone(),
+        pod_sandbox_id: meta.sandbox_id.clone(),
+        metadata: config.metadata.clone(),
+        image: config.image.clone(),
+        image_ref: meta.image_id.clone(),
+        state: container_state(status.state) as i32,
+        created_at: meta.created_at,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        image_id: meta.image_id.clone(),
+    }
+}
+
+/// The CRI status of a container. `repo_digest` is the first repo digest
+/// of its image as the store has it now (`None`: the image is gone or has
+/// none), which becomes `image_ref`; `image_id` is always the image id.
+pub fn container_status(
+    meta: &ContainerMeta,
+    status: &ContainerStatus,
+    repo_digest: Option<String>,
+) -> v1::ContainerStatus {
+    let config = meta.config();
+    v1::ContainerStatus {
+        id: meta.id.clone(),
+        metadata: config.metadata.clone(),
+        state: container_state(status.state) as i32,
+        created_at: meta.created_at,
+        started_at: status.started_at,
+        finished_at: status.finished_at,
+        exit_code: status.exit_code,
+        image: config.image.clone(),
+        image_ref: repo_digest.unwrap_or_else(|| meta.image_id.clone()),
+        reason: status.reason.clone(),
+        message: status.message.clone(),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        mounts: config.mounts.clone(),
+        log_path: meta.log_path.display().to_string(),
+        image_id: meta.image_id.clone(),
+        resources: status.resources(meta).map(|linux| v1::ContainerResources {
+            linux: Some(linux),
+            windows: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The ListPodSandbox entry of a sandbox.
+pub fn sandbox(meta: &SandboxMeta, status: &SandboxStatus) -> v1::PodSandbox {
+    let config = meta.config();
+    v1::PodSandbox {
+        id: meta.id.clone(),
+        metadata: config.metadata.clone(),
+        state: sandbox_state(status.state) as i32,
+        created_at: meta.created_at,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        runtime_handler: meta.runtime_handler.clone(),
+    }
+}
+
+/// The CRI status of a sandbox.
+pub fn sandbox_status(meta: &SandboxMeta, status: &SandboxStatus) -> v1::PodSandboxStatus {
+    let config = meta.config();
+    let namespace_options = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone());
+    let network = (!status.ips.is_empty()).then(|| v1::PodSandboxNetworkStatus {
+        ip: status.ips[0].clone(),
+        additional_ips: status.ips[1..]
+            .iter()
+            .map(|ip| v1::PodIp { ip: ip.clone() })
+            .collect(),
+    });
+    v1::PodSandboxStatus {
+        id: meta.id.clone(),
+        metadata: config.metadata.clone(),
+        state: sandbox_state(status.state) as i32,
+        created_at: meta.created_at,
+        network,
+        linux: Some(v1::LinuxPodSandboxStatus {
+            namespaces: Some(v1::Namespace {
+                options: namespace_options,
+            }),
+        }),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        runtime_handler: meta.runtime_handler.clone(),
+    }
+}
+
+/// The CRI view of a stored image.
+pub fn image(image: &berth_oci_image::Image) -> v1::Image {
+    v1::Image {
+        id: image.id.clone(),
+        repo_tags: image.repo_tags.clone(),
+        repo_digests: image.repo_digests.clone(),
+        size: image.size,
+        uid: image.uid.map(|value| v1::Int64Value { value }),
+        username: image.username.clone(),
+        spec: Some(v1::ImageSpec {
+            image: image.id.clone(),
+            ..Default::default()
+        }),
+        pinned: image.pinned,
+    }
+}
+
+impl Cri {
+    /// The CRI status of a container, its image's repo digest looked up now.
+    pub fn encode_container_status(&self, container: &Container) -> v1::ContainerStatus {
+        let repo_digest = self
+            .images
+            .with(&container.meta.image_id, |i| {
+                i.repo_digests.first().cloned()
+            })
+            .flatten();
+        container_status(&container.meta, &container.status(), repo_digest)
+    }
+
+    /// The statuses of a sandbox's containers, oldest first.
+    pub fn encode_pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+        self.core
+            .sandbox_containers(sandbox_id)
+            .iter()
+            .map(|c| self.encode_container_status(c))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    const IMAGE_ID: &str =
+        "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+    const DIGEST: &str = "127.0.0.1:5000/library/busybox@sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+    fn meta() -> ContainerMeta {
+        let config = v1::ContainerConfig {
+            image: Some(v1::ImageSpec {
+                image: IMAGE_ID.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ContainerMeta {
+            id: "c1".into(),
+            name: "c_p_ns_uid_0".into(),
+            sandbox_id: "p1".into(),
+            config: config.encode_to_vec(),
+            image_name: "127.0.0.1:5000/library/busybox:latest".into(),
+            image_id: IMAGE_ID.into(),
+            log_path: "/logs/c.log".into(),
+            runtime: "runc".into(),
+            stop_signal: 15,
+            created_at: 7,
+            decoded: Default::default(),
+        }
+    }
+
+    #[test]
+    fn listed_container_carries_the_image_id_as_containerd_does() {
+        let status = ContainerStatus {
+            state: ContainerState::Running,
+            ..Default::default()
+        };
+        let listed = container(&meta(), &status);
+        assert_eq!(listed.image_ref, IMAGE_ID);
+        assert_eq!(listed.image_id, IMAGE_ID);
+        assert_eq!(listed.image.unwrap().image, IMAGE_ID);
+        assert_eq!(listed.state, v1::ContainerState::ContainerRunning as i32);
+    }
+
+    #[test]
+    fn container_status_carries_the_repo_digest_and_the_image_id() {
+        let status = ContainerStatus::default();
+        let with = container_status(&meta(), &status, Some(DIGEST.into()));
+        assert_eq!(with.image_ref, DIGEST);
+        assert_eq!(with.image_id, IMAGE_ID);
+        // The image gone from the store (or without a digest): its id.
+        let without = container_status(&meta(), &status, None);
+        assert_eq!(without.image_ref, IMAGE_ID);
+        assert_eq!(without.image_id, IMAGE_ID);
+        assert_eq!(without.log_path, "/logs/c.log");
+    }
+}

@@ -1,0 +1,43 @@
+//! RuntimeService.ListContainers.
+
+use cri_api::v1;
+
+use super::list_pod_sandbox::labels_match;
+use super::{encode, Cri};
+use crate::error::Error;
+
+impl Cri {
+    pub async fn list_containers(
+        &self,
+        req: v1::ListContainersRequest,
+    ) -> Result<v1::ListContainersResponse, Error> {
+        let filter = req.filter.unwrap_or_default();
+        let candidates = if filter.id.is_empty() {
+            self.core.containers.list()
+        } else {
+            self.core
+                .containers
+                .get(&filter.id)
+                .map(|c| vec![c])
+                .unwrap_or_default()
+        };
+        let sandbox_id = if filter.pod_sandbox_id.is_empty() {
+            None
+        } else {
+            // A sandbox id filter may be a prefix too; unknown means no match.
+            match self.core.sandboxes.get(&filter.pod_sandbox_id) {
+                Ok(s) => Some(s.meta.id.clone()),
+                Err(_) => return Ok(v1::ListContainersResponse::default()),
+            }
+        };
+        let mut containers: Vec<v1::Container> = candidates
+            .iter()
+            .filter(|c| sandbox_id.as_ref().is_none_or(|s| &c.meta.sandbox_id == s))
+            .map(|c| encode::container(&c.meta, &c.status()))
+            .filter(|c| filter.state.as_ref().is_none_or(|s| s.state == c.state))
+            .filter(|c| labels_match(&filter.label_selector, &c.labels))
+            .collect();
+        containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
+        Ok(v1::ListContainersResponse { containers })
+    }
+}

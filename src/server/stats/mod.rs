@@ -1,0 +1,281 @@
+//! RuntimeService stats and metrics, one file per RPC (ContainerStats,
+//! ListContainerStats, PodSandboxStats, ListPodSandboxStats,
+//! ListMetricDescriptors, ListPodSandboxMetrics); here what they share: the
+//! cgroup mounts, the background CPU sampler behind `usage_nano_cores`, and
+//! the readings of a container's and a pod's usage. `convert.rs` turns
+//! readings into CRI stats, `values.rs` into cAdvisor-style metrics, whose
+//! table is `descriptors.rs`.
+//!
+//! A container's cgroup is found from its pid. A pod's cgroup is the parent
+//! of its pause's cgroup when the pod has a cgroup parent of its own (as
+//! kubelet always gives); pods without one share berth's default parent, so
+//! their usage is the sum of the pause's and their containers' cgroups. A
+//! pod's network counters are those of the pause's network namespace, read
+//! from `/proc/<pause pid>/net/dev`.
+
+mod container_stats;
+mod convert;
+mod descriptors;
+mod list_container_stats;
+mod list_metric_descriptors;
+mod list_pod_sandbox_metrics;
+mod list_pod_sandbox_stats;
+mod pod_sandbox_stats;
+mod values;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use berth_cgroup_stats::net::{interfaces_of_pid, InterfaceStats};
+use berth_cgroup_stats::{disk_usage, Cgroup, CpuSample, CpuSampler, DiskUsage, Mounts, Stats};
+
+use super::Cri;
+use crate::container::{Container, ContainerState};
+use crate::core::now_nanos;
+use crate::error::Error;
+use crate::sandbox::{Sandbox, SandboxState};
+
+/// How often the sampler reads every container's and pod's CPU time.
+const SAMPLE_PERIOD: Duration = Duration::from_secs(2);
+
+/// What the stats RPCs share: the cgroup mounts and the CPU sampler.
+pub struct Collector {
+    mounts: RwLock<Mounts>,
+    pub(super) cpu: Arc<CpuSampler>,
+}
+
+impl Default for Collector {
+    fn default() -> Self {
+        Collector::new()
+    }
+}
+
+impl Collector {
+    /// Reads the cgroup mounts once; they do not move while berth runs.
+    pub fn new() -> Collector {
+        let mounts = Mounts::read().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading cgroup mounts: no cgroup stats");
+            Mounts::default()
+        });
+        tracing::debug!(mode = ?mounts.mode(), "cgroup mode");
+        Collector {
+            mounts: RwLock::new(mounts),
+            cpu: Arc::new(CpuSampler::new()),
+        }
+    }
+
+    /// The cgroup of a live process; `None` when it is gone.
+    fn cgroup_of(&self, pid: u32) -> Option<Cgroup> {
+        let mounts = self.mounts.read().unwrap_or_else(|e| e.into_inner());
+        match Cgroup::for_pid(&mounts, pid) {
+            Ok(cgroup) => Some(cgroup),
+            Err(e) => {
+                if !e.is_not_found() {
+                    tracing::debug!(pid, error = %e, "finding the cgroup of a process");
+                }
+                None
+            }
+        }
+    }
+}
+
+/// Where a pod's usage is counted.
+pub(super) enum PodCgroup {
+    /// The pod's own cgroup (the parent of its pause's and containers').
+    Own(Cgroup),
+    /// Sibling cgroups in a parent other pods share: the pause and the containers.
+    Members(Vec<Cgroup>),
+}
+
+/// A pod's interfaces without loopback.
+pub(super) fn pod_interfaces(pause_pid: u32) -> Vec<InterfaceStats> {
+    match interfaces_of_pid(pause_pid) {
+        Ok(all) => all.into_iter().filter(|i| i.name != "lo").collect(),
+        Err(e) => {
+            if !e.is_not_found() {
+                tracing::debug!(pid = pause_pid, error = %e, "reading network counters");
+            }
+            Vec::new()
+        }
+    }
+}
+
+/// What one container has used, read now.
+pub(super) struct ContainerReading {
+    pub(super) stats: Option<Stats>,
+    pub(super) layer: Option<DiskUsage>,
+}
+
+/// What one pod has used, read now.
+pub(super) struct PodReading {
+    pub(super) stats: Option<Stats>,
+    pub(super) interfaces: Vec<InterfaceStats>,
+}
+
+impl Cri {
+    /// Starts the background CPU sampler; it ends when the daemon's state goes.
+    pub fn start_stats_sampler(self: &Arc<Self>) {
+        let cri = Arc::downgrade(self);
+        let started = self.stats.cpu.spawn(SAMPLE_PERIOD, move || {
+            let cri = cri.upgrade()?;
+            Some(cri.cpu_samples())
+        });
+        if let Err(e) = started {
+            tracing::error!(error = %e, "starting the CPU sampler: usage_nano_cores stays unset");
+        }
+    }
+
+    /// One CPU sample of every running container and every ready pod.
+    fn cpu_samples(&self) -> Vec<(String, CpuSample)> {
+        let mut samples = Vec::new();
+        let mut push = |key: &str, usage_ns: Option<u64>| {
+            if let Some(usage_ns) = usage_ns {
+                let timestamp_ns = now_nanos();
+                samples.push((
+                    key.to_string(),
+                    CpuSample {
+                        timestamp_ns,
+                        usage_ns,
+                    },
+                ));
+            }
+        };
+        for container in self.core.containers.list() {
+            let usage = self
+                .container_cgroup(&container)
+                .and_then(|cg| cg.cpu_usage_ns().ok());
+            push(&container.meta.id, usage);
+        }
+        for sandbox in self.core.sandboxes.list() {
+            let usage = self.pod_cgroup(&sandbox).and_then(|pod| match pod {
+                PodCgroup::Own(cg) => cg.cpu_usage_ns().ok(),
+                // A container that just exited drops out of the sum.
+                PodCgroup::Members(cgs) => {
+                    Some(cgs.iter().filter_map(|cg| cg.cpu_usage_ns().ok()).sum())
+                }
+            });
+            push(&sandbox.meta.id, usage);
+        }
+        samples
+    }
+
+    /// The cgroup of a running container.
+    pub(super) fn container_cgroup(&self, container: &Container) -> Option<Cgroup> {
+        let status = container.status();
+        if status.state != ContainerState::Running {
+            return None;
+        }
+        self.stats.cgroup_of(status.pid?)
+    }
+
+    /// Where a ready pod's usage is counted.
+    pub(super) fn pod_cgroup(&self, sandbox: &Sandbox) -> Option<PodCgroup> {
+        let status = sandbox.status();
+        if status.state != SandboxState::Ready {
+            return None;
+        }
+        let pause = self.stats.cgroup_of(status.pid?)?;
+        let own_parent = sandbox
+            .meta
+            .config()
+            .linux
+            .as_ref()
+            .is_some_and(|l| !l.cgroup_parent.is_empty());
+        if own_parent {
+            return pause.parent().map(PodCgroup::Own);
+        }
+        let mut members = vec![pause];
+        members.extend(
+            self.core
+                .containers
+                .list()
+                .iter()
+                .filter(|c| c.meta.sandbox_id == sandbox.meta.id)
+                .filter_map(|c| self.container_cgroup(c)),
+        );
+        Some(PodCgroup::Members(members))
+    }
+
+    /// Reads a container's cgroup and writable layer (blocking file reads).
+    pub(super) fn read_container(&self, container: &Container) -> ContainerReading {
+        let stats = self.container_cgroup(container).and_then(|cg| {
+            cg.stats()
+                .map_err(|e| {
+                    if !e.is_not_found() {
+                        tracing::warn!(container = %container.meta.id, error = %e, "reading cgroup stats");
+                    }
+                })
+                .ok()
+        });
+        let upper = self.core.layout.container_dirs(&container.meta.id).upper();
+        let layer = disk_usage(&upper)
+            .map_err(|e| {
+                if !e.is_not_found() {
+                    tracing::warn!(container = %container.meta.id, error = %e, "measuring the writable layer");
+                }
+            })
+            .ok();
+        ContainerReading { stats, layer }
+    }
+
+    /// Reads a pod's cgroup(s) and network counters (blocking file reads).
+    pub(super) fn read_pod(&self, sandbox: &Sandbox) -> PodReading {
+        let stats = self.pod_cgroup(sandbox).and_then(|pod| match pod {
+            PodCgroup::Own(cg) => cg.stats().ok(),
+            PodCgroup::Members(cgs) => {
+                let all: Vec<Stats> = cgs.iter().filter_map(|cg| cg.stats().ok()).collect();
+                Some(Stats::sum(&all))
+            }
+        });
+        let pid = sandbox.status().pid;
+        let interfaces = match (&sandbox.meta.netns, pid) {
+            (Some(_), Some(pid)) => pod_interfaces(pid),
+            // Host network: the node's counters are not the pod's.
+            _ => Vec::new(),
+        };
+        PodReading { stats, interfaces }
+    }
+
+    /// Runs blocking reads off the async workers.
+    pub(super) async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        read: impl FnOnce(&Cri) -> T + Send + 'static,
+    ) -> Result<T, Error> {
+        let cri = self.clone();
+        tokio::task::spawn_blocking(move || read(&cri))
+            .await
+            .map_err(|e| Error::Internal(format!("reading stats: {e}")))
+    }
+}
+
+/// A reading with every field set, for the conversion tests.
+#[cfg(test)]
+fn full_reading() -> ContainerReading {
+    use berth_cgroup_stats::{CpuStats, MemoryStats, PidsStats};
+    ContainerReading {
+        stats: Some(Stats {
+            cpu: Some(CpuStats {
+                usage_ns: 3_500_000_000,
+                ..Default::default()
+            }),
+            memory: Some(MemoryStats {
+                usage: 100,
+                working_set: 60,
+                limit: Some(1000),
+                swap_usage: Some(5),
+                swap_limit: Some(50),
+                oom_kills: Some(1),
+                ..Default::default()
+            }),
+            pids: Some(PidsStats {
+                current: 3,
+                limit: None,
+            }),
+            ..Default::default()
+        }),
+        layer: Some(DiskUsage {
+            bytes: 4096,
+            inodes: 2,
+        }),
+    }
+}

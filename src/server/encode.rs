@@ -193,6 +193,8 @@ mod tests {
             config: config.encode_to_vec(),
             image_name: "127.0.0.1:5000/library/busybox:latest".into(),
             image_id: IMAGE_ID.into(),
+            rootfs_snapshots: Vec::new(),
+            volume_snapshots: Vec::new(),
             log_path: "/logs/c.log".into(),
             runtime: "runc".into(),
             stop_signal: 15,

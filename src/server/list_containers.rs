@@ -33,7 +33,10 @@ impl Cri {
         let mut containers: Vec<v1::Container> = candidates
             .iter()
             .filter(|c| sandbox_id.as_ref().is_none_or(|s| &c.meta.sandbox_id == s))
-            .map(|c| encode::container(&c.meta, &c.status()))
+            .map(|c| (c, c.status()))
+            // One being created is not listed until it is (as containerd).
+            .filter(|(_, status)| status.state != crate::container::ContainerState::Unknown)
+            .map(|(c, status)| encode::container(&c.meta, &status))
             .filter(|c| filter.state.as_ref().is_none_or(|s| s.state == c.state))
             .filter(|c| labels_match(&filter.label_selector, &c.labels))
             .collect();

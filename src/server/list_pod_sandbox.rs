@@ -31,7 +31,11 @@ impl Cri {
         };
         let mut items: Vec<v1::PodSandbox> = candidates
             .iter()
-            .map(|s| encode::sandbox(&s.meta, &s.status()))
+            .map(|s| (s, s.status()))
+            // One being created is not listed until it is (as containerd): a
+            // kubelet GC pass never sees, nor removes, a pod half made.
+            .filter(|(_, status)| status.state != crate::sandbox::SandboxState::Unknown)
+            .map(|(s, status)| encode::sandbox(&s.meta, &status))
             .filter(|s| filter.state.as_ref().is_none_or(|st| st.state == s.state))
             .filter(|s| labels_match(&filter.label_selector, &s.labels))
             .collect();

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -25,8 +25,18 @@ const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    // Local users may cross root and state (the socket may live in state)
+    // but read nothing in them: every subtree is 0700, set explicitly, not
+    // left to the umask (records and bundles hold the pods' secrets; writable
+    // layers and snapshots may hold setuid binaries).
+    let layout = crate::core::Layout::new(&config.root, &config.state);
     for dir in [&config.root, &config.state] {
         make_dir(dir, 0o711)?;
+        set_mode(dir, 0o711)?;
+    }
+    for dir in layout.private_dirs() {
+        make_dir(&dir, 0o700)?;
+        set_mode(&dir, 0o700)?;
     }
     let socket_dir = config
         .socket
@@ -36,7 +46,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
 
     // Held for the life of the daemon: a second berth on the same socket or root refuses to start.
     let _socket_lock = lock(&lock_path(&config.socket))?;
-    let _root_lock = lock(&crate::core::Layout::new(&config.root, &config.state).lock_file())?;
+    let _root_lock = lock(&layout.lock_file())?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -143,6 +153,12 @@ fn make_dir(dir: &Path, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("creating directory {}", dir.display()))
 }
 
+/// Sets the mode of one of berth's own dirs, whatever it was made with.
+fn set_mode(dir: &Path, mode: u32) -> anyhow::Result<()> {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting mode {mode:o} on {}", dir.display()))
+}
+
 /// Takes an exclusive lock on `path`, or says which live process holds it.
 fn lock(path: &Path) -> anyhow::Result<Flock<File>> {
     let file = OpenOptions::new()
@@ -150,6 +166,7 @@ fn lock(path: &Path) -> anyhow::Result<Flock<File>> {
         .write(true)
         .create(true)
         .truncate(false)
+        .mode(0o600)
         .open(path)
         .with_context(|| format!("opening lock file {}", path.display()))?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {

@@ -123,6 +123,22 @@ impl Layout {
         }
     }
 
+    /// Every subtree of root and state: only root may enter them.
+    pub fn private_dirs(&self) -> Vec<PathBuf> {
+        vec![
+            self.root.join("records"),
+            self.images(),
+            self.cni_cache(),
+            self.sandboxes_root(),
+            self.containers_root(),
+            self.netns_dir(),
+            self.runtime_root(),
+            self.shim_dirs(),
+            self.sandboxes_state(),
+            self.containers_state(),
+        ]
+    }
+
     /// Dirs whose entries are named after a sandbox or container id (or,
     /// for shims, its prefix): what recovery sweeps for orphans, runc's own
     /// state first so an orphan container is killed before its files go.

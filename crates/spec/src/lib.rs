@@ -25,6 +25,7 @@
 //! profile files).
 
 mod caps;
+mod lsm;
 mod cdi;
 mod devices;
 mod error;
@@ -68,6 +69,11 @@ pub use seccomp::{
 };
 pub use signal::{cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
+
+/// The name of berth's default AppArmor profile (used when loaded).
+pub const APPARMOR_DEFAULT: &str = "berth-default";
+
+pub use lsm::{apparmor_profile, check_selinux};
 
 /// Annotation keys berth sets on every container, as containerd does.
 pub mod annotations {
@@ -173,6 +179,12 @@ pub struct SpecOptions {
     /// Where CDI spec files are, lowest priority first; read only for a
     /// container that asks for CDI devices.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// The host enforces AppArmor profiles.
+    pub apparmor_enabled: bool,
+    /// berth's default AppArmor profile, when it is loaded.
+    pub apparmor_default: Option<String>,
+    /// SELinux is enabled (enforcing or permissive) on the host.
+    pub selinux_enabled: bool,
 }
 
 impl Default for SpecOptions {
@@ -194,6 +206,9 @@ impl Default for SpecOptions {
             pod_annotations: Vec::new(),
             container_annotations: Vec::new(),
             cdi_spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
+            apparmor_enabled: false,
+            apparmor_default: None,
+            selinux_enabled: false,
         }
     }
 }
@@ -233,6 +248,13 @@ impl SpecOptions {
             rro_supported: kernel_at_least(5, 12),
             seccomp_available: seccomp::seccomp_available(),
             all_capabilities: current_capabilities().ok(),
+            apparmor_enabled: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+                .is_ok_and(|s| s.trim() == "Y"),
+            apparmor_default: std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")
+                .ok()
+                .filter(|p| p.lines().any(|l| l.starts_with(&format!("{APPARMOR_DEFAULT} "))))
+                .map(|_| APPARMOR_DEFAULT.to_string()),
+            selinux_enabled: Path::new("/sys/fs/selinux/enforce").exists(),
             ..SpecOptions::default()
         }
     }
@@ -445,7 +467,23 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     process.set_capabilities(Some(capabilities));
     process.set_no_new_privileges(Some(sc.is_some_and(|s| s.no_new_privs)));
     process.set_rlimits(None);
-    process.set_apparmor_profile(None);
+    // Privileged: no LSM confinement (as containerd).
+    let privileged = sc.is_some_and(|s| s.privileged);
+    if !privileged {
+        lsm::check_selinux(id, sc.and_then(|s| s.selinux_options.as_ref()), opts)?;
+    }
+    process.set_apparmor_profile(if privileged {
+        None
+    } else {
+        lsm::apparmor_profile(
+            id,
+            sc.and_then(|s| s.apparmor.as_ref()),
+            // The deprecated field still comes from older kubelets.
+            #[allow(deprecated)]
+            sc.map_or("", |s| s.apparmor_profile.as_str()),
+            opts,
+        )?
+    });
     process.set_selinux_label(None);
     let resources = config
         .linux

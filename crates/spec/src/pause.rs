@@ -185,6 +185,13 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
     process.set_capabilities(Some(none));
     process.set_no_new_privileges(Some(true));
     process.set_rlimits(None);
+    crate::lsm::check_selinux(id, sc.and_then(|s| s.selinux_options.as_ref()), opts)?;
+    process.set_apparmor_profile(crate::lsm::apparmor_profile(
+        id,
+        sc.and_then(|s| s.apparmor.as_ref()),
+        "",
+        opts,
+    )?);
     process.set_oom_score_adj(resources::oom_score_adj(
         id,
         PAUSE_OOM_SCORE_ADJ,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use berth_store::{LookupError, Meta, Object, Store};
+use berth_store::{Locked, LookupError, Meta, Object, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -29,4 +29,51 @@ impl<M: Meta + Kind, S: Clone + Serialize + DeserializeOwned> StoreExt<M, S> for
             LookupError::NotFound(id) => Error::NotFound { kind: M::KIND, id },
         })
     }
+}
+
+/// Changes an object's status off the async workers: its record is written
+/// and fsynced under the object's status lock, so on a blocking thread,
+/// never on a tokio worker.
+pub async fn save<M, S>(
+    object: &Arc<Object<M, S>>,
+    change: impl FnOnce(&mut S) + Send + 'static,
+) -> Result<S, Error>
+where
+    M: Meta + Send + Sync + 'static,
+    S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    let object = object.clone();
+    tokio::task::spawn_blocking(move || object.update(change))
+        .await
+        .map_err(Error::join)?
+        .map_err(Error::from)
+}
+
+/// [`Store::create_locked`] on a blocking thread.
+pub async fn create<M, S>(
+    store: Arc<Store<M, S>>,
+    meta: M,
+    status: S,
+) -> Result<Locked<M, S>, Error>
+where
+    M: Meta + Send + Sync + 'static,
+    S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    tokio::task::spawn_blocking(move || store.create_locked(meta, status))
+        .await
+        .map_err(Error::join)?
+        .map_err(Error::from)
+}
+
+/// [`Store::delete`] on a blocking thread.
+pub async fn delete<M, S>(store: Arc<Store<M, S>>, object: &Arc<Object<M, S>>) -> Result<(), Error>
+where
+    M: Meta + Send + Sync + 'static,
+    S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    let object = object.clone();
+    tokio::task::spawn_blocking(move || store.delete(&object))
+        .await
+        .map_err(Error::join)?
+        .map_err(Error::from)
 }

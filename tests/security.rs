@@ -28,7 +28,11 @@ async fn local_users_read_nothing_under_root_and_state() {
     let net = TestNet::new();
     let daemon = daemon(&net).await;
     // Only berth's own modes count: the test's temp dir is opened up.
-    std::fs::set_permissions(daemon.sandbox.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        daemon.sandbox.dir.path(),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     pull(&daemon, &registry().busybox()).await;
     let config = pod_config("secrets");
     let pod = run(&daemon, config.clone()).await.unwrap();
@@ -47,8 +51,18 @@ async fn local_users_read_nothing_under_root_and_state() {
     // The tried attack: grep the bundle as nobody.
     let out = as_nobody(&["cat", &spec.display().to_string()]);
     assert!(!out.status.success(), "nobody read {}", spec.display());
-    let out = as_nobody(&["grep", "-rs", "hunter2", &root.display().to_string(), &state.display().to_string()]);
-    assert!(out.stdout.is_empty(), "nobody found the secret: {}", String::from_utf8_lossy(&out.stdout));
+    let out = as_nobody(&[
+        "grep",
+        "-rs",
+        "hunter2",
+        &root.display().to_string(),
+        &state.display().to_string(),
+    ]);
+    assert!(
+        out.stdout.is_empty(),
+        "nobody found the secret: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // Nothing below root and state is readable or enterable by nobody.
     let out = as_nobody(&[
         "find",
@@ -67,7 +81,12 @@ async fn local_users_read_nothing_under_root_and_state() {
     assert!(seen.trim().is_empty(), "readable by nobody:\n{seen}");
     // Every subtree is 0700, the top dirs 0711.
     for dir in [&root, &state] {
-        assert_eq!(std::fs::metadata(dir).unwrap().permissions().mode() & 0o777, 0o711, "{}", dir.display());
+        assert_eq!(
+            std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+            0o711,
+            "{}",
+            dir.display()
+        );
         for entry in std::fs::read_dir(dir).unwrap() {
             let entry = entry.unwrap();
             let mode = entry.metadata().unwrap().permissions().mode() & 0o777;

@@ -13,7 +13,7 @@ use super::{new_id, now_nanos, retry, Core};
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
 use crate::error::Error;
 use crate::failpoint;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 use crate::sandbox::{Sandbox, SandboxState};
 use crate::undo::Undo;
 
@@ -64,20 +64,7 @@ impl Core {
             )));
         }
         let sandbox_config = sandbox.meta.config();
-        let image_name = config
-            .image
-            .as_ref()
-            .map(|i| i.image.clone())
-            .filter(|i| !i.is_empty())
-            .ok_or_else(|| Error::InvalidArgument("container image is empty".into()))?;
-        let image = self
-            .mech
-            .images
-            .get(&image_name)
-            .ok_or_else(|| Error::NotFound {
-                kind: "image",
-                id: image_name.clone(),
-            })?;
+        let (image_name, image) = self.image_of(&config)?;
         let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
         let pod = sandbox_config.metadata.clone().unwrap_or_default();
         let name = format!(
@@ -112,21 +99,7 @@ impl Core {
         }
         let info = image_info(&image);
         // Every snapshot the container will use, recorded before it is used.
-        let mut volume_snapshots = Vec::new();
-        for mount in &config.mounts {
-            if let Some(name) = mount
-                .image
-                .as_ref()
-                .map(|i| &i.image)
-                .filter(|i| !i.is_empty())
-            {
-                let volume = self.mech.images.get(name).ok_or_else(|| Error::NotFound {
-                    kind: "image (for an image volume)",
-                    id: name.clone(),
-                })?;
-                volume_snapshots.extend(chain_ids(&volume));
-            }
-        }
+        let volume_snapshots = self.volume_snapshots(&config)?;
         let meta = ContainerMeta {
             id: id.clone(),
             name: name.clone(),
@@ -173,6 +146,48 @@ impl Core {
         result
     }
 
+    /// The container's image, as named and as found.
+    fn image_of(
+        &self,
+        config: &v1::ContainerConfig,
+    ) -> Result<(String, berth_oci_image::Image), Error> {
+        let image_name = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| Error::InvalidArgument("container image is empty".into()))?;
+        let image = self
+            .mech
+            .images
+            .get(&image_name)
+            .ok_or_else(|| Error::NotFound {
+                kind: "image",
+                id: image_name.clone(),
+            })?;
+        Ok((image_name, image))
+    }
+
+    /// The snapshots of the container's image volumes.
+    fn volume_snapshots(&self, config: &v1::ContainerConfig) -> Result<Vec<String>, Error> {
+        let mut volume_snapshots = Vec::new();
+        for mount in &config.mounts {
+            if let Some(name) = mount
+                .image
+                .as_ref()
+                .map(|i| &i.image)
+                .filter(|i| !i.is_empty())
+            {
+                let volume = self.mech.images.get(name).ok_or_else(|| Error::NotFound {
+                    kind: "image (for an image volume)",
+                    id: name.clone(),
+                })?;
+                volume_snapshots.extend(chain_ids(&volume));
+            }
+        }
+        Ok(volume_snapshots)
+    }
+
     /// Every step after the name is reserved; each registers its undo first.
     async fn build_container(
         self: &Arc<Self>,
@@ -182,16 +197,15 @@ impl Core {
         info: berth_spec::ImageInfo,
     ) -> Result<(), Error> {
         let id = meta.id.clone();
-        let (container, _lifecycle) = self
-            .containers
-            .create_locked(meta, ContainerStatus::default())?;
+        let (container, _lifecycle) =
+            objects::create(self.containers.clone(), meta, ContainerStatus::default()).await?;
         failpoint::hit("create_container:after_record");
         {
             let core = self.clone();
             let container = container.clone();
             undo.push_forget("delete the container record", async move {
-                core.containers
-                    .delete(&container)
+                objects::delete(core.containers.clone(), &container)
+                    .await
                     .map_err(|e| e.to_string())
             });
         }
@@ -223,10 +237,11 @@ impl Core {
             .await?;
         failpoint::hit("create_container:after_rootfs");
         self.mech.files.write_spec(&id, &dirs.spec(), &spec).await?;
-        container.update(|s| {
+        objects::save(&container, move |s| {
             s.state = ContainerState::Created;
             s.rootfs_mounted = true;
-        })?;
+        })
+        .await?;
         Ok(())
     }
 

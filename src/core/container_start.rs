@@ -9,7 +9,7 @@ use super::{now_nanos, Core};
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::failpoint;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 use crate::sandbox::SandboxState;
 
 impl Core {
@@ -34,11 +34,12 @@ impl Core {
         match self.spawn_container(&container).await {
             Ok((task, pid, started_at)) => {
                 failpoint::hit("start_container:after_start");
-                container.update(|s| {
+                objects::save(&container, move |s| {
                     s.state = ContainerState::Running;
                     s.pid = Some(pid);
                     s.started_at = started_at;
-                })?;
+                })
+                .await?;
                 self.container_event(&container, EventKind::Started).await;
                 self.watch_exit(container.clone(), task);
                 tracing::info!(container = %id, pid, "container started");
@@ -50,13 +51,14 @@ impl Core {
                 if let Err(cleanup) = self.delete_from_runtime(&container).await {
                     tracing::warn!(container = %id, error = %cleanup, "deleting a container that failed to start");
                 }
-                container.update(|s| {
+                objects::save(&container, move |s| {
                     s.state = ContainerState::Exited;
                     s.exit_code = 128;
                     s.finished_at = now_nanos();
                     s.reason = "StartError".into();
                     s.message = message;
-                })?;
+                })
+                .await?;
                 self.container_event(&container, EventKind::Stopped).await;
                 Err(e)
             }
@@ -114,11 +116,11 @@ impl Core {
             }
             match info {
                 Some(info) => {
-                    if let Err(e) = record_exit(&container, &info) {
+                    if let Err(e) = record_exit(&container, &info).await {
                         tracing::error!(container = %container.meta.id, error = %e, "recording the exit");
                     }
                 }
-                None => core.record_lost_exit(&container),
+                None => core.record_lost_exit(&container).await,
             }
             if container.status().state == ContainerState::Exited {
                 core.release_exited(&container).await;
@@ -129,12 +131,12 @@ impl Core {
 
     /// A running container whose shim is gone: the exit its shim recorded,
     /// or an unknown exit (never left Running forever).
-    pub(super) fn record_lost_exit(&self, container: &Container) {
+    pub(super) async fn record_lost_exit(&self, container: &Arc<Container>) {
         let shim_dir = self.layout.shim_dir(&container.meta.id);
         let result = match self.mech.runtime.exit_file(&shim_dir) {
-            Some(info) => record_exit(container, &info),
-            None if container.status().state == ContainerState::Running => container
-                .update(|s| {
+            Some(info) => record_exit(container, &info).await,
+            None if container.status().state == ContainerState::Running => {
+                objects::save(container, move |s| {
                     s.state = ContainerState::Exited;
                     s.exit_code = 255;
                     s.finished_at = now_nanos();
@@ -142,8 +144,9 @@ impl Core {
                     s.reason = "Unknown".into();
                     s.message = "the container's shim was gone before it reported the exit".into();
                 })
+                .await
                 .map(|_| ())
-                .map_err(Error::from),
+            }
             None => Ok(()),
         };
         if let Err(e) = result {
@@ -153,11 +156,12 @@ impl Core {
 }
 
 /// Writes how the container ended, once.
-pub fn record_exit(container: &Container, info: &ExitInfo) -> Result<(), Error> {
+pub async fn record_exit(container: &Arc<Container>, info: &ExitInfo) -> Result<(), Error> {
     if container.status().state == ContainerState::Exited {
         return Ok(());
     }
-    container.update(|s| {
+    let info = *info;
+    objects::save(container, move |s| {
         s.state = ContainerState::Exited;
         s.exit_code = info.exit_code;
         s.finished_at = info.exited_at_ns;
@@ -170,7 +174,8 @@ pub fn record_exit(container: &Container, info: &ExitInfo) -> Result<(), Error> 
             "Error"
         }
         .into();
-    })?;
+    })
+    .await?;
     tracing::info!(container = %container.meta.id, exit_code = info.exit_code, oom = info.oom_killed, "container exited");
     Ok(())
 }

@@ -10,7 +10,7 @@ use super::Core;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::failpoint;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 
 /// How long a SIGKILLed container may take to be reaped.
 const KILL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,7 +42,11 @@ impl Core {
 
     /// Stop signal, up to `grace` to exit, then SIGKILL; the exit recorded,
     /// the container is deleted from the runtime. Idempotent.
-    pub(super) async fn stop(&self, container: &Container, grace: Duration) -> Result<(), Error> {
+    pub(super) async fn stop(
+        &self,
+        container: &Arc<Container>,
+        grace: Duration,
+    ) -> Result<(), Error> {
         if container.status().state != ContainerState::Running {
             return Ok(());
         }
@@ -72,7 +76,11 @@ impl Core {
     }
 
     /// Stop signal, up to `grace` to exit, then SIGKILL; records the exit.
-    async fn signal_until_exit(&self, container: &Container, grace: Duration) -> Result<(), Error> {
+    async fn signal_until_exit(
+        &self,
+        container: &Arc<Container>,
+        grace: Duration,
+    ) -> Result<(), Error> {
         let id = &container.meta.id;
         let task = match self
             .mech
@@ -85,21 +93,21 @@ impl Core {
                 // No shim: the exit file tells how it ended, if it did; else
                 // the exit is unknown, and releasing it kills what is left.
                 tracing::warn!(container = %id, error = %e, "its shim does not answer");
-                self.record_lost_exit(container);
+                self.record_lost_exit(container).await;
                 return Ok(());
             }
         };
         if !grace.is_zero() {
             let _ = task.kill(container.meta.stop_signal, false).await;
             if let Ok(Ok(info)) = tokio::time::timeout(grace, task.wait()).await {
-                return record_exit(container, &info);
+                return record_exit(container, &info).await;
             }
         }
         if let Err(e) = task.kill(libc::SIGKILL, true).await {
             tracing::debug!(container = %id, error = %e, "SIGKILL (may have exited)");
         }
         match tokio::time::timeout(KILL_TIMEOUT, task.wait()).await {
-            Ok(Ok(info)) => record_exit(container, &info),
+            Ok(Ok(info)) => record_exit(container, &info).await,
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::DeadlineExceeded(format!(
                 "container {id} did not exit {KILL_TIMEOUT:?} after SIGKILL"
@@ -109,7 +117,7 @@ impl Core {
 
     /// Kills (if running), deletes and forgets a container whose lifecycle
     /// lock the caller holds.
-    pub(super) async fn remove(&self, container: &Container) -> Result<(), Error> {
+    pub(super) async fn remove(self: &Arc<Self>, container: &Arc<Container>) -> Result<(), Error> {
         let id = container.meta.id.clone();
         self.stop(container, Duration::ZERO).await?;
         self.container_event(container, EventKind::Stopped).await;
@@ -122,7 +130,7 @@ impl Core {
             .files
             .remove_dir(&id, &self.layout.shim_dir(&id))
             .await?;
-        self.containers.delete(container)?;
+        objects::delete(self.containers.clone(), container).await?;
         if self.mech.images.get(&container.meta.image_id).is_none() {
             // Its image was removed while it lived: the snapshots it kept
             // may be unused now.

@@ -43,8 +43,8 @@ pub use sandbox_run::SandboxRequest;
 pub struct Core {
     pub config: Config,
     pub layout: Layout,
-    pub sandboxes: SandboxStore,
-    pub containers: ContainerStore,
+    pub sandboxes: Arc<SandboxStore>,
+    pub containers: Arc<ContainerStore>,
     pub mech: Mechanisms,
     /// What the host supports and the configured policies, for spec generation.
     pub spec_options: berth_spec::SpecOptions,
@@ -77,8 +77,8 @@ impl Core {
         Ok(Arc::new(Core {
             config,
             layout,
-            sandboxes,
-            containers,
+            sandboxes: Arc::new(sandboxes),
+            containers: Arc::new(containers),
             mech,
             spec_options,
             broken,

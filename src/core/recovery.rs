@@ -28,7 +28,7 @@ use super::layout::{EntryKind, Layout, Owner};
 use super::{now_nanos, Core};
 use crate::container::ContainerState;
 use crate::error::Error;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 use crate::sandbox::SandboxState;
 
 /// Time one item of recovery may take.
@@ -222,40 +222,24 @@ impl Core {
 
     async fn apply(self: &Arc<Self>, action: &Action) -> Result<(), Error> {
         match action {
-            Action::Quarantine { id, problem } => {
-                let dir = self.layout.quarantine();
-                let moved = match self.sandboxes.move_aside(id, &dir) {
-                    Ok(path) => path,
-                    Err(_) => self.containers.move_aside(id, &dir).map_err(Error::io(
-                        id,
-                        "moving aside the record of",
-                        &dir,
-                    ))?,
-                };
-                tracing::error!(
-                    record = %moved.display(),
-                    %problem,
-                    "a record could not be read: it was moved aside, and its container, netns, files and IP are left as they are; \
-                     delete the quarantined record to let the next start remove them"
-                );
-                Ok(())
-            }
+            Action::Quarantine { id, problem } => self.quarantine(id, problem),
             Action::RollBackSandbox(id) => {
                 let sandbox = self.sandboxes.lookup(id)?;
                 let _lifecycle = sandbox.lifecycle.lock().await;
                 if sandbox.meta.netns.is_some() && !sandbox.status().network_attached {
                     // ADD may have run without being recorded: DEL anyway
                     // (idempotent; works from the CNI cache or the config).
-                    sandbox.update(|s| s.network_attached = true)?;
+                    objects::save(&sandbox, move |s| s.network_attached = true).await?;
                 }
                 self.remove_sandbox(&sandbox).await
             }
             Action::SandboxNotReady(id) => {
                 let sandbox = self.sandboxes.lookup(id)?;
-                sandbox.update(|s| {
+                objects::save(&sandbox, move |s| {
                     s.state = SandboxState::NotReady;
                     s.pid = None;
-                })?;
+                })
+                .await?;
                 Ok(())
             }
             Action::RollBackContainer(id) => {
@@ -275,7 +259,7 @@ impl Core {
             }
             Action::ContainerExited(id) => {
                 let container = self.containers.lookup(id)?;
-                self.record_lost_exit(&container);
+                self.record_lost_exit(&container).await;
                 self.release_exited(&container).await;
                 Ok(())
             }
@@ -288,32 +272,7 @@ impl Core {
                     .mount_rootfs(id, &dirs, self.mech.images.snapshot_dirs(&snapshots))
                     .await
             }
-            Action::AdoptStarted(id) => {
-                let container = self.containers.lookup(id)?;
-                let task = self
-                    .mech
-                    .runtime
-                    .connect(id, &self.layout.shim_dir(id))
-                    .await?;
-                let state = task.state().await?;
-                match state.status {
-                    // Never started: delete the runtime's container; StartContainer may run again.
-                    berth_shim::ContainerStatus::Created => task.delete(true).await,
-                    _ => {
-                        container.update(|s| {
-                            s.state = ContainerState::Running;
-                            s.pid = Some(state.pid);
-                            s.started_at = now_nanos();
-                        })?;
-                        if let Some(info) = state.exit {
-                            record_exit(&container, &info)?;
-                        }
-                        // Records the exit when it comes, and deletes it then.
-                        self.watch_exit(container, task);
-                        Ok(())
-                    }
-                }
-            }
+            Action::AdoptStarted(id) => self.adopt_started(id).await,
             Action::ReleaseExited(id) => {
                 let container = self.containers.lookup(id)?;
                 self.release_exited(&container).await;
@@ -337,6 +296,57 @@ impl Core {
                 self.mech.network.del(container_id, &attachment).await
             }
         }
+    }
+
+    /// A created container whose shim runs: StartContainer was cut short
+    /// after the start. Adopted as running (or exited), or, never started,
+    /// deleted from the runtime so that StartContainer may run again.
+    async fn adopt_started(self: &Arc<Self>, id: &str) -> Result<(), Error> {
+        let container = self.containers.lookup(id)?;
+        let task = self
+            .mech
+            .runtime
+            .connect(id, &self.layout.shim_dir(id))
+            .await?;
+        let state = task.state().await?;
+        match state.status {
+            // Never started: delete the runtime's container; StartContainer may run again.
+            berth_shim::ContainerStatus::Created => task.delete(true).await,
+            _ => {
+                objects::save(&container, move |s| {
+                    s.state = ContainerState::Running;
+                    s.pid = Some(state.pid);
+                    s.started_at = now_nanos();
+                })
+                .await?;
+                if let Some(info) = state.exit {
+                    record_exit(&container, &info).await?;
+                }
+                // Records the exit when it comes, and deletes it then.
+                self.watch_exit(container, task);
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves an unreadable record aside, leaving everything it owns alone.
+    fn quarantine(&self, id: &str, problem: &str) -> Result<(), Error> {
+        let dir = self.layout.quarantine();
+        let moved = match self.sandboxes.move_aside(id, &dir) {
+            Ok(path) => path,
+            Err(_) => self.containers.move_aside(id, &dir).map_err(Error::io(
+                id,
+                "moving aside the record of",
+                &dir,
+            ))?,
+        };
+        tracing::error!(
+            record = %moved.display(),
+            %problem,
+            "a record could not be read: it was moved aside, and its container, netns, files and IP are left as they are; \
+             delete the quarantined record to let the next start remove them"
+        );
+        Ok(())
     }
 
     /// A container runc holds that no record owns: `runc delete --force`

@@ -14,7 +14,7 @@ use super::mechanisms::{EventKind, PodFileContent};
 use super::{new_id, now_nanos, retry, Core};
 use crate::error::Error;
 use crate::failpoint;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
 use crate::undo::Undo;
 
@@ -105,7 +105,8 @@ impl Core {
                 if matches!(e, Error::Cleanup { .. }) {
                     // Kept for a retry: visible, and not ready.
                     if let Ok(sandbox) = self.sandboxes.lookup(&id) {
-                        let _ = sandbox.update(|s| s.state = SandboxState::NotReady);
+                        let _ = objects::save(&sandbox, move |s| s.state = SandboxState::NotReady)
+                            .await;
                     }
                 }
                 Err(e)
@@ -127,15 +128,16 @@ impl Core {
         // Persist before creating anything, so a crash leaves a record to clean up from.
         // Locked from the moment it is visible: a Stop or Remove racing this
         // call waits until it has finished or rolled back.
-        let (sandbox, _lifecycle) = self
-            .sandboxes
-            .create_locked(meta, SandboxStatus::default())?;
+        let (sandbox, _lifecycle) =
+            objects::create(self.sandboxes.clone(), meta, SandboxStatus::default()).await?;
         failpoint::hit("run_pod_sandbox:after_record");
         {
             let core = self.clone();
             let sandbox = sandbox.clone();
             undo.push_forget("delete the sandbox record", async move {
-                core.sandboxes.delete(&sandbox).map_err(|e| e.to_string())
+                objects::delete(core.sandboxes.clone(), &sandbox)
+                    .await
+                    .map_err(|e| e.to_string())
             });
         }
         let config = sandbox.meta.config();
@@ -143,41 +145,7 @@ impl Core {
 
         // Network namespace and CNI.
         if let Some(path) = sandbox.meta.netns.clone() {
-            {
-                let core = self.clone();
-                let (id, path) = (id.clone(), path.clone());
-                undo.push("remove the network namespace", async move {
-                    core.mech
-                        .namespaces
-                        .remove_netns(&id, &path)
-                        .await
-                        .map_err(|e| e.to_string())
-                });
-            }
-            self.mech.namespaces.create_netns(&id, &path).await?;
-            failpoint::hit("run_pod_sandbox:after_netns");
-
-            let attachment = attachment(&id, &path, config);
-            {
-                let core = self.clone();
-                let (id, attachment, sandbox) = (id.clone(), attachment.clone(), sandbox.clone());
-                undo.push("CNI DEL", async move {
-                    core.mech
-                        .network
-                        .del(&id, &attachment)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    sandbox
-                        .update(|s| s.network_attached = false)
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                });
-            }
-            // Recorded before ADD: a crash or a failure during ADD still DELs.
-            sandbox.update(|s| s.network_attached = true)?;
-            let ips = self.mech.network.add(&id, &attachment).await?;
-            sandbox.update(|s| s.ips = ips)?;
-            failpoint::hit("run_pod_sandbox:after_cni");
+            self.attach_network(undo, &sandbox, &path).await?;
         }
 
         // Files shared by the pod's containers.
@@ -226,12 +194,65 @@ impl Core {
         let task = self.mech.runtime.create(opts).await?;
         let pid = task.start().await?;
         failpoint::hit("run_pod_sandbox:after_pause");
-        sandbox.update(|s| {
+        let (socket, shm) = (
+            berth_shim::ShimPaths::new(&shim_dir).socket(),
+            !facts.host_ipc,
+        );
+        objects::save(&sandbox, move |s| {
             s.state = SandboxState::Ready;
             s.pid = Some(pid);
-            s.shim_socket = Some(berth_shim::ShimPaths::new(&shim_dir).socket());
-            s.shm_mounted = !facts.host_ipc;
-        })?;
+            s.shim_socket = Some(socket);
+            s.shm_mounted = shm;
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The pod's network namespace and its CNI attachment; each undo first.
+    async fn attach_network(
+        self: &Arc<Self>,
+        undo: &mut Undo,
+        sandbox: &Arc<Sandbox>,
+        path: &Path,
+    ) -> Result<(), Error> {
+        let id = sandbox.meta.id.clone();
+        let config = sandbox.meta.config();
+        let path = path.to_path_buf();
+        {
+            let core = self.clone();
+            let (id, path) = (id.clone(), path.clone());
+            undo.push("remove the network namespace", async move {
+                core.mech
+                    .namespaces
+                    .remove_netns(&id, &path)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
+        self.mech.namespaces.create_netns(&id, &path).await?;
+        failpoint::hit("run_pod_sandbox:after_netns");
+
+        let attachment = attachment(&id, &path, config);
+        {
+            let core = self.clone();
+            let (id, attachment, sandbox) = (id.clone(), attachment.clone(), sandbox.clone());
+            undo.push("CNI DEL", async move {
+                core.mech
+                    .network
+                    .del(&id, &attachment)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                objects::save(&sandbox, move |s| s.network_attached = false)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            });
+        }
+        // Recorded before ADD: a crash or a failure during ADD still DELs.
+        objects::save(sandbox, move |s| s.network_attached = true).await?;
+        let ips = self.mech.network.add(&id, &attachment).await?;
+        objects::save(sandbox, move |s| s.ips = ips).await?;
+        failpoint::hit("run_pod_sandbox:after_cni");
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use super::sandbox_run::attachment;
 use super::Core;
 use crate::error::Error;
 use crate::failpoint;
-use crate::objects::StoreExt;
+use crate::objects::{self, StoreExt};
 use crate::sandbox::{Sandbox, SandboxState};
 
 impl Core {
@@ -39,7 +39,10 @@ impl Core {
     }
 
     /// Removes a sandbox whose lifecycle lock the caller holds.
-    pub(super) async fn remove_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
+    pub(super) async fn remove_sandbox(
+        self: &Arc<Self>,
+        sandbox: &Arc<Sandbox>,
+    ) -> Result<(), Error> {
         self.stop_sandbox(sandbox).await?;
         for container in self.sandbox_containers(&sandbox.meta.id) {
             let _lifecycle = container.lifecycle.lock().await;
@@ -55,7 +58,7 @@ impl Core {
             .remove_dir(&id, &self.layout.shim_dir(&id))
             .await?;
         failpoint::hit("remove_pod_sandbox:before_delete");
-        self.sandboxes.delete(sandbox)?;
+        objects::delete(self.sandboxes.clone(), sandbox).await?;
         self.sandbox_event(&id, EventKind::Deleted).await;
         tracing::info!(pod = %id, "pod sandbox removed");
         Ok(())
@@ -64,7 +67,7 @@ impl Core {
     /// Stops the containers and the pause, tears down the network and shm;
     /// each step is skipped when already done, so this can run any number
     /// of times.
-    async fn stop_sandbox(self: &Arc<Self>, sandbox: &Sandbox) -> Result<(), Error> {
+    async fn stop_sandbox(self: &Arc<Self>, sandbox: &Arc<Sandbox>) -> Result<(), Error> {
         let id = &sandbox.meta.id;
         let status = sandbox.status();
         let runtime = self.runtime_binary(&sandbox.meta.runtime_handler);
@@ -79,13 +82,14 @@ impl Core {
         self.destroy_pause(id, &runtime).await?;
         failpoint::hit("stop_pod_sandbox:after_pause");
         if status.pid.is_some() || status.state == SandboxState::Ready {
-            sandbox.update(|s| {
+            objects::save(sandbox, move |s| {
                 s.pid = None;
                 // Not ready from now on, whatever fails next.
                 if s.state == SandboxState::Ready {
                     s.state = SandboxState::NotReady;
                 }
-            })?;
+            })
+            .await?;
         }
 
         if let Some(netns) = &sandbox.meta.netns {
@@ -93,7 +97,7 @@ impl Core {
                 // DEL runs even when the netns is already gone.
                 let attachment = attachment(id, netns, sandbox.meta.config());
                 self.mech.network.del(id, &attachment).await?;
-                sandbox.update(|s| s.network_attached = false)?;
+                objects::save(sandbox, move |s| s.network_attached = false).await?;
                 failpoint::hit("stop_pod_sandbox:after_cni");
             }
             self.mech.namespaces.remove_netns(id, netns).await?;
@@ -105,10 +109,11 @@ impl Core {
             .await?;
 
         if status.state != SandboxState::NotReady || status.shm_mounted {
-            sandbox.update(|s| {
+            objects::save(sandbox, move |s| {
                 s.state = SandboxState::NotReady;
                 s.shm_mounted = false;
-            })?;
+            })
+            .await?;
             self.sandbox_event(id, EventKind::Stopped).await;
             tracing::info!(pod = %id, "pod sandbox stopped");
         }

@@ -54,7 +54,7 @@ impl Cri {
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(|e| Error::Internal(format!("container {id}: updating its spec: {e}")))?;
-        container.update(|s| s.resources = applied)?;
+        crate::objects::save(&container, move |s| s.resources = applied).await?;
         Ok(v1::UpdateContainerResourcesResponse {})
     }
 }

@@ -25,10 +25,10 @@
 //! profile files).
 
 mod caps;
-mod lsm;
 mod cdi;
 mod devices;
 mod error;
+mod lsm;
 mod mounts;
 mod namespaces;
 mod passthrough;
@@ -252,7 +252,10 @@ impl SpecOptions {
                 .is_ok_and(|s| s.trim() == "Y"),
             apparmor_default: std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")
                 .ok()
-                .filter(|p| p.lines().any(|l| l.starts_with(&format!("{APPARMOR_DEFAULT} "))))
+                .filter(|p| {
+                    p.lines()
+                        .any(|l| l.starts_with(&format!("{APPARMOR_DEFAULT} ")))
+                })
                 .map(|_| APPARMOR_DEFAULT.to_string()),
             selinux_enabled: Path::new("/sys/fs/selinux/enforce").exists(),
             ..SpecOptions::default()

@@ -25,8 +25,13 @@ fn apparmor_request(
 ) -> Result<Option<(v1::security_profile::ProfileType, String)>, Error> {
     use v1::security_profile::ProfileType as T;
     if let Some(p) = profile {
-        let kind = T::try_from(p.profile_type)
-            .map_err(|_| invalid(id, "apparmor.profile_type", format!("unknown type {}", p.profile_type)))?;
+        let kind = T::try_from(p.profile_type).map_err(|_| {
+            invalid(
+                id,
+                "apparmor.profile_type",
+                format!("unknown type {}", p.profile_type),
+            )
+        })?;
         return Ok(Some((kind, p.localhost_ref.clone())));
     }
     Ok(match deprecated {
@@ -35,7 +40,13 @@ fn apparmor_request(
         "unconfined" => Some((T::Unconfined, String::new())),
         other => match other.strip_prefix("localhost/") {
             Some(name) => Some((T::Localhost, name.to_string())),
-            None => return Err(invalid(id, "apparmor_profile", format!("{other:?} is not a profile berth knows"))),
+            None => {
+                return Err(invalid(
+                    id,
+                    "apparmor_profile",
+                    format!("{other:?} is not a profile berth knows"),
+                ))
+            }
         },
     })
 }
@@ -78,8 +89,14 @@ pub fn apparmor_profile(
 }
 
 /// Refuses SELinux options where SELinux would need them applied.
-pub fn check_selinux(id: &str, options: Option<&v1::SeLinuxOption>, opts: &SpecOptions) -> Result<(), Error> {
-    let asked = options.is_some_and(|o| !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty()));
+pub fn check_selinux(
+    id: &str,
+    options: Option<&v1::SeLinuxOption>,
+    opts: &SpecOptions,
+) -> Result<(), Error> {
+    let asked = options.is_some_and(|o| {
+        !(o.user.is_empty() && o.role.is_empty() && o.r#type.is_empty() && o.level.is_empty())
+    });
     if asked && opts.selinux_enabled {
         return Err(invalid(
             id,
@@ -109,7 +126,10 @@ mod tests {
         assert!(e.to_string().contains("not enabled"), "{e}");
         assert!(apparmor_profile("c", None, "localhost/web", &opts).is_err());
         for p in [T::RuntimeDefault, T::Unconfined] {
-            assert_eq!(apparmor_profile("c", Some(&profile(p, "")), "", &opts).unwrap(), None);
+            assert_eq!(
+                apparmor_profile("c", Some(&profile(p, "")), "", &opts).unwrap(),
+                None
+            );
         }
         assert_eq!(apparmor_profile("c", None, "", &opts).unwrap(), None);
     }
@@ -120,16 +140,37 @@ mod tests {
             apparmor_enabled: true,
             ..Default::default()
         };
-        let get = |p: Option<v1::SecurityProfile>, d: &str, o: &SpecOptions| apparmor_profile("c", p.as_ref(), d, o);
-        assert_eq!(get(Some(profile(T::Localhost, "web")), "", &opts).unwrap().as_deref(), Some("web"));
-        assert_eq!(get(None, "localhost/web", &opts).unwrap().as_deref(), Some("web"));
-        assert_eq!(get(Some(profile(T::Unconfined, "")), "", &opts).unwrap().as_deref(), Some("unconfined"));
+        let get = |p: Option<v1::SecurityProfile>, d: &str, o: &SpecOptions| {
+            apparmor_profile("c", p.as_ref(), d, o)
+        };
+        assert_eq!(
+            get(Some(profile(T::Localhost, "web")), "", &opts)
+                .unwrap()
+                .as_deref(),
+            Some("web")
+        );
+        assert_eq!(
+            get(None, "localhost/web", &opts).unwrap().as_deref(),
+            Some("web")
+        );
+        assert_eq!(
+            get(Some(profile(T::Unconfined, "")), "", &opts)
+                .unwrap()
+                .as_deref(),
+            Some("unconfined")
+        );
         // Berth's default is not loaded: an explicit RuntimeDefault is refused.
         assert!(get(Some(profile(T::RuntimeDefault, "")), "", &opts).is_err());
         assert_eq!(get(None, "", &opts).unwrap(), None);
         opts.apparmor_default = Some("berth-default".into());
-        assert_eq!(get(None, "runtime/default", &opts).unwrap().as_deref(), Some("berth-default"));
-        assert_eq!(get(None, "", &opts).unwrap().as_deref(), Some("berth-default"));
+        assert_eq!(
+            get(None, "runtime/default", &opts).unwrap().as_deref(),
+            Some("berth-default")
+        );
+        assert_eq!(
+            get(None, "", &opts).unwrap().as_deref(),
+            Some("berth-default")
+        );
         assert!(get(None, "bogus", &opts).is_err());
     }
 

@@ -14,4 +14,4 @@ pub use cell::StatusCell;
 pub use index::{IdIndex, LookupError};
 pub use record::{LoadedRecord, RecordDir, RecordError};
 pub use registrar::{Registrar, Reserved};
-pub use store::{Broken, Meta, Object, Record, Store};
+pub use store::{Broken, Locked, Meta, Object, Record, Store};

@@ -412,6 +412,8 @@ pub struct RuntimeConfig {
     pub handlers: BTreeMap<String, RuntimeHandler>,
     /// The berth-shim executable; empty: next to the berth binary, else in PATH.
     pub shim_binary: String,
+    /// Where CDI device specs are, lowest priority first.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 /// One OCI runtime handler.
@@ -420,6 +422,14 @@ pub struct RuntimeConfig {
 pub struct RuntimeHandler {
     /// The runtime binary: an absolute path, or a name looked up in `PATH`.
     pub binary: String,
+    /// Pod annotations passed to the runtime in the pause's spec, as glob
+    /// patterns (`io.katacontainers.*`); berth's own always are, no other.
+    #[serde(default)]
+    pub pod_annotations: Vec<String>,
+    /// Container annotations passed to the runtime, as glob patterns
+    /// (`run.oci.*` lets crun act on them); none by default.
+    #[serde(default)]
+    pub container_annotations: Vec<String>,
 }
 
 /// The cgroup driver.
@@ -480,6 +490,8 @@ impl Default for RuntimeConfig {
                     name.to_string(),
                     RuntimeHandler {
                         binary: binary.to_string(),
+                        pod_annotations: Vec::new(),
+                        container_annotations: Vec::new(),
                     },
                 )
             })
@@ -489,6 +501,10 @@ impl Default for RuntimeConfig {
             cgroup_driver: CgroupDriver::Cgroupfs,
             handlers,
             shim_binary: String::new(),
+            cdi_spec_dirs: berth_spec::DEFAULT_CDI_SPEC_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
         }
     }
 }

@@ -41,13 +41,22 @@ async fn local_users_read_nothing_under_root_and_state() {
         key: "DB_PASSWORD".into(),
         value: "hunter2".into(),
     }];
+    // crun acts on run.oci.* annotations: none reaches the runtime unless
+    // the handler allows it.
+    c.annotations = [("run.oci.keep_original_groups".to_string(), "1".to_string())].into();
     let id = create(&daemon, &pod, &config, c).await.unwrap();
     start(&daemon, &id).await;
 
     let root = daemon.sandbox.path("root");
     let state = daemon.sandbox.path("state");
     let spec = state.join(format!("containers/{id}/config.json"));
-    assert!(std::fs::read_to_string(&spec).unwrap().contains("hunter2"));
+    let spec_text = std::fs::read_to_string(&spec).unwrap();
+    assert!(spec_text.contains("hunter2"));
+    assert!(
+        !spec_text.contains("run.oci.keep_original_groups"),
+        "a client's annotation reached the runtime"
+    );
+    assert!(spec_text.contains("io.kubernetes.cri.container-type"));
     // The tried attack: grep the bundle as nobody.
     let out = as_nobody(&["cat", &spec.display().to_string()]);
     assert!(!out.status.success(), "nobody read {}", spec.display());

@@ -333,7 +333,7 @@ impl Core {
         create.extend(berth_spec::host_paths_to_create(&config));
         self.mech.files.create_dirs(&id, create).await?;
         let sandbox_config = sandbox.meta.config().clone();
-        let opts = self.spec_options.clone();
+        let opts = self.spec_options_for(&sandbox.meta.runtime_handler);
         let rootfs = dirs.rootfs();
         // Reads the rootfs's /etc/passwd and group, host paths and devices.
         tokio::task::spawn_blocking(move || -> Result<_, Error> {

@@ -99,6 +99,17 @@ impl Core {
             .clone()
     }
 
+    /// The spec options for pods and containers of runtime handler
+    /// `handler`: the annotations it lets through.
+    pub fn spec_options_for(&self, handler: &str) -> berth_spec::SpecOptions {
+        let mut opts = self.spec_options.clone();
+        if let Some(h) = self.config.runtime.handlers.get(handler) {
+            opts.pod_annotations = h.pod_annotations.clone();
+            opts.container_annotations = h.container_annotations.clone();
+        }
+        opts
+    }
+
     /// A sandbox's containers, oldest first.
     pub fn sandbox_containers(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
         let mut containers: Vec<_> = self

@@ -269,7 +269,10 @@ impl Core {
             &facts.cgroup_parent,
         );
         req.args = vec![berth_shim::PAUSE_PATH.into()];
-        Ok(berth_spec::pause_spec(&req, &self.spec_options)?)
+        Ok(berth_spec::pause_spec(
+            &req,
+            &self.spec_options_for(&meta.runtime_handler),
+        )?)
     }
 
     /// The pod's /dev/shm: its own tmpfs, or the host's for host IPC.

@@ -89,6 +89,7 @@ fn spec_options(config: &Config) -> berth_spec::SpecOptions {
     let mut opts = berth_spec::SpecOptions::detect();
     opts.cgroup_driver_systemd =
         config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
+    opts.cdi_spec_dirs = config.runtime.cdi_spec_dirs.clone();
     opts
 }
 

@@ -39,21 +39,21 @@ impl Cri {
             }
         }
         // The bundle's spec keeps the new values, for a later start.
+        // Replaced atomically (ExecSync reads it without the lock).
         let path = self.core.layout.container_dirs(&id).spec();
-        tokio::task::spawn_blocking(move || -> Result<(), String> {
-            let mut spec = oci_spec::runtime::Spec::load(&path).map_err(|e| e.to_string())?;
-            if let Some(linux) = spec.linux_mut() {
-                let mut merged = resources;
-                if let Some(old) = linux.resources() {
-                    merged.set_devices(old.devices().clone());
-                }
-                linux.set_resources(Some(merged));
+        let load = path.clone();
+        let mut spec = tokio::task::spawn_blocking(move || oci_spec::runtime::Spec::load(&load))
+            .await
+            .map_err(Error::join)?
+            .map_err(|e| Error::Internal(format!("container {id}: reading its spec: {e}")))?;
+        if let Some(linux) = spec.linux_mut() {
+            let mut merged = resources;
+            if let Some(old) = linux.resources() {
+                merged.set_devices(old.devices().clone());
             }
-            spec.save(&path).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(|e| Error::Internal(format!("container {id}: updating its spec: {e}")))?;
+            linux.set_resources(Some(merged));
+        }
+        self.core.mech.files.write_spec(&id, &path, &spec).await?;
         crate::objects::save(&container, move |s| s.resources = applied).await?;
         Ok(v1::UpdateContainerResourcesResponse {})
     }

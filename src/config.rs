@@ -519,7 +519,7 @@ impl Default for CniConfig {
             write_default_network: true,
             default_subnet: "10.88.0.0/16".into(),
             default_bridge: "berth0".into(),
-            hostport_snat: false,
+            hostport_snat: true,
         }
     }
 }

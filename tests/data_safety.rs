@@ -100,3 +100,39 @@ async fn removing_an_image_keeps_the_layers_its_containers_use() {
     remove_pod(&daemon, &pod).await;
     assert_eq!(snapshots(&daemon), 1);
 }
+
+#[tokio::test]
+async fn container_status_says_who_the_process_is_and_how_it_stops() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    pull(&daemon, &registry().busybox()).await;
+    let config = pod_config("statuses");
+    let pod = run(&daemon, config.clone()).await.unwrap();
+    let mut c = common::cri::container("app", &["sleep", "3600"]);
+    c.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            run_as_user: Some(v1::Int64Value { value: 1234 }),
+            run_as_group: Some(v1::Int64Value { value: 5678 }),
+            supplemental_groups: vec![42],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    c.stop_signal = v1::Signal::Sigint as i32;
+    let id = create(&daemon, &pod, &config, c).await.unwrap();
+    let st = container_status(&daemon, &id).await;
+    let user = st.user.and_then(|u| u.linux).expect("ContainerStatus.user");
+    assert_eq!((user.uid, user.gid), (1234, 5678));
+    assert!(user.supplemental_groups.contains(&42), "{user:?}");
+    assert_eq!(st.stop_signal, v1::Signal::Sigint as i32);
+    // What the process really runs as, inside.
+    start(&daemon, &id).await;
+    let out = exec_sync(&daemon, &id, &["id"], 10).await.unwrap();
+    let id_out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        id_out.contains("uid=1234") && id_out.contains("gid=5678") && id_out.contains("42"),
+        "{id_out}"
+    );
+    remove_pod(&daemon, &pod).await;
+}

@@ -5,7 +5,7 @@ pub mod rootfs;
 
 use berth_store::{Meta, Object, Store};
 
-pub use record::{ContainerMeta, ContainerState, ContainerStatus};
+pub use record::{ContainerMeta, ContainerState, ContainerStatus, RunAs};
 
 use crate::objects::Kind;
 

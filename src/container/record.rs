@@ -79,6 +79,18 @@ pub struct ContainerStatus {
     /// last, protobuf-encoded; empty: those of the config.
     #[serde(default, with = "crate::sandbox::record::base64_bytes")]
     pub resources: Vec<u8>,
+    /// The uid, gid and supplemental groups the process runs with, as the
+    /// spec resolved them (image's /etc/group and the groups policy).
+    #[serde(default)]
+    pub user: Option<RunAs>,
+}
+
+/// Who a container's process is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
 }
 
 impl ContainerStatus {
@@ -107,6 +119,7 @@ impl Default for ContainerStatus {
             message: String::new(),
             rootfs_mounted: false,
             resources: Vec::new(),
+            user: None,
         }
     }
 }

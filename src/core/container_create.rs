@@ -237,9 +237,15 @@ impl Core {
             .await?;
         failpoint::hit("create_container:after_rootfs");
         self.mech.files.write_spec(&id, &dirs.spec(), &spec).await?;
+        let user = spec.process().as_ref().map(|p| crate::container::RunAs {
+            uid: p.user().uid(),
+            gid: p.user().gid(),
+            groups: p.user().additional_gids().clone().unwrap_or_default(),
+        });
         objects::save(&container, move |s| {
             s.state = ContainerState::Created;
             s.rootfs_mounted = true;
+            s.user = user;
         })
         .await?;
         Ok(())

@@ -80,7 +80,14 @@ pub fn container_status(
             linux: Some(linux),
             windows: None,
         }),
-        ..Default::default()
+        user: status.user.as_ref().map(|u| v1::ContainerUser {
+            linux: Some(v1::LinuxContainerUser {
+                uid: u.uid.into(),
+                gid: u.gid.into(),
+                supplemental_groups: u.groups.iter().map(|g| i64::from(*g)).collect(),
+            }),
+        }),
+        stop_signal: berth_spec::cri_signal(meta.stop_signal) as i32,
     }
 }
 

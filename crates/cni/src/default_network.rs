@@ -6,14 +6,13 @@
 //! and no routes (pods reach their subnet only), then `portmap` for hostPort
 //! mappings. Nothing is masqueraded and nothing routes pods to the outside.
 //!
-//! portmap masquerades on its own unless told otherwise: with its default
-//! `"snat": true` it adds a `CNI-HOSTPORT-MASQ` chain to nat POSTROUTING that
-//! masquerades hostPort traffic coming from 127.0.0.1 or from the pod itself
-//! (hairpin). berth writes `"snat": false` unless asked
-//! ([`DefaultNetwork::hostport_snat`]); the price is that a hostPort is then not
-//! reachable through 127.0.0.1 (a packet from 127.0.0.1 cannot leave the host
-//! towards the pod unmasqueraded), but it still is through the node's other
-//! addresses, e.g. the bridge's gateway address.
+//! portmap's default `"snat": true` adds a `CNI-HOSTPORT-MASQ` chain to nat
+//! POSTROUTING that masquerades hostPort traffic coming from 127.0.0.1 or from
+//! the pod itself (hairpin) — only that: pods' own traffic is never
+//! masqueraded. berth keeps that default ([`DefaultNetwork::hostport_snat`]),
+//! so a hostPort answers on the node's 127.0.0.1 as kubelet users expect;
+//! with it off, a hostPort is reachable only through the node's other
+//! addresses (a packet from 127.0.0.1 cannot leave the host unmasqueraded).
 //!
 //! Loopback is not in the list: `berth-netns` brings `lo` up when it creates
 //! the namespace, which is what the `loopback` plugin would do.
@@ -54,7 +53,7 @@ impl DefaultNetwork {
             name: name.into(),
             subnet,
             bridge: bridge.into(),
-            hostport_snat: false,
+            hostport_snat: true,
         }
     }
 
@@ -162,7 +161,10 @@ mod tests {
         assert_eq!(bridge["ipam"]["routes"], json!([]));
         assert_eq!(bridge["ipam"]["ranges"][0][0]["subnet"], "10.88.0.0/16");
         let portmap = &v["plugins"][1];
-        assert_eq!(portmap["snat"], false);
+        assert_eq!(
+            portmap["snat"], true,
+            "hairpin SNAT on, as portmap defaults"
+        );
         assert_eq!(portmap["capabilities"]["portMappings"], true);
         let list = NetworkConfigList::from_bytes(v.to_string().as_bytes(), None).unwrap();
         assert_eq!(list.cni_version, DEFAULT_NETWORK_VERSION);

@@ -67,7 +67,7 @@ pub use seccomp::{
     default_profile as default_seccomp_profile, load_profile as load_seccomp_profile,
     seccomp_available, MAX_PROFILE_BYTES as MAX_SECCOMP_PROFILE_BYTES,
 };
-pub use signal::{cri_signal_number, parse_signal, stop_signal};
+pub use signal::{cri_signal, cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
 
 /// The name of berth's default AppArmor profile (used when loaded).

@@ -97,6 +97,14 @@ pub fn cri_signal_number(signal: v1::Signal) -> Option<i32> {
     parse_signal(name)
 }
 
+/// The CRI name of signal `number` (`RuntimeDefault` when it has none).
+pub fn cri_signal(number: i32) -> v1::Signal {
+    (1..=128)
+        .filter_map(|n| v1::Signal::try_from(n).ok())
+        .find(|s| cri_signal_number(*s) == Some(number))
+        .unwrap_or(v1::Signal::RuntimeDefault)
+}
+
 /// The signal that stops the container: the config's `stop_signal` unless it
 /// is `RUNTIME_DEFAULT`, else the image's `StopSignal`, else SIGTERM.
 pub fn stop_signal(
@@ -129,6 +137,14 @@ pub fn stop_signal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_to_cri_names() {
+        assert_eq!(cri_signal(15), v1::Signal::Sigterm);
+        assert_eq!(cri_signal(9), v1::Signal::Sigkill);
+        assert_eq!(cri_signal(SIGRTMIN + 1), v1::Signal::Sigrtminplus1);
+        assert_eq!(cri_signal(0), v1::Signal::RuntimeDefault);
+    }
 
     #[test]
     fn parses_names_numbers_and_realtime() {

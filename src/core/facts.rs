@@ -43,6 +43,7 @@ impl PodFacts {
             }
         }
         check_port_mappings(&config.port_mappings)?;
+        bandwidth(&config.annotations)?;
         let security = config
             .linux
             .as_ref()
@@ -99,6 +100,64 @@ pub fn namespace_options(config: &v1::PodSandboxConfig) -> v1::NamespaceOption {
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.clone())
         .unwrap_or_default()
+}
+
+/// Pod annotations kubelet sets for traffic shaping.
+pub const INGRESS_BANDWIDTH: &str = "kubernetes.io/ingress-bandwidth";
+pub const EGRESS_BANDWIDTH: &str = "kubernetes.io/egress-bandwidth";
+
+/// A Kubernetes quantity (`10M`, `1Gi`, `500k`, `1000000`) as an integer.
+fn quantity(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, suffix) = t.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let scale: u64 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+/// The pod's bandwidth limits (bits per second) from its annotations, as
+/// the CNI `bandwidth` capability, like containerd: burst unbounded
+/// (u32::MAX bytes). kubelet's range is 1k..=1P; anything else is refused.
+pub fn bandwidth(
+    annotations: &std::collections::HashMap<String, String>,
+) -> Result<Option<berth_cni::Bandwidth>, Error> {
+    let rate = |key: &str| -> Result<u64, Error> {
+        let Some(text) = annotations.get(key) else {
+            return Ok(0);
+        };
+        quantity(text)
+            .filter(|v| (1_000..=1_000_000_000_000_000).contains(v))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "annotation {key} {text:?} is not a bandwidth between 1k and 1P bits per second"
+                ))
+            })
+    };
+    let (ingress, egress) = (rate(INGRESS_BANDWIDTH)?, rate(EGRESS_BANDWIDTH)?);
+    if ingress == 0 && egress == 0 {
+        return Ok(None);
+    }
+    let burst = |r: u64| if r == 0 { 0 } else { u64::from(u32::MAX) };
+    Ok(Some(berth_cni::Bandwidth {
+        ingress_rate: ingress,
+        ingress_burst: burst(ingress),
+        egress_rate: egress,
+        egress_burst: burst(egress),
+    }))
 }
 
 /// A uid or gid: 32 bits, and not the "no id" value 4294967295.
@@ -211,6 +270,32 @@ mod tests {
             ..Default::default()
         });
         assert!(PodFacts::of(&config, String::new).is_err());
+    }
+
+    #[test]
+    fn bandwidth_annotations() {
+        let ann = |i: &str, e: &str| {
+            let mut m = std::collections::HashMap::new();
+            if !i.is_empty() {
+                m.insert(INGRESS_BANDWIDTH.to_string(), i.to_string());
+            }
+            if !e.is_empty() {
+                m.insert(EGRESS_BANDWIDTH.to_string(), e.to_string());
+            }
+            m
+        };
+        assert!(bandwidth(&ann("", "")).unwrap().is_none());
+        let b = bandwidth(&ann("10M", "1Gi")).unwrap().unwrap();
+        assert_eq!((b.ingress_rate, b.egress_rate), (10_000_000, 1 << 30));
+        assert_eq!(b.ingress_burst, u64::from(u32::MAX));
+        let b = bandwidth(&ann("", "500k")).unwrap().unwrap();
+        assert_eq!(
+            (b.ingress_rate, b.ingress_burst, b.egress_rate),
+            (0, 0, 500_000)
+        );
+        for bad in ["10X", "1", "2P", "-5M", "lots"] {
+            assert!(bandwidth(&ann(bad, "")).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub struct Fake {
     delays: Mutex<BTreeMap<String, std::time::Duration>>,
     pub world: Mutex<World>,
     pub images: Mutex<BTreeMap<String, berth_oci_image::Image>>,
+    /// The attachments CNI ADD was given.
+    pub added: Mutex<Vec<berth_cni::Attachment>>,
 }
 
 impl Fake {
@@ -175,8 +177,9 @@ impl Network for Fake {
     async fn add(
         &self,
         id: &str,
-        _attachment: &berth_cni::Attachment,
+        attachment: &berth_cni::Attachment,
     ) -> Result<Vec<String>, Error> {
+        self.added.lock().unwrap().push(attachment.clone());
         self.call("cni.add", id).await?;
         self.world.lock().unwrap().attached.insert(id.to_string());
         Ok(vec!["10.88.0.2".into()])

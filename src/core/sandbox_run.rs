@@ -345,6 +345,8 @@ pub fn attachment(id: &str, netns: &Path, config: &v1::PodSandboxConfig) -> bert
             host_ip: p.host_ip.clone(),
         })
         .collect();
+    // Checked at RunPodSandbox (PodFacts::of).
+    att.capabilities.bandwidth = super::facts::bandwidth(&config.annotations).ok().flatten();
     if let Some(dns) = &config.dns_config {
         att.capabilities.dns = Some(berth_cni::DnsCapability {
             servers: dns.servers.clone(),

@@ -753,3 +753,37 @@ async fn remove_pod_sandbox_waits_for_a_run_in_progress() {
     let del = steps.iter().position(|s| s == "cni.del").unwrap();
     assert!(add < del, "{steps:?}");
 }
+
+#[tokio::test]
+async fn bandwidth_annotations_become_the_cni_capability() {
+    let r = rig();
+    let mut req = pod("shaped");
+    req.config.annotations = [
+        (
+            "kubernetes.io/ingress-bandwidth".to_string(),
+            "10M".to_string(),
+        ),
+        (
+            "kubernetes.io/egress-bandwidth".to_string(),
+            "1M".to_string(),
+        ),
+    ]
+    .into();
+    r.core.run_pod_sandbox(req).await.unwrap();
+    let added = r.fake.added.lock().unwrap().clone();
+    let b = added[0]
+        .capabilities
+        .bandwidth
+        .clone()
+        .expect("bandwidth capability");
+    assert_eq!((b.ingress_rate, b.egress_rate), (10_000_000, 1_000_000));
+    // A value kubelet would never send is refused, not dropped.
+    let mut req = pod("bad");
+    req.config.annotations = [(
+        "kubernetes.io/ingress-bandwidth".to_string(),
+        "fast".to_string(),
+    )]
+    .into();
+    let e = r.core.run_pod_sandbox(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+}

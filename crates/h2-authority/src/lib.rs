@@ -16,6 +16,13 @@
 //! encoder of its own (its own dynamic table toward the server). Every other
 //! frame passes byte for byte; what the server sends is not touched.
 //!
+//! A client whose first header block names a valid authority (tonic, recent
+//! grpc-go, kubelet) is not rewritten at all: that block passes as it came
+//! (the server's HPACK table stays the client's) and so does the rest of the
+//! connection, at the cost of one copy. A later request of such a client
+//! with an invalid authority is refused by the server as before; gRPC
+//! clients keep one authority per channel.
+//!
 //! Every buffer is bounded ([`MAX_HEADER_BLOCK`], [`MAX_HEADER_LIST`]); input
 //! that cannot be followed is an [`Error`], which closes the connection.
 

@@ -104,8 +104,9 @@ enum State {
     Pass { remaining: usize },
     /// Collecting a HEADERS or CONTINUATION payload (`remaining` to go).
     Collect { remaining: usize },
-    /// Not HTTP/2 with prior knowledge: everything passes (the server
-    /// answers it as it sees fit).
+    /// Not HTTP/2 with prior knowledge (the server answers it as it sees
+    /// fit), or a client whose first header block needed no rewriting:
+    /// everything passes.
     Transparent,
 }
 
@@ -137,6 +138,9 @@ pub struct Rewriter {
     /// Scratch space for the re-encoded block.
     encoded: Vec<u8>,
     replaced: u64,
+    /// Until the connection's first header block is complete: its frames
+    /// as they came, passed as they are if it needs no rewriting.
+    first: Option<Vec<u8>>,
 }
 
 impl Default for Rewriter {
@@ -173,6 +177,7 @@ impl Rewriter {
             encoder,
             encoded: Vec::new(),
             replaced: 0,
+            first: Some(Vec::new()),
         }
     }
 
@@ -323,6 +328,18 @@ impl Rewriter {
     fn end_frame(&mut self, out: &mut Vec<u8>) -> Result<(), Error> {
         let (frame_type, flags, stream) = self.frame;
         let payload = std::mem::take(&mut self.payload);
+        if let Some(raw) = &mut self.first {
+            // Bounded: many empty CONTINUATION frames add no fragment but octets here.
+            if raw.len() + FRAME_HEADER_LEN + payload.len() > 2 * MAX_HEADER_BLOCK {
+                self.payload = payload;
+                return Err(Error::HeaderBlockTooLarge {
+                    stream,
+                    limit: MAX_HEADER_BLOCK,
+                });
+            }
+            raw.extend_from_slice(&self.head);
+            raw.extend_from_slice(&payload);
+        }
         let result = self.add_fragment(frame_type, flags, stream, &payload);
         self.payload = payload;
         result?;
@@ -432,6 +449,16 @@ impl Rewriter {
             });
         }
         self.replaced += replaced;
+        if let Some(raw) = self.first.take() {
+            if replaced == 0 {
+                // A client whose first request names a valid authority (tonic,
+                // grpc-go since 1.x "localhost", kubelet) keeps it: the rest of
+                // the connection passes untouched, at no cost.
+                out.extend_from_slice(&raw);
+                self.state = State::Transparent;
+                return Ok(());
+            }
+        }
         write_block(out, &pending, &self.encoded);
         Ok(())
     }

@@ -212,3 +212,103 @@ async fn garbage_closes_the_connection() {
         .await
         .expect("EOF");
 }
+
+/// Records what is written through it.
+struct Recorder<T> {
+    inner: T,
+    written: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Recorder<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Recorder<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        let result = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = result {
+            this.written.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+        result
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The rewriter's CPU time per request of a tonic-like h2 client (gRPC
+/// headers, `:path` Huffman-coded on every request as h2 sends it, a
+/// 5-octet message): the client's bytes of 2,000 requests are recorded,
+/// then fed through fresh rewriters.
+#[tokio::test]
+#[ignore = "a measurement: cargo test -p berth-h2-authority --release --test h2_server -- --ignored --nocapture"]
+async fn rewriter_cost_per_request() {
+    const CALLS: usize = 2000;
+    let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let server = tokio::spawn(serve(server_end, tx));
+    let written = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        inner: client_end,
+        written: written.clone(),
+    };
+    let (mut client, conn) = h2::client::handshake(recorder).await.unwrap();
+    let conn = tokio::spawn(conn);
+    for _ in 0..CALLS {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("http://[::]:50051/runtime.v1.RuntimeService/Version")
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .header("user-agent", "tonic/0.14.9")
+            .body(())
+            .unwrap();
+        client = client.ready().await.unwrap();
+        let (response, mut send) = client.send_request(request, false).unwrap();
+        send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+            .unwrap();
+        let mut body = response.await.unwrap().into_body();
+        while let Some(chunk) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.unwrap().len());
+        }
+    }
+    conn.abort();
+    server.abort();
+    let bytes = written.lock().unwrap().clone();
+    let mut per_request = Vec::new();
+    for _ in 0..7 {
+        let mut rewriter = berth_h2_authority::Rewriter::new();
+        let mut out = Vec::with_capacity(bytes.len() * 2);
+        let start = std::time::Instant::now();
+        for chunk in bytes.chunks(4096) {
+            rewriter.feed(chunk, &mut out).unwrap();
+        }
+        per_request.push(start.elapsed() / CALLS as u32);
+    }
+    per_request.sort();
+    println!(
+        "{} octets from the client for {CALLS} requests; rewriter time per request: median {:?} (of {per_request:?})",
+        bytes.len(),
+        per_request[3]
+    );
+}

@@ -92,7 +92,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
                 .max_decoding_message_size(MAX_MESSAGE_SIZE)
                 .max_encoding_message_size(MAX_MESSAGE_SIZE),
         )
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown);
+        .serve_with_incoming_shutdown(
+            // Clients that send the socket path as :authority (gRPC C-core,
+            // grpc-java, older grpc-go) are served: see berth-h2-authority.
+            tokio_stream::StreamExt::map(UnixListenerStream::new(listener), |conn| {
+                conn.map(berth_h2_authority::AuthorityFix::new)
+            }),
+            shutdown,
+        );
     let server = tokio::spawn(server);
 
     // Start-up work (recovery) runs here, while the gate answers Unavailable.

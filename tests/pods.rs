@@ -391,3 +391,33 @@ async fn cni_failure_leaves_nothing_and_frees_the_name() {
     let id = run(&daemon, pod_config("fails")).await.unwrap();
     remove_pod(&daemon, &id).await;
 }
+
+#[tokio::test]
+async fn pod_with_kubelets_default_namespace_options_runs() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    // What kubelet sends for a pod that shares no process namespace: pid
+    // CONTAINER (found by the benchmark, which sends it; the pause must get
+    // a PID namespace of its own).
+    let mut config = pod_config("kubelet-defaults");
+    config.linux = Some(v1::LinuxPodSandboxConfig {
+        security_context: Some(v1::LinuxSandboxSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                network: v1::NamespaceMode::Pod as i32,
+                pid: v1::NamespaceMode::Container as i32,
+                ipc: v1::NamespaceMode::Pod as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let id = run(&daemon, config).await.unwrap();
+    daemon
+        .runtime()
+        .await
+        .remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+}

@@ -120,8 +120,12 @@ pub(crate) fn pod_namespaces(
     let network = mode(o.network, "network")?;
     let ipc = mode(o.ipc, "ipc")?;
     let pid = mode(o.pid, "pid")?;
+    // kubelet sends pid CONTAINER for every pod that does not share its
+    // process namespace: the pause then gets one of its own, as for POD.
     for (m, name) in [(ipc, "ipc"), (pid, "pid")] {
-        if !matches!(m, v1::NamespaceMode::Pod | v1::NamespaceMode::Node) {
+        let allowed = matches!(m, v1::NamespaceMode::Pod | v1::NamespaceMode::Node)
+            || (name == "pid" && m == v1::NamespaceMode::Container);
+        if !allowed {
             return Err(invalid(
                 id,
                 format!("{FIELD}.{name}"),
@@ -177,6 +181,23 @@ mod tests {
 
     fn find(nss: &[LinuxNamespace], t: LinuxNamespaceType) -> Option<Option<PathBuf>> {
         nss.iter().find(|n| n.typ() == t).map(|n| n.path().clone())
+    }
+
+    #[test]
+    fn kubelets_default_pod_pid_mode_gives_the_pause_its_own() {
+        // kubelet: network POD, pid CONTAINER (no shared process
+        // namespace), ipc POD.
+        let o = v1::NamespaceOption {
+            pid: v1::NamespaceMode::Container as i32,
+            ..Default::default()
+        };
+        let nss = pod_namespaces("pod", Some(Path::new("/run/berth/netns/pod")), Some(&o)).unwrap();
+        assert_eq!(find(&nss, LinuxNamespaceType::Pid), Some(None));
+        let o = v1::NamespaceOption {
+            ipc: v1::NamespaceMode::Container as i32,
+            ..Default::default()
+        };
+        assert!(pod_namespaces("pod", Some(Path::new("/x")), Some(&o)).is_err());
     }
 
     #[test]

@@ -512,9 +512,11 @@ mod tests {
             })
         }));
         assert!(e.contains("userns_options"), "{e}");
+        // TARGET means nothing for a pod (CONTAINER, kubelet's default, is
+        // fine: the pause gets its own PID namespace).
         let e = invalid_argument(&pod(|sc| {
             sc.namespace_options = Some(v1::NamespaceOption {
-                pid: v1::NamespaceMode::Container as i32,
+                pid: v1::NamespaceMode::Target as i32,
                 ..Default::default()
             })
         }));

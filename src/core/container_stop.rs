@@ -82,12 +82,7 @@ impl Core {
         grace: Duration,
     ) -> Result<(), Error> {
         let id = &container.meta.id;
-        let task = match self
-            .mech
-            .runtime
-            .connect(id, &self.layout.shim_dir(id))
-            .await
-        {
+        let task = match self.shim_of(id).await {
             Ok(task) => task,
             Err(e) => {
                 // No shim: the exit file tells how it ended, if it did; else

@@ -44,28 +44,6 @@ impl PodFacts {
         }
         check_port_mappings(&config.port_mappings)?;
         bandwidth(&config.annotations)?;
-        let security = config
-            .linux
-            .as_ref()
-            .and_then(|l| l.security_context.as_ref());
-        for (field, value) in [
-            (
-                "run_as_user",
-                security
-                    .and_then(|s| s.run_as_user.as_ref())
-                    .map(|v| v.value),
-            ),
-            (
-                "run_as_group",
-                security
-                    .and_then(|s| s.run_as_group.as_ref())
-                    .map(|v| v.value),
-            ),
-        ] {
-            if let Some(v) = value {
-                check_id(field, v)?;
-            }
-        }
         let mut facts = PodFacts::derive(config);
         if facts.host_network {
             facts.hostname = node_hostname();
@@ -158,18 +136,6 @@ pub fn bandwidth(
         egress_rate: egress,
         egress_burst: burst(egress),
     }))
-}
-
-/// A uid or gid: 32 bits, and not the "no id" value 4294967295.
-pub fn check_id(field: &str, value: i64) -> Result<u32, Error> {
-    u32::try_from(value)
-        .ok()
-        .filter(|v| *v != u32::MAX)
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "pod security_context.{field} {value} is not a valid id"
-            ))
-        })
 }
 
 /// Ports are 16-bit: a larger number is refused, never truncated.

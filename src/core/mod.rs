@@ -99,6 +99,14 @@ impl Core {
             .clone()
     }
 
+    /// The live shim of container (or sandbox) `id`.
+    pub(crate) async fn shim_of(&self, id: &str) -> Result<Arc<dyn mechanisms::Task>, Error> {
+        self.mech
+            .runtime
+            .connect(id, &self.layout.shim_dir(id))
+            .await
+    }
+
     /// The spec options for pods and containers of runtime handler
     /// `handler`: the annotations it lets through.
     pub fn spec_options_for(&self, handler: &str) -> berth_spec::SpecOptions {

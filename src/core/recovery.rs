@@ -114,11 +114,7 @@ impl Core {
     }
 
     async fn shim_alive(&self, id: &str) -> bool {
-        self.mech
-            .runtime
-            .connect(id, &self.layout.shim_dir(id))
-            .await
-            .is_ok()
+        self.shim_of(id).await.is_ok()
     }
 
     /// What recovery would change, changing nothing: from the records and
@@ -249,11 +245,7 @@ impl Core {
             }
             Action::WatchContainer(id) => {
                 let container = self.containers.lookup(id)?;
-                let task = self
-                    .mech
-                    .runtime
-                    .connect(id, &self.layout.shim_dir(id))
-                    .await?;
+                let task = self.shim_of(id).await?;
                 self.watch_exit(container, task);
                 Ok(())
             }
@@ -303,11 +295,7 @@ impl Core {
     /// deleted from the runtime so that StartContainer may run again.
     async fn adopt_started(self: &Arc<Self>, id: &str) -> Result<(), Error> {
         let container = self.containers.lookup(id)?;
-        let task = self
-            .mech
-            .runtime
-            .connect(id, &self.layout.shim_dir(id))
-            .await?;
+        let task = self.shim_of(id).await?;
         let state = task.state().await?;
         match state.status {
             // Never started: delete the runtime's container; StartContainer may run again.

@@ -18,7 +18,8 @@ bash hack/fuzz.sh 10
 
 log=$(mktemp)
 # Stop what the tests started and left for their own timeouts: the test
-# registries (hack/registry.sh, --max-lifetime) and their temp dirs.
+# registries (hack/registry.sh, --max-lifetime) and their temp dirs; remove
+# the empty parent cgroups the crate tests share.
 cleanup() {
   rm -f "$log"
   local dir
@@ -26,6 +27,11 @@ cleanup() {
     [[ -d $dir ]] || continue
     bash hack/registry.sh stop "$dir" >/dev/null 2>&1 || true
     rm -rf "$dir"
+  done
+  # The parent cgroups the crate tests share (each test removes only its own).
+  for dir in /sys/fs/cgroup/berth-shim-test /sys/fs/cgroup/*/berth-shim-test \
+    /sys/fs/cgroup/berth-spec-test /sys/fs/cgroup/*/berth-spec-test; do
+    [[ -d $dir ]] && rmdir "$dir" 2>/dev/null || true
   done
 }
 trap cleanup EXIT

@@ -82,7 +82,18 @@ mod tests {
         use std::time::{Duration, Instant};
         let dir = tempfile::tempdir().unwrap();
         write_pause_rootfs(dir.path()).unwrap();
-        let mut child = Command::new(dir.path().join("pause")).spawn().unwrap();
+        // Another test thread that forks while the file is still open for
+        // writing holds it until its exec: ETXTBSY is that race, not pause.
+        let mut tries = 0;
+        let mut child = loop {
+            match Command::new(dir.path().join("pause")).spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             child.try_wait().unwrap().is_none(),

@@ -252,8 +252,10 @@ impl Drop for Cleanup {
     }
 }
 
-/// rmdir of the test cgroup of `id` in every hierarchy (and of the parent
-/// when it is empty).
+/// rmdir of the test cgroup of `id` in every hierarchy. The shared parent
+/// stays: another test of this binary may be creating a cgroup under it
+/// right now (crun fails with ENOENT when the parent goes between its
+/// mkdirs); hack/test.sh removes the empty parents when all tests are done.
 pub fn remove_cgroups(id: &str) {
     let mut roots = vec![PathBuf::from("/sys/fs/cgroup")];
     if let Ok(entries) = std::fs::read_dir("/sys/fs/cgroup") {
@@ -262,7 +264,6 @@ pub fn remove_cgroups(id: &str) {
     for root in roots {
         let parent = root.join(CGROUP_PARENT);
         let _ = std::fs::remove_dir(parent.join(id));
-        let _ = std::fs::remove_dir(&parent);
     }
 }
 

@@ -421,3 +421,81 @@ async fn pod_with_kubelets_default_namespace_options_runs() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn update_pod_sandbox_resources_is_checked_recorded_and_kept() {
+    require_root!();
+    let net = TestNet::new();
+    let mut daemon = daemon(&net).await;
+    let id = run(&daemon, pod_config("resize")).await.unwrap();
+    let update =
+        |pod: &str, resources: v1::LinuxContainerResources| v1::UpdatePodSandboxResourcesRequest {
+            pod_sandbox_id: pod.into(),
+            overhead: Some(v1::LinuxContainerResources {
+                cpu_shares: 25,
+                memory_limit_in_bytes: 64 << 20,
+                ..Default::default()
+            }),
+            resources: Some(resources),
+        };
+    let wanted = v1::LinuxContainerResources {
+        cpu_period: 100_000,
+        cpu_quota: 150_000,
+        cpu_shares: 1536,
+        memory_limit_in_bytes: 256 << 20,
+        ..Default::default()
+    };
+    let mut rt = daemon.runtime().await;
+    rt.update_pod_sandbox_resources(update(&id, wanted.clone()))
+        .await
+        .unwrap();
+    // Out of range values are refused, and the recorded ones stay.
+    for bad in [
+        v1::LinuxContainerResources {
+            cpu_shares: -1,
+            ..Default::default()
+        },
+        v1::LinuxContainerResources {
+            memory_limit_in_bytes: -5,
+            ..Default::default()
+        },
+        v1::LinuxContainerResources {
+            cpu_period: 1,
+            cpu_quota: 100,
+            ..Default::default()
+        },
+    ] {
+        let e = rt
+            .update_pod_sandbox_resources(update(&id, bad.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}: {e}");
+    }
+    let e = rt
+        .update_pod_sandbox_resources(update("no-such-pod", wanted.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+
+    // Shown in verbose status, and still there after a restart.
+    for round in 0..2 {
+        let info = verbose_info(&status(&daemon, &id).await.unwrap());
+        let r = &info["resources"];
+        assert_eq!(
+            r["resources"]["cpu_quota"], 150_000,
+            "round {round}: {info}"
+        );
+        assert_eq!(r["resources"]["cpu_shares"], 1536, "{info}");
+        assert_eq!(r["resources"]["memory_limit_in_bytes"], 256 << 20, "{info}");
+        assert_eq!(r["overhead"]["cpu_shares"], 25, "{info}");
+        if round == 0 {
+            daemon.restart().await;
+        }
+    }
+    daemon
+        .runtime()
+        .await
+        .remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: id })
+        .await
+        .unwrap();
+}

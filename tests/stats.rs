@@ -192,7 +192,32 @@ async fn container_and_pod_stats() {
         "{layer0:?} → {layer1:?}"
     );
     assert!(val(layer1.inodes_used) > val(layer0.inodes_used));
-    assert!(!layer1.fs_id.expect("fs id").mountpoint.is_empty());
+    let layer_fs = layer1.fs_id.expect("fs id").mountpoint;
+    assert!(!layer_fs.is_empty());
+
+    // ImageFsInfo: the writable layers' filesystem (kubelet's containerfs)
+    // beside the image store's, holding at least the 8 MiB just written.
+    let fs = daemon
+        .images()
+        .await
+        .image_fs_info(v1::ImageFsInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(fs.image_filesystems.len(), 1, "{fs:?}");
+    let [containers] = fs.container_filesystems.as_slice() else {
+        panic!("one container filesystem: {fs:?}");
+    };
+    assert_eq!(
+        containers.fs_id.as_ref().unwrap().mountpoint,
+        layer_fs,
+        "{fs:?}"
+    );
+    assert!(
+        val(containers.used_bytes) >= val(layer1.used_bytes),
+        "{fs:?}"
+    );
+    assert!(val(containers.inodes_used) >= val(layer1.inodes_used));
 
     // List filters: id prefix, pod, labels; unknown pod or label: nothing.
     let both: BTreeSet<String> = [burner.clone(), sleeper.clone()].into();

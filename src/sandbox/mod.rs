@@ -5,5 +5,5 @@ pub mod files;
 pub mod record;
 pub mod store;
 
-pub use record::{SandboxMeta, SandboxState, SandboxStatus};
+pub use record::{PodResources, SandboxMeta, SandboxState, SandboxStatus};
 pub use store::{Sandbox, SandboxStore};

@@ -80,6 +80,53 @@ pub struct SandboxStatus {
     pub shm_mounted: bool,
     /// Free-form notes shown in verbose status.
     pub info: BTreeMap<String, String>,
+    /// The pod-level resources kubelet last applied
+    /// (UpdatePodSandboxResources), absent until it sends them.
+    #[serde(default)]
+    pub resources: Option<PodResources>,
+}
+
+/// What UpdatePodSandboxResources told berth: kubelet has already set the
+/// pod's cgroup; berth keeps it for status (and for NRI-like consumers),
+/// as CRI-O does.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PodResources {
+    /// The pod overhead, a protobuf-encoded `LinuxContainerResources`.
+    #[serde(with = "base64_bytes")]
+    pub overhead: Vec<u8>,
+    /// The sum of the containers' resources, likewise.
+    #[serde(with = "base64_bytes")]
+    pub resources: Vec<u8>,
+    /// Nanoseconds since the epoch.
+    pub updated_at: i64,
+}
+
+impl PodResources {
+    /// As JSON for verbose status, with kubelet's field names.
+    pub fn to_json(&self) -> serde_json::Value {
+        let json = |b: &[u8]| {
+            let r = v1::LinuxContainerResources::decode(b).unwrap_or_default();
+            serde_json::json!({
+                "cpu_period": r.cpu_period,
+                "cpu_quota": r.cpu_quota,
+                "cpu_shares": r.cpu_shares,
+                "memory_limit_in_bytes": r.memory_limit_in_bytes,
+                "memory_swap_limit_in_bytes": r.memory_swap_limit_in_bytes,
+                "oom_score_adj": r.oom_score_adj,
+                "cpuset_cpus": r.cpuset_cpus,
+                "cpuset_mems": r.cpuset_mems,
+                "hugepage_limits": r.hugepage_limits.iter()
+                    .map(|h| serde_json::json!({"page_size": h.page_size, "limit": h.limit}))
+                    .collect::<Vec<_>>(),
+                "unified": r.unified,
+            })
+        };
+        serde_json::json!({
+            "overhead": json(&self.overhead),
+            "resources": json(&self.resources),
+            "updatedAt": self.updated_at,
+        })
+    }
 }
 
 impl Default for SandboxStatus {
@@ -92,6 +139,7 @@ impl Default for SandboxStatus {
             shim_socket: None,
             shm_mounted: false,
             info: BTreeMap::new(),
+            resources: None,
         }
     }
 }

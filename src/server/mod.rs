@@ -34,6 +34,7 @@ mod stop_container;
 mod stop_pod_sandbox;
 mod streaming;
 mod update_container_resources;
+mod update_pod_sandbox_resources;
 mod update_runtime_config;
 mod version;
 
@@ -307,7 +308,7 @@ delegate! {
         "ListMetricDescriptors" list_metric_descriptors(ListMetricDescriptorsRequest) -> ListMetricDescriptorsResponse => list_metric_descriptors;
         "ListPodSandboxMetrics" list_pod_sandbox_metrics(ListPodSandboxMetricsRequest) -> ListPodSandboxMetricsResponse => list_pod_sandbox_metrics;
         "RuntimeConfig" runtime_config(RuntimeConfigRequest) -> RuntimeConfigResponse => runtime_config;
-        "UpdatePodSandboxResources" update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest) -> UpdatePodSandboxResourcesResponse => unimplemented;
+        "UpdatePodSandboxResources" update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest) -> UpdatePodSandboxResourcesResponse => update_pod_sandbox_resources;
     }
     streams {
         "StreamPodSandboxes" stream_pod_sandboxes(StreamPodSandboxesRequest) -> StreamPodSandboxesStream<StreamPodSandboxesResponse> => unimplemented;

@@ -29,6 +29,7 @@ impl Cri {
                 "runtimeHandler": sandbox.meta.runtime_handler,
                 "shimSocket": status.shim_socket,
                 "notes": status.info,
+                "resources": status.resources.as_ref().map(|r| r.to_json()),
             });
             info.insert("info".to_string(), verbose.to_string());
         }

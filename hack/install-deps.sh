@@ -20,6 +20,7 @@ PACKAGES=(
   ca-certificates
   openssl                      # certificates for the TLS registry tests
   pkg-config
+  apparmor                     # apparmor_parser: berth's default profile is parsed in a test
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -1,5 +1,6 @@
 //! The berth daemon: a Kubernetes container runtime that serves CRI v1.
 
+mod apparmor;
 mod check;
 mod cli;
 mod config;

@@ -761,6 +761,28 @@ async fn status_lists_runtime_handlers_and_features() {
     }
     let runtime_features = resp.features.expect("runtime features");
     assert!(runtime_features.supplemental_groups_policy);
+
+    // Verbose: what the host's security modules give containers.
+    let verbose = daemon
+        .runtime()
+        .await
+        .status(v1::StatusRequest { verbose: true })
+        .await
+        .unwrap()
+        .into_inner();
+    let lsm: serde_json::Value = serde_json::from_str(&verbose.info["lsm"]).unwrap();
+    let apparmor = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
+        .is_ok_and(|s| s.trim() == "Y");
+    assert_eq!(lsm["apparmor"]["enabled"], apparmor, "{lsm}");
+    assert_eq!(
+        lsm["selinux"]["enabled"],
+        std::path::Path::new("/sys/fs/selinux/enforce").exists(),
+        "{lsm}"
+    );
+    if !apparmor {
+        assert!(lsm["apparmor"]["defaultProfile"].is_null(), "{lsm}");
+        assert!(lsm["apparmor"]["problem"].is_null(), "{lsm}");
+    }
 }
 
 #[test]

@@ -149,7 +149,18 @@ impl Cri {
             images: images.clone(),
             events: sink.clone(),
         };
-        let options = spec_options(&config);
+        // Host probes and the AppArmor profile load block: not on a worker.
+        let options = {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || {
+                let mut options = spec_options(&config);
+                let parser = crate::apparmor::find_parser();
+                crate::apparmor::ensure_default(&mut options, parser.as_deref(), &config.state);
+                options
+            })
+            .await
+            .map_err(Error::join)?
+        };
         let core = Core::open(config, mech, options)?;
         let _ = core_of_roots.set(Arc::downgrade(&core));
         let cri = Arc::new(Cri {

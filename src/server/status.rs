@@ -41,6 +41,22 @@ impl Cri {
                 "podCIDR".to_string(),
                 serde_json::Value::String(self.pod_cidr()).to_string(),
             );
+            // What this host's security modules give containers.
+            let o = &self.core.spec_options;
+            let lsm = serde_json::json!({
+                "apparmor": {
+                    "enabled": o.apparmor_enabled,
+                    "defaultProfile": o.apparmor_default,
+                    "problem": o.apparmor_default_problem,
+                },
+                "selinux": {
+                    "enabled": o.selinux_enabled,
+                    // Requests with selinux_options are refused where it is on.
+                    "labelsApplied": false,
+                },
+                "seccomp": { "enabled": o.seccomp_available },
+            });
+            info.insert("lsm".to_string(), lsm.to_string());
         }
         Ok(v1::StatusResponse {
             status: Some(v1::RuntimeStatus {

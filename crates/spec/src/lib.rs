@@ -183,6 +183,10 @@ pub struct SpecOptions {
     pub apparmor_enabled: bool,
     /// berth's default AppArmor profile, when it is loaded.
     pub apparmor_default: Option<String>,
+    /// Why berth's default profile is not loaded on an AppArmor host, when
+    /// loading it failed: containers that would run under it are refused
+    /// with this reason.
+    pub apparmor_default_problem: Option<String>,
     /// SELinux is enabled (enforcing or permissive) on the host.
     pub selinux_enabled: bool,
 }
@@ -208,6 +212,7 @@ impl Default for SpecOptions {
             cdi_spec_dirs: DEFAULT_CDI_SPEC_DIRS.iter().map(PathBuf::from).collect(),
             apparmor_enabled: false,
             apparmor_default: None,
+            apparmor_default_problem: None,
             selinux_enabled: false,
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! - AppArmor on the host: `Localhost` runs under the named profile,
 //!   `Unconfined` unconfined, `RuntimeDefault` (and no request) under
-//!   berth's default profile when it is loaded (`SpecOptions::
-//!   apparmor_default`); an explicit `RuntimeDefault` without it is refused.
+//!   berth's default profile (`SpecOptions::apparmor_default`, loaded by the
+//!   daemon at start-up); where it could not be loaded they are refused
+//!   with the reason (`apparmor_default_problem`).
 //! - No AppArmor: `Localhost` is refused (the profile cannot be applied);
 //!   `RuntimeDefault` and `Unconfined` run unconfined, as containerd does.
 //! - SELinux enforcing or permissive on the host: `selinux_options` are not
@@ -71,20 +72,25 @@ pub fn apparmor_profile(
         };
     }
     match request {
-        Some((T::Localhost, name)) if name.is_empty() => {
-            Err(invalid(id, "apparmor.localhost_ref", "a Localhost profile needs a name"))
-        }
+        Some((T::Localhost, name)) if name.is_empty() => Err(invalid(
+            id,
+            "apparmor.localhost_ref",
+            "a Localhost profile needs a name",
+        )),
         Some((T::Localhost, name)) => Ok(Some(name)),
         Some((T::Unconfined, _)) => Ok(Some("unconfined".into())),
-        Some((T::RuntimeDefault, _)) => match &opts.apparmor_default {
+        // No request means the default, as with containerd: where it is
+        // not loaded, refused (never unconfined in silence).
+        Some((T::RuntimeDefault, _)) | None => match &opts.apparmor_default {
             Some(name) => Ok(Some(name.clone())),
             None => Err(invalid(
                 id,
                 "apparmor",
-                "RuntimeDefault asked, and berth's default AppArmor profile is not loaded on this host",
+                opts.apparmor_default_problem.clone().unwrap_or_else(|| {
+                    "berth's default AppArmor profile is not loaded on this host".into()
+                }),
             )),
         },
-        None => Ok(opts.apparmor_default.clone()),
     }
 }
 
@@ -159,9 +165,13 @@ mod tests {
                 .as_deref(),
             Some("unconfined")
         );
-        // Berth's default is not loaded: an explicit RuntimeDefault is refused.
+        // Berth's default is not loaded: RuntimeDefault, asked or implied,
+        // is refused with the reason the daemon kept.
         assert!(get(Some(profile(T::RuntimeDefault, "")), "", &opts).is_err());
-        assert_eq!(get(None, "", &opts).unwrap(), None);
+        assert!(get(None, "", &opts).is_err());
+        opts.apparmor_default_problem = Some("apparmor_parser exit 1: boom".into());
+        let e = get(None, "", &opts).unwrap_err().to_string();
+        assert!(e.contains("boom"), "{e}");
         opts.apparmor_default = Some("berth-default".into());
         assert_eq!(
             get(None, "runtime/default", &opts).unwrap().as_deref(),

@@ -55,6 +55,7 @@ RUNC=/usr/sbin/runc
 CNI_BIN=/usr/lib/cni
 BERTH_NET=(berth-bench-berth bbench0 10.200.0.0/24)
 CTRD_NET=(berth-bench-containerd cbench0 10.201.0.0/24)
+FLOOR_NET=(berth-bench-floor fbench0 10.202.0.0/24)
 
 if ((build)); then
   bash hack/install-deps.sh
@@ -131,14 +132,19 @@ cleanup() {
   awk -v w="$work/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null; done
   local net
-  for net in "${BERTH_NET[*]}" "${CTRD_NET[*]}"; do
+  for net in "${BERTH_NET[*]}" "${CTRD_NET[*]}" "${FLOOR_NET[*]}"; do
     set -- $net
     ip link show "$2" >/dev/null 2>&1 && ip link del "$2"
     rm -rf "/var/lib/cni/networks/$1"
     rm -f /var/lib/cni/results/"$1"-*
   done
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '/^berth-bench-floor-/ { print $1 }'); do
+    ip netns del "$ns" 2>/dev/null
+  done
   local cg
   for cg in /sys/fs/cgroup/*/berth-bench-berth /sys/fs/cgroup/*/berth-bench-containerd \
+    /sys/fs/cgroup/*/berth-bench-floor /sys/fs/cgroup/berth-bench-floor \
     /sys/fs/cgroup/berth-bench-berth /sys/fs/cgroup/berth-bench-containerd; do
     [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
   done
@@ -194,6 +200,10 @@ mapfile -t pushed <<<"$pushed"
 pause_image=${pushed[0]}
 big_image=${pushed[1]}
 
+# The floor's network: the same plugins, its own bridge and subnet.
+fill hack/bench/cni.conflist.in "$work/floor.conflist" \
+  NETWORK="${FLOOR_NET[0]}" BRIDGE="${FLOOR_NET[1]}" SUBNET="${FLOOR_NET[2]}"
+
 log "starting berth"
 mkdir -p "$berth_dir/net.d"
 fill hack/bench/cni.conflist.in "$berth_dir/net.d/10-${BERTH_NET[0]}.conflist" \
@@ -218,7 +228,8 @@ wait_socket "$ctrd_dir/containerd.sock" "$ctrd_pid" "$ctrd_dir/containerd.log"
 args=(run --target "$berth_target" --target "$ctrd_target"
   --image "$addr/berth-test/busybox:latest" --prepull "$pause_image"
   --big-image "$big_image" --big-image-desc "4 × 50 MiB layers (gzip)"
-  --runc "$RUNC" --json "$json")
+  --runc "$RUNC" --json "$json"
+  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN")
 ((quick)) && args+=(--quick)
 log "running berth-bench (started $(date -u +%FT%TZ))"
 start=$SECONDS

@@ -6,9 +6,12 @@
 //! - `berth-bench push-images --registry ADDR`: builds and pushes the pause
 //!   image and the large image the run needs.
 //! - `berth-bench run --target NAME=SOCKET[,shim=EXE][,match=TEXT] ...`: the
-//!   benchmark (see `hack/bench.sh`, which starts berth and containerd for it).
+//!   benchmark (see `hack/bench.sh`, which starts berth and containerd for it),
+//!   with the floor (`floor.rs`: the same CNI and runc work done directly)
+//!   when `--floor-cni` is given.
 //! - `berth-bench cleanup --target ...`: removes every pod this program made.
 
+mod floor;
 mod memory;
 mod push;
 mod report;
@@ -41,6 +44,23 @@ enum Command {
     Run(Box<RunArgs>),
     /// Stops and removes every pod berth-bench made on the targets.
     Cleanup(CleanupArgs),
+    /// Measures only the floor (CNI plugins and runc, done directly).
+    Floor(FloorArgs),
+}
+
+#[derive(Args)]
+struct FloorArgs {
+    /// The CNI conflist (its own bridge and subnet).
+    #[arg(long)]
+    cni: PathBuf,
+    #[arg(long, default_value = "/usr/lib/cni")]
+    cni_bin: PathBuf,
+    #[arg(long, default_value = "/usr/sbin/runc")]
+    runc: PathBuf,
+    #[arg(long, default_value_t = 20)]
+    iterations: usize,
+    #[arg(long, default_value = "/berth-bench-floor")]
+    cgroup_parent: String,
 }
 
 #[derive(Args)]
@@ -114,6 +134,13 @@ struct RunArgs {
     /// Write the report as JSON here too.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// A CNI conflist for the floor (the same plugins as the runtimes'
+    /// networks, its own bridge and subnet); none: no floor figures.
+    #[arg(long)]
+    floor_cni: Option<PathBuf>,
+    /// Where the CNI plugins are, for the floor.
+    #[arg(long, default_value = "/usr/lib/cni")]
+    cni_bin: PathBuf,
 }
 
 #[derive(Args)]
@@ -139,6 +166,17 @@ async fn main() -> Result<()> {
         }
         Command::Run(a) => run(*a).await,
         Command::Cleanup(a) => cleanup(a).await,
+        Command::Floor(a) => {
+            let floor = floor::Floor {
+                conflist: a.cni,
+                cni_bin: a.cni_bin,
+                runc: a.runc,
+                cgroup_parent: a.cgroup_parent,
+            };
+            let f = tokio::task::spawn_blocking(move || floor.measure(a.iterations)).await??;
+            println!("{f:#?}");
+            Ok(())
+        }
     }
 }
 
@@ -223,6 +261,20 @@ async fn run(a: RunArgs) -> Result<()> {
 
     eprintln!("berth-bench: {settings:?}");
     workload.lifecycle(&targets, &settings, &mut report).await;
+    if let Some(conflist) = &a.floor_cni {
+        let floor = floor::Floor {
+            conflist: conflist.clone(),
+            cni_bin: a.cni_bin.clone(),
+            runc: a.runc.clone(),
+            cgroup_parent: format!("{}-floor", a.cgroup_parent),
+        };
+        let iterations = settings.iterations;
+        eprintln!("floor: {iterations} rounds");
+        match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
+            Ok(figures) => floor::report(&mut report, &figures),
+            Err(e) => report.error("floor", "measuring", &e),
+        }
+    }
     workload.concurrency(&targets, &settings, &mut report).await;
     workload
         .density_and_scale(&targets, &settings, &mut report)

@@ -65,8 +65,8 @@ impl Core {
         }
     }
 
-    /// Creates and starts the container under a new shim: the shim, the
-    /// container's pid and when it was started.
+    /// Runs the container under a new shim: the shim, the container's pid
+    /// and when it was started.
     async fn spawn_container(
         &self,
         container: &Container,
@@ -90,8 +90,11 @@ impl Core {
             }
             opts.log_path = Some(container.meta.log_path.clone());
         }
-        let task = self.mech.runtime.create(opts).await?;
+        // One runtime exec (`run --detach`) instead of create + start: the
+        // container runs as its shim comes up; Start only reports it.
+        opts.run_detached = true;
         let started_at = now_nanos();
+        let task = self.mech.runtime.create(opts).await?;
         let pid = task.start().await?;
         Ok((task, pid, started_at))
     }

@@ -191,6 +191,8 @@ impl Core {
         opts.runtime = PathBuf::from(runtime);
         opts.runtime_root = self.layout.runtime_root();
         opts.systemd_cgroup = self.spec_options.cgroup_driver_systemd;
+        // One runtime exec: `run --detach`.
+        opts.run_detached = true;
         let task = self.mech.runtime.create(opts).await?;
         let pid = task.start().await?;
         failpoint::hit("run_pod_sandbox:after_pause");

@@ -20,6 +20,17 @@ impl OomCounter {
         Ok(locate(&cgroups, &mountinfo).map(|file| OomCounter { file }))
     }
 
+    /// The counter of the cgroup an OCI spec names (`linux.cgroupsPath`,
+    /// absolute or systemd's `slice:prefix:name`), for a process that may
+    /// already be gone: the cgroup stays until the runtime deletes it.
+    pub fn for_cgroups_path(cgroups_path: &str) -> io::Result<Option<OomCounter>> {
+        let Some(path) = hierarchy_path(cgroups_path) else {
+            return Ok(None);
+        };
+        let mountinfo = std::fs::read_to_string(berth_mountinfo::SELF)?;
+        Ok(locate_path(&path, &mountinfo).map(|file| OomCounter { file }))
+    }
+
     /// The file the counter is read from.
     pub fn file(&self) -> &Path {
         &self.file
@@ -76,6 +87,57 @@ fn mount_for(
     Some(dir)
 }
 
+/// The counter file of hierarchy path `path`: in the v1 memory hierarchy
+/// where one is mounted, else in the unified one.
+fn locate_path(path: &str, mountinfo: &str) -> Option<PathBuf> {
+    // As /proc/PID/cgroup would say it, on each version.
+    locate(&format!("1:memory:{path}\n"), mountinfo)
+        .or_else(|| locate(&format!("0::{path}\n"), mountinfo))
+}
+
+/// Where in the hierarchy a spec's `cgroupsPath` is: an absolute path as
+/// it is; `slice:prefix:name` as runc's systemd driver lays it out
+/// (`a-b.slice` → `/a.slice/a-b.slice`, then `prefix-name.scope`; no slice
+/// is `system.slice`, `-.slice` the root). Relative paths: unknown.
+fn hierarchy_path(cgroups_path: &str) -> Option<String> {
+    if cgroups_path.starts_with('/') {
+        return Some(cgroups_path.to_string());
+    }
+    let mut parts = cgroups_path.split(':');
+    let (slice, prefix, name) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || name.is_empty() {
+        return None;
+    }
+    let slice = if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    };
+    let stem = slice.strip_suffix(".slice")?;
+    let mut path = String::new();
+    if stem != "-" {
+        let mut acc = String::new();
+        for piece in stem.split('-') {
+            if piece.is_empty() {
+                return None;
+            }
+            if !acc.is_empty() {
+                acc.push('-');
+            }
+            acc.push_str(piece);
+            path.push('/');
+            path.push_str(&acc);
+            path.push_str(".slice");
+        }
+    }
+    let unit = if prefix.is_empty() {
+        format!("{name}.scope")
+    } else {
+        format!("{prefix}-{name}.scope")
+    };
+    Some(format!("{path}/{unit}"))
+}
+
 /// The `oom_kill` value of a `memory.oom_control` or `memory.events` text.
 fn parse_oom_kill(text: &str) -> Option<u64> {
     text.lines().find_map(|l| {
@@ -126,6 +188,43 @@ mod tests {
         assert_eq!(
             locate("0::/outer/inner\n", mounts),
             Some(PathBuf::from("/mnt/cg/inner/memory.events"))
+        );
+    }
+
+    #[test]
+    fn spec_cgroups_paths() {
+        assert_eq!(
+            hierarchy_path("/berth/pod1/c1").as_deref(),
+            Some("/berth/pod1/c1")
+        );
+        assert_eq!(
+            hierarchy_path("kubepods-besteffort-pod1.slice:berth:c1").as_deref(),
+            Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/berth-c1.scope")
+        );
+        assert_eq!(
+            hierarchy_path(":berth:c1").as_deref(),
+            Some("/system.slice/berth-c1.scope")
+        );
+        assert_eq!(hierarchy_path("-.slice::c1").as_deref(), Some("/c1.scope"));
+        for bad in [
+            "relative/path",
+            "a.slice:b",
+            "a.slice:b:",
+            "notaslice:b:c",
+            "a--b.slice:p:c",
+        ] {
+            assert_eq!(hierarchy_path(bad), None, "{bad}");
+        }
+        // On a hybrid host: the v1 memory hierarchy.
+        assert_eq!(
+            locate_path("/berth/c1", HYBRID_MOUNTS),
+            Some(PathBuf::from(
+                "/sys/fs/cgroup/memory/berth/c1/memory.oom_control"
+            ))
+        );
+        assert_eq!(
+            locate_path("/berth/c1", V2_MOUNTS),
+            Some(PathBuf::from("/sys/fs/cgroup/berth/c1/memory.events"))
         );
     }
 

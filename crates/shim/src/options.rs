@@ -37,6 +37,10 @@ pub struct ShimOptions {
     pub tty: bool,
     /// Bound on each runtime invocation.
     pub runtime_timeout: Duration,
+    /// Start the container as the shim comes up (`run --detach`: one
+    /// runtime exec instead of `create` + `start`); the first Start request
+    /// then only reports it. For callers that start at once anyway.
+    pub run_detached: bool,
 }
 
 impl ShimOptions {
@@ -60,6 +64,7 @@ impl ShimOptions {
             stdin_once: false,
             tty: false,
             runtime_timeout: crate::runc::DEFAULT_TIMEOUT,
+            run_detached: false,
         }
     }
 
@@ -118,6 +123,7 @@ impl ShimOptions {
             ("--stdin", self.stdin),
             ("--stdin-once", self.stdin_once),
             ("--tty", self.tty),
+            ("--run-detached", self.run_detached),
         ] {
             if on {
                 args.push(flag.into());
@@ -163,6 +169,7 @@ impl ShimOptions {
                 "--stdin" => opts.stdin = true,
                 "--stdin-once" => opts.stdin_once = true,
                 "--tty" => opts.tty = true,
+                "--run-detached" => opts.run_detached = true,
                 _ => return Err(format!("unknown argument {flag:?}")),
             }
         }

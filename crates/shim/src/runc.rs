@@ -355,6 +355,26 @@ impl Runtime {
         self.launch("create", id, args, launch)
     }
 
+    /// `run --detach --bundle B --pid-file P [--console-socket S] ID`:
+    /// `create` and `start` in one exec.
+    pub fn run_detached(&self, id: &str, opts: CreateOptions<'_>) -> Result<(), RuncError> {
+        let CreateOptions {
+            bundle,
+            pid_file,
+            console_socket,
+            log_file,
+            io,
+        } = opts;
+        let args = vec!["--detach".into(), "--bundle".into(), bundle.into()];
+        let launch = Launch {
+            pid_file,
+            console_socket,
+            log_file,
+            io,
+        };
+        self.launch("run", id, args, launch)
+    }
+
     /// `start ID`.
     pub fn start(&self, id: &str) -> Result<(), RuncError> {
         self.run_simple("start", id, &[])

@@ -974,3 +974,45 @@ fn cgroup_file(pid: u32, controller: &str, file: &str) -> Option<String> {
         Some(text.trim().to_string())
     })
 }
+
+/// `run_detached`: one runtime exec; the container runs before Start is
+/// asked, and the first Start reports it. A process that exits (or is
+/// OOM-killed) at once is still recorded whole: output, exit code, OOM.
+#[tokio::test]
+async fn run_detached_starts_at_once_and_records_fast_exits() {
+    if !root_or_skip("run_detached_starts_at_once_and_records_fast_exits") {
+        return;
+    }
+    for rt in RUNTIMES {
+        let bundle = Bundle::busybox("rund", &["sh", "-c", "echo fast; exit 7"]);
+        let (client, _cleanup) =
+            spawn_with(&shim_bin(), rt, &bundle, |o| o.run_detached = true).await;
+        let exit = within(30, "wait", client.wait()).await.unwrap();
+        assert_eq!(exit.exit_code, 7, "{rt}: {exit:?}");
+        // Exited before Start was asked: Start still reports the start, once.
+        assert_eq!(client.start().await.unwrap(), client.pid(), "{rt}");
+        assert!(client.start().await.is_err(), "{rt}: a second Start");
+        let records = read_log(&bundle.log_path());
+        assert!(
+            records
+                .iter()
+                .any(|r| r.stream == "stdout" && r.content == "fast"),
+            "{rt}: {records:?}"
+        );
+        delete_and_check_gone(&client).await;
+
+        let bundle = Bundle::busybox("rundoom", &["tail", "/dev/zero"]).with_memory_limit(8 << 20);
+        let (client, _cleanup) =
+            spawn_with(&shim_bin(), rt, &bundle, |o| o.run_detached = true).await;
+        assert_eq!(
+            client.state().await.unwrap().status,
+            ContainerStatus::Running,
+            "{rt}"
+        );
+        client.start().await.unwrap();
+        let exit = within(60, "wait", client.wait()).await.unwrap();
+        assert_eq!(exit.exit_code, 137, "{rt}: {exit:?}");
+        assert!(exit.oom_killed, "{rt}: {exit:?}");
+        delete_and_check_gone(&client).await;
+    }
+}

@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -185,6 +185,8 @@ pub(crate) struct Shim {
     life: Mutex<Life>,
     changed: Condvar,
     seq: AtomicU64,
+    /// With `run_detached`: whether Start has been answered.
+    start_reported: AtomicBool,
     listener: UnixListener,
 }
 
@@ -292,7 +294,12 @@ fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
         io: process_io,
     };
     undo.created = true;
-    runtime.create(&opts.id, create).map_err(|e| {
+    let launched = if opts.run_detached {
+        runtime.run_detached(&opts.id, create)
+    } else {
+        runtime.create(&opts.id, create)
+    };
+    launched.map_err(|e| {
         // A create that failed cleaned up after itself (and may have failed
         // because another container has this id: leave that one alone); one
         // killed at its timeout may have left a container behind.
@@ -327,7 +334,18 @@ fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
             .map_err(|e| internal("starting an output copier", e))?;
     }
     // The counter before the container runs, to tell a later OOM kill apart.
-    let oom = match OomCounter::for_pid(pid) {
+    // Run at once, the process may already be gone (or OOM-killed): its
+    // cgroup is found from the spec, and it is new, so the base is 0.
+    let counter = if opts.run_detached {
+        match spec_cgroups_path(&opts.bundle).map(|p| OomCounter::for_cgroups_path(&p)) {
+            Some(Ok(Some(counter))) => Ok(Some(counter)),
+            _ => OomCounter::for_pid(pid),
+        }
+    } else {
+        OomCounter::for_pid(pid)
+    };
+    let oom = match counter {
+        Ok(Some(counter)) if opts.run_detached => Some((counter, 0)),
         Ok(Some(counter)) => counter.read().ok().map(|base| (counter, base)),
         Ok(None) => None,
         Err(e) => {
@@ -345,11 +363,16 @@ fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
         io,
         pid,
         life: Mutex::new(Life {
-            status: ContainerStatus::Created,
+            status: if opts.run_detached {
+                ContainerStatus::Running
+            } else {
+                ContainerStatus::Created
+            },
             exit: None,
         }),
         changed: Condvar::new(),
         seq: AtomicU64::new(0),
+        start_reported: AtomicBool::new(false),
         listener,
         opts,
     });
@@ -362,8 +385,20 @@ fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
             let _ = shim.runtime.delete(&shim.opts.id, true);
             internal("starting the exit monitor", e)
         })?;
-    log(format_args!("created {} (pid {pid})", shim.opts.id));
+    let verb = if shim.opts.run_detached {
+        "started"
+    } else {
+        "created"
+    };
+    log(format_args!("{verb} {} (pid {pid})", shim.opts.id));
     Ok(shim)
+}
+
+/// `linux.cgroupsPath` of the bundle's spec.
+fn spec_cgroups_path(bundle: &Path) -> Option<String> {
+    let text = std::fs::read(bundle.join("config.json")).ok()?;
+    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
 }
 
 /// stdin from /dev/null, stderr to `shim.log`, working directory `/`.
@@ -538,6 +573,16 @@ impl Shim {
     }
 
     fn start(&self) -> Result<Response, RemoteError> {
+        // Run at once: the first Start reports it (it may have exited since).
+        if self.opts.run_detached {
+            if self.start_reported.swap(true, Ordering::SeqCst) {
+                return Err(RemoteError::new(
+                    ErrorKind::FailedPrecondition,
+                    format!("container {} was started already", self.opts.id),
+                ));
+            }
+            return Ok(Response::Started { pid: self.pid });
+        }
         if self.life().status != ContainerStatus::Created {
             return Err(RemoteError::new(
                 ErrorKind::FailedPrecondition,

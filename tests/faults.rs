@@ -15,7 +15,7 @@ use common::cri::{self, container};
 use common::pods::pod_config;
 use common::registry;
 use cri_api::v1;
-use faults::{assert_clean, code_of, Rig};
+use faults::{assert_clean, code_of, entries, Rig};
 use tonic::Code;
 
 /// RunPodSandbox with a client deadline.
@@ -367,8 +367,7 @@ async fn start_fails_cleanly(
     pod: &str,
     pod_cfg: &v1::PodSandboxConfig,
     name: &str,
-    code: Code,
-    says: &str,
+    (code, says): (Code, &str),
     arm: impl FnOnce(),
     heal: impl FnOnce(),
 ) {
@@ -435,8 +434,7 @@ async fn runtime_missing_or_failing() {
         &pod,
         &pod_cfg,
         "missing",
-        Code::Internal,
-        "cannot run",
+        (Code::Internal, "cannot run"),
         || rig.remove_runtime(),
         || rig.restore_runtime(),
     )
@@ -446,8 +444,7 @@ async fn runtime_missing_or_failing() {
         &pod,
         &pod_cfg,
         "create",
-        Code::Internal,
-        "injected runtime failure at create",
+        (Code::Internal, "injected runtime failure at create"),
         || rig.arm("fail-create", ""),
         || rig.heal("fail-create"),
     )
@@ -457,8 +454,7 @@ async fn runtime_missing_or_failing() {
         &pod,
         &pod_cfg,
         "start",
-        Code::Internal,
-        "injected runtime failure at start",
+        (Code::Internal, "injected runtime failure at start"),
         || rig.arm("fail-start", ""),
         || rig.heal("fail-start"),
     )
@@ -493,4 +489,118 @@ async fn runtime_missing_or_failing() {
     stop_pod(&daemon, &pod).await.unwrap();
     remove_pod(&daemon, &pod).await.unwrap();
     assert_clean(&daemon, &rig.net).await;
+}
+
+/// What a pull left in the content store besides whole blobs: ingest temp
+/// files and snapshots being unpacked.
+fn partial_image_content(daemon: &common::Daemon) -> Vec<String> {
+    let images = daemon.sandbox.path("root/images");
+    let mut left: Vec<String> = entries(&images.join("ingest"))
+        .into_iter()
+        .map(|e| format!("ingest/{e}"))
+        .collect();
+    left.extend(
+        entries(&images.join("snapshots"))
+            .into_iter()
+            .filter(|e| e.starts_with('.'))
+            .map(|e| format!("snapshots/{e}")),
+    );
+    left
+}
+
+async fn pull_result(daemon: &common::Daemon, image: &str) -> Result<String, tonic::Status> {
+    daemon
+        .images()
+        .await
+        .pull_image(v1::PullImageRequest {
+            image: Some(v1::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .map(|r| r.into_inner().image_ref)
+}
+
+async fn image_count(daemon: &common::Daemon) -> usize {
+    daemon
+        .images()
+        .await
+        .list_images(v1::ListImagesRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .images
+        .len()
+}
+
+/// The daemon's root on a small tmpfs that the test fills: a pull, a
+/// RunPodSandbox, a CreateContainer and a StopPodSandbox each fail with
+/// ResourceExhausted and leave nothing half-made; once space is freed
+/// the same calls succeed.
+#[tokio::test]
+async fn disk_full_is_resource_exhausted_and_leaves_nothing() {
+    require_root!();
+    let rig = Rig::new();
+    let root = rig.sandbox.path("root");
+    let disk = faults::SmallTmpfs::mount(&root, 48 << 20);
+    let (daemon, rig) = rig.start("").await;
+    let own = [root.as_path()];
+
+    // Pull.
+    disk.fill();
+    let r = pull_result(&daemon, &registry().busybox()).await;
+    assert_eq!(code_of(&r), Code::ResourceExhausted, "pull: {r:?}");
+    assert_eq!(image_count(&daemon).await, 0);
+    assert!(
+        partial_image_content(&daemon).is_empty(),
+        "{:?}",
+        partial_image_content(&daemon)
+    );
+    faults::assert_blobs_whole(&daemon);
+    disk.drain();
+    pull_result(&daemon, &registry().busybox()).await.unwrap();
+
+    // RunPodSandbox: its record is written first.
+    let pod_cfg = pod_config("full");
+    disk.fill();
+    let r = run_pod(&daemon, &pod_cfg, Duration::from_secs(30)).await;
+    assert_eq!(code_of(&r), Code::ResourceExhausted, "run: {r:?}");
+    faults::assert_clean_but(&daemon, &rig.net, &own).await;
+    disk.drain();
+    let pod = run_pod(&daemon, &pod_cfg, Duration::from_secs(30))
+        .await
+        .expect("the name is free again");
+
+    // CreateContainer.
+    let config = container("c", &["sleep", "1000"]);
+    disk.fill();
+    let r = create_ctr(&daemon, &pod, &pod_cfg, &config, Duration::from_secs(30)).await;
+    assert_eq!(code_of(&r), Code::ResourceExhausted, "create: {r:?}");
+    assert!(list_containers(&daemon).await.is_empty());
+    for dir in [
+        "root/containers",
+        "state/containers",
+        "root/records/containers",
+    ] {
+        let left = entries(&daemon.sandbox.path(dir));
+        assert!(left.is_empty(), "{dir}: {left:?}");
+    }
+    disk.drain();
+    let id = create_ctr(&daemon, &pod, &pod_cfg, &config, Duration::from_secs(30))
+        .await
+        .expect("the name is free again");
+    start_ctr(&daemon, &id).await.unwrap();
+
+    // A teardown whose record writes fail: reported, and done on retry.
+    disk.fill();
+    let r = stop_pod(&daemon, &pod).await;
+    assert_eq!(code_of(&r), Code::ResourceExhausted, "stop: {r:?}");
+    disk.drain();
+    stop_pod(&daemon, &pod).await.unwrap();
+    remove_pod(&daemon, &pod).await.unwrap();
+    faults::assert_clean_but(&daemon, &rig.net, &own).await;
+    drop(daemon);
+    drop(disk);
 }

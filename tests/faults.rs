@@ -604,3 +604,97 @@ async fn disk_full_is_resource_exhausted_and_leaves_nothing() {
     drop(daemon);
     drop(disk);
 }
+
+/// The registry dies mid-layer (a proxy cuts every answer after 400 KiB,
+/// the layer is ~1 MiB): the pull fails with a clear code and leaves no
+/// partial blob, snapshot or image; once the registry is back, the same
+/// pull succeeds and its image runs.
+#[tokio::test]
+async fn registry_dying_mid_layer_leaves_no_partial_content() {
+    require_root!();
+    let upstream = registry().addr.clone();
+    let proxy = faults::CutProxy::start(&upstream, 400 << 10).await;
+    let rig = Rig::new();
+    let (daemon, rig) = rig.start("").await;
+    let image = format!("{}/berth-test/busybox:latest", proxy.addr);
+    let r = pull_result(&daemon, &image).await;
+    assert!(
+        proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the proxy never cut: {r:?}"
+    );
+    assert!(
+        matches!(code_of(&r), Code::Unavailable | Code::DataLoss),
+        "{r:?}"
+    );
+    assert_eq!(image_count(&daemon).await, 0);
+    assert!(
+        partial_image_content(&daemon).is_empty(),
+        "{:?}",
+        partial_image_content(&daemon)
+    );
+    let snapshots = entries(&daemon.sandbox.path("root/images/snapshots"));
+    assert!(snapshots.is_empty(), "{snapshots:?}");
+    faults::assert_blobs_whole(&daemon);
+
+    proxy.heal();
+    pull_result(&daemon, &image)
+        .await
+        .expect("the retried pull");
+    assert_eq!(image_count(&daemon).await, 1);
+    faults::assert_blobs_whole(&daemon);
+    assert!(partial_image_content(&daemon).is_empty());
+    let pod_cfg = pod_config("pulled");
+    let pod = run_pod(&daemon, &pod_cfg, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let mut config = container("c", &["sleep", "1000"]);
+    config.image = Some(v1::ImageSpec {
+        image: image.clone(),
+        ..Default::default()
+    });
+    let id = cri::run_container(&daemon, &pod, &pod_cfg, config).await;
+    let out = cri::exec(&daemon, &id, &["sh", "-c", "busybox | head -1"]).await;
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("BusyBox"),
+        "{out:?}"
+    );
+    stop_pod(&daemon, &pod).await.unwrap();
+    remove_pod(&daemon, &pod).await.unwrap();
+    assert_clean(&daemon, &rig.net).await;
+}
+
+/// A daemon SIGKILLed in the middle of an atomic write leaves its temp file
+/// (`.NAME.tmp-PID-N`) in the records or the CNI cache dir; found by the
+/// soak. The next start sweeps them, and only them.
+#[tokio::test]
+async fn temp_files_of_a_killed_daemon_are_swept_at_start() {
+    require_root!();
+    let rig = Rig::new();
+    let (mut daemon, rig) = rig.start("").await;
+    let pod = run_pod(&daemon, &pod_config("temps"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    let planted = [
+        format!("root/cni/.{}+{pod}+eth0.json.tmp-99999-0", rig.net.name),
+        format!("root/records/sandboxes/.{pod}.json.tmp-99999-1"),
+        "root/records/containers/.0123abcd.json.tmp-99999-2".to_string(),
+    ];
+    for p in &planted {
+        let path = daemon.sandbox.path(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"{\"torn").unwrap();
+    }
+    daemon.restart().await;
+    for p in &planted {
+        assert!(!daemon.sandbox.path(p).exists(), "{p} left");
+    }
+    let pods = list_pods(&daemon).await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].state, v1::PodSandboxState::SandboxReady as i32);
+    stop_pod(&daemon, &pod).await.unwrap();
+    remove_pod(&daemon, &pod).await.unwrap();
+    assert_clean(&daemon, &rig.net).await;
+}

@@ -334,6 +334,32 @@ async fn cni_add_hanging_past_its_timeout_is_killed() {
         "took {:?}",
         started.elapsed()
     );
+    assert_no_hung_plugin();
+    assert_clean(&daemon, &rig.net).await;
+
+    // Hanging at DEL: StopPodSandbox is DeadlineExceeded, the pod is kept
+    // (NotReady, with its lease) and removed once the plugin answers again.
+    rig.heal("sleep-ADD");
+    let pod = run_pod(&daemon, &pod_config("hang"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    rig.arm("sleep-DEL", "31.7");
+    let started = Instant::now();
+    let r = stop_pod(&daemon, &pod).await;
+    assert_eq!(code_of(&r), Code::DeadlineExceeded, "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    assert_no_hung_plugin();
+    let pods = list_pods(&daemon).await;
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].state, v1::PodSandboxState::SandboxNotready as i32);
+    assert_eq!(rig.leases().len(), 1);
+    rig.heal("sleep-DEL");
+    remove_pod(&daemon, &pod).await.unwrap();
+    assert_clean(&daemon, &rig.net).await;
+}
+
+/// No `sleep 31.7` of a hung plugin wrapper is left (it was killed).
+fn assert_no_hung_plugin() {
     let sleeping = std::process::Command::new("pgrep")
         .args(["-f", "sleep 31.7"])
         .output()
@@ -343,7 +369,6 @@ async fn cni_add_hanging_past_its_timeout_is_killed() {
         "the hung plugin still runs: {}",
         String::from_utf8_lossy(&sleeping.stdout)
     );
-    assert_clean(&daemon, &rig.net).await;
 }
 
 /// What a container left in the runtime's and the shim's state dirs.
@@ -695,6 +720,49 @@ async fn temp_files_of_a_killed_daemon_are_swept_at_start() {
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0].state, v1::PodSandboxState::SandboxReady as i32);
     stop_pod(&daemon, &pod).await.unwrap();
+    remove_pod(&daemon, &pod).await.unwrap();
+    assert_clean(&daemon, &rig.net).await;
+}
+
+/// StartContainer racing StopPodSandbox (found by the soak): the stop has
+/// stopped the pod's containers and killed the pause, and is still
+/// deleting it (a slow `runc delete`). A start then must wait for the
+/// stop and refuse (FailedPrecondition: the pod is not ready), not run
+/// runc against a dead pause's namespaces (Internal, "lstat
+/// /proc/PID/ns/ipc: no such file").
+#[tokio::test]
+async fn start_container_racing_stop_pod_sandbox_is_refused_cleanly() {
+    require_root!();
+    let rig = Rig::new();
+    let (daemon, rig) = rig.start("").await;
+    cri::pull(&daemon, &registry().busybox()).await;
+    let pod_cfg = pod_config("startstop");
+    let pod = run_pod(&daemon, &pod_cfg, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let id = cri::create(&daemon, &pod, &pod_cfg, container("c", &["sleep", "1000"]))
+        .await
+        .unwrap();
+    rig.arm("sleep-delete", "3");
+    let stop = {
+        let socket = daemon.sandbox.socket();
+        let pod = pod.clone();
+        tokio::spawn(async move {
+            common::connect_runtime(&socket)
+                .await
+                .unwrap()
+                .stop_pod_sandbox(v1::StopPodSandboxRequest {
+                    pod_sandbox_id: pod,
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let r = start_ctr(&daemon, &id).await;
+    assert_eq!(code_of(&r), Code::FailedPrecondition, "{r:?}");
+    stop.await.unwrap().expect("StopPodSandbox");
+    rig.heal("sleep-delete");
+    assert!(runtime_leftovers(&daemon, &id).is_empty());
     remove_pod(&daemon, &pod).await.unwrap();
     assert_clean(&daemon, &rig.net).await;
 }

@@ -46,6 +46,15 @@ struct Counts {
     errors: AtomicU64,
     hangs: AtomicU64,
     wedged: AtomicU64,
+    /// Failed calls by code.
+    codes: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Counts {
+    fn failed(&self, code: Code) {
+        let mut codes = self.codes.lock().unwrap();
+        *codes.entry(format!("{code:?}")).or_default() += 1;
+    }
 }
 
 fn add(c: &AtomicU64) {
@@ -72,7 +81,13 @@ where
     };
     match tokio::time::timeout(CALL_LIMIT, f(rt)).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(s.code()),
+        Ok(Err(s)) => {
+            counts.failed(s.code());
+            if matches!(s.code(), Code::Internal | Code::Unknown) {
+                eprintln!("soak: {:?}: {}", s.code(), s.message());
+            }
+            Err(s.code())
+        }
         Err(_) => {
             add(&counts.hangs);
             Err(Code::DeadlineExceeded)
@@ -408,7 +423,8 @@ async fn soak_concurrent_clients_with_random_kills() {
         "soak: {:?}, seed {seed}: {} cycles, {} pods run, {} containers created, {} started, \
          {} Stop/Remove races ({} creates refused by them), {} duplicate RunPodSandbox, \
          {} abandoned calls, {} daemon SIGKILLs, {} other errors, {} hangs, {} wedged; \
-         at the end {pods_left} pods and {containers_left} containers, all whole",
+         at the end {pods_left} pods and {containers_left} containers, all whole; \
+         failed calls by code: {:?}",
         started.elapsed(),
         c(&counts.cycles),
         c(&counts.pods),
@@ -422,6 +438,7 @@ async fn soak_concurrent_clients_with_random_kills() {
         c(&counts.errors),
         c(&counts.hangs),
         c(&counts.wedged),
+        counts.codes.lock().unwrap(),
     );
     assert_eq!(c(&counts.hangs), 0, "calls hung");
     assert_eq!(c(&counts.wedged), 0, "pods wedged");

@@ -511,6 +511,36 @@ async fn runtime_missing_or_failing() {
         .expect("the retried delete works");
     assert!(runtime_leftovers(&daemon, &id).is_empty());
 
+    // Missing at delete: the same.
+    let id = cri::run_container(
+        &daemon,
+        &pod,
+        &pod_cfg,
+        container("gone", &["sleep", "1000"]),
+    )
+    .await;
+    rig.remove_runtime();
+    let asked = Instant::now();
+    let r = remove_ctr(&daemon, &id).await;
+    rig.restore_runtime();
+    // The kill could not even be sent: said at once, not after the 30 s
+    // wait for a SIGKILLed container (DeadlineExceeded, misleading).
+    assert!(asked.elapsed() < Duration::from_secs(10), "{r:?}");
+    assert_eq!(code_of(&r), Code::Internal, "{r:?}");
+    assert!(
+        r.as_ref().unwrap_err().message().contains("cannot run"),
+        "says why: {r:?}"
+    );
+    assert_eq!(
+        list_containers(&daemon).await.len(),
+        1,
+        "kept for the retry"
+    );
+    remove_ctr(&daemon, &id)
+        .await
+        .expect("the retried delete works");
+    assert!(runtime_leftovers(&daemon, &id).is_empty());
+
     stop_pod(&daemon, &pod).await.unwrap();
     remove_pod(&daemon, &pod).await.unwrap();
     assert_clean(&daemon, &rig.net).await;

@@ -796,3 +796,38 @@ async fn start_container_racing_stop_pod_sandbox_is_refused_cleanly() {
     remove_pod(&daemon, &pod).await.unwrap();
     assert_clean(&daemon, &rig.net).await;
 }
+
+/// The disk fills while RunPodSandbox is half-way (during a slow CNI ADD):
+/// the record and CNI cache writes after the ADD fail, the whole pod is
+/// rolled back (DEL frees the IP, netns and files go), the call says
+/// ResourceExhausted, and the name is free again once there is space.
+#[tokio::test]
+async fn disk_filling_during_run_pod_sandbox_rolls_it_back() {
+    require_root!();
+    let rig = Rig::new();
+    let root = rig.sandbox.path("root");
+    let disk = std::sync::Arc::new(faults::SmallTmpfs::mount(&root, 32 << 20));
+    rig.arm("sleep-ADD", "3");
+    let (daemon, rig) = rig.start("").await;
+    let filler = {
+        let disk = disk.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            disk.fill();
+        })
+    };
+    let config = pod_config("fillmid");
+    let r = run_pod(&daemon, &config, Duration::from_secs(30)).await;
+    filler.join().unwrap();
+    assert_eq!(code_of(&r), Code::ResourceExhausted, "{r:?}");
+    faults::assert_clean_but(&daemon, &rig.net, &[root.as_path()]).await;
+    disk.drain();
+    rig.heal("sleep-ADD");
+    let id = run_pod(&daemon, &config, Duration::from_secs(30))
+        .await
+        .expect("the name is free again");
+    stop_pod(&daemon, &id).await.unwrap();
+    remove_pod(&daemon, &id).await.unwrap();
+    faults::assert_clean_but(&daemon, &rig.net, &[root.as_path()]).await;
+    drop(daemon);
+}

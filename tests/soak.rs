@@ -1,7 +1,8 @@
 //! Soak: concurrent clients (several pods and containers in flight at
 //! once, StopPodSandbox/RemovePodSandbox racing CreateContainer and
 //! StartContainer, duplicate RunPodSandbox calls, clients that give up
-//! early) while the daemon is SIGKILLed and restarted at random. At the end
+//! early) while the daemon is SIGKILLed and restarted at random and the CNI
+//! plugin fails at ADD or DEL for a while now and then. At the end
 //! every object is whole or gone, and once everything is removed nothing is
 //! leaked (mounts, netns, processes, IPs, dirs, records). Bounded in time,
 //! seeded (`BERTH_SOAK_SEED`) so a failure reproduces; prints its counts.
@@ -46,6 +47,9 @@ struct Counts {
     errors: AtomicU64,
     hangs: AtomicU64,
     wedged: AtomicU64,
+    /// CNI faults armed, and the calls that failed of them.
+    faults: AtomicU64,
+    injected_failures: AtomicU64,
     /// Failed calls by code.
     codes: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
@@ -82,8 +86,12 @@ where
     match tokio::time::timeout(CALL_LIMIT, f(rt)).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
         Ok(Err(s)) => {
-            counts.failed(s.code());
             // Unknown "transport error": the daemon was killed mid-call.
+            if s.code() == Code::Internal && s.message().contains("injected CNI failure") {
+                add(&counts.injected_failures);
+                return Err(s.code());
+            }
+            counts.failed(s.code());
             if s.code() == Code::Internal {
                 eprintln!("soak: {:?}: {}", s.code(), s.message());
             }
@@ -250,7 +258,12 @@ async fn worker(
                     assert!(
                         matches!(
                             code,
-                            Code::AlreadyExists | Code::Unavailable | Code::Unknown
+                            // Internal: an injected CNI failure (others
+                            // are counted and fail the soak at the end).
+                            Code::AlreadyExists
+                                | Code::Unavailable
+                                | Code::Unknown
+                                | Code::Internal
                         ),
                         "{name}: duplicate RunPodSandbox: {code:?}"
                     );
@@ -401,10 +414,24 @@ async fn soak_concurrent_clients_with_random_kills() {
         .collect();
     let mut rng = Lcg(seed);
     while started.elapsed() < soak {
-        let pause = Duration::from_millis(2000 + rng.below(5000));
+        let pause = Duration::from_millis(1500 + rng.below(3500));
         tokio::time::sleep(pause).await;
         if started.elapsed() >= soak {
             break;
+        }
+        // Half the time a CNI fault instead: ADD or DEL fails for a while
+        // (the pods it hits must still end whole or gone, never wedged).
+        if rng.below(2) == 0 {
+            let fault = if rng.below(2) == 0 {
+                "fail-ADD"
+            } else {
+                "fail-DEL"
+            };
+            rig.arm(fault, "");
+            tokio::time::sleep(Duration::from_millis(300 + rng.below(1200))).await;
+            rig.heal(fault);
+            add(&counts.faults);
+            continue;
         }
         // restart() SIGKILLs the daemon, then starts it and waits for it.
         daemon.restart().await;
@@ -423,7 +450,7 @@ async fn soak_concurrent_clients_with_random_kills() {
     eprintln!(
         "soak: {:?}, seed {seed}: {} cycles, {} pods run, {} containers created, {} started, \
          {} Stop/Remove races ({} creates refused by them), {} duplicate RunPodSandbox, \
-         {} abandoned calls, {} daemon SIGKILLs, {} other errors, {} hangs, {} wedged; \
+         {} abandoned calls, {} daemon SIGKILLs, {} CNI faults ({} calls failed of them), {} other errors, {} hangs, {} wedged; \
          at the end {pods_left} pods and {containers_left} containers, all whole; \
          failed calls by code: {:?}",
         started.elapsed(),
@@ -436,6 +463,8 @@ async fn soak_concurrent_clients_with_random_kills() {
         c(&counts.duplicates),
         c(&counts.abandoned),
         c(&counts.kills),
+        c(&counts.faults),
+        c(&counts.injected_failures),
         c(&counts.errors),
         c(&counts.hangs),
         c(&counts.wedged),

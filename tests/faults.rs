@@ -831,3 +831,39 @@ async fn disk_filling_during_run_pod_sandbox_rolls_it_back() {
     faults::assert_clean_but(&daemon, &rig.net, &[root.as_path()]).await;
     drop(daemon);
 }
+
+/// The abandoned creation fails (a slow CNI ADD that then fails): the
+/// retry waiting for it is not handed the failure, nor AlreadyExists — the
+/// name was released, so it makes the pod anew (and gets it).
+#[tokio::test]
+async fn run_pod_sandbox_retry_after_a_failed_abandoned_call_makes_it_anew() {
+    require_root!();
+    let rig = Rig::new();
+    rig.arm("sleep-ADD", "4");
+    rig.arm("fail-ADD", "");
+    let (daemon, rig) = rig.start("").await;
+    let config = pod_config("failedfirst");
+    let first = run_pod(&daemon, &config, Duration::from_millis(1500)).await;
+    assert!(gave_up(&first), "{first:?}");
+    // Heals after the first ADD failed (t = 4 s), before the retry's own
+    // ADD (started then, sleeping 4 s) looks.
+    let healer = {
+        let fail = rig.bin.join("fail-ADD");
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            std::fs::remove_file(fail).unwrap();
+        })
+    };
+    let id = run_pod(&daemon, &config, Duration::from_secs(25))
+        .await
+        .expect("the retry makes the pod anew");
+    healer.join().unwrap();
+    let pods = list_pods(&daemon).await;
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    assert_eq!(pods[0].id, id);
+    assert_eq!(rig.leases().len(), 1, "{:?}", rig.leases());
+    rig.heal("sleep-ADD");
+    stop_pod(&daemon, &id).await.unwrap();
+    remove_pod(&daemon, &id).await.unwrap();
+    assert_clean(&daemon, &rig.net).await;
+}

@@ -37,14 +37,15 @@ pub struct Rig {
 }
 
 const FBRIDGE: &str = r#"#!/bin/sh
-# CNI bridge wrapper: ctl files fail-ADD / fail-DEL / sleep-ADD / sleep-DEL.
+# CNI bridge wrapper: ctl files sleep-ADD / sleep-DEL (first), then
+# fail-ADD / fail-DEL.
 d=$(dirname "$0")
+if [ -f "$d/sleep-$CNI_COMMAND" ]; then
+  sleep "$(cat "$d/sleep-$CNI_COMMAND")"
+fi
 if [ -f "$d/fail-$CNI_COMMAND" ]; then
   echo '{"cniVersion":"1.0.0","code":11,"msg":"injected CNI failure","details":"'"$CNI_COMMAND"'"}'
   exit 1
-fi
-if [ -f "$d/sleep-$CNI_COMMAND" ]; then
-  sleep "$(cat "$d/sleep-$CNI_COMMAND")"
 fi
 exec /usr/lib/cni/bridge
 "#;

@@ -867,3 +867,72 @@ async fn run_pod_sandbox_retry_after_a_failed_abandoned_call_makes_it_anew() {
     remove_pod(&daemon, &id).await.unwrap();
     assert_clean(&daemon, &rig.net).await;
 }
+
+/// The registry hangs mid-layer (the connection stays open, no more bytes
+/// come): the pull fails after `registry.progress_timeout` with
+/// DeadlineExceeded, never hangs; a daemon SIGKILLed during such a pull
+/// leaves no partial content after its restart; a later pull succeeds.
+#[tokio::test]
+async fn registry_hanging_mid_layer_times_out_and_a_killed_pull_leaves_nothing() {
+    require_root!();
+    let upstream = registry().addr.clone();
+    let proxy = faults::CutProxy::start(&upstream, 400 << 10).await;
+    proxy.stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    let rig = Rig::new();
+    let (mut daemon, rig) = rig.start("[registry]\nprogress_timeout = \"3s\"\n").await;
+    let image = format!("{}/berth-test/busybox:latest", proxy.addr);
+    let started = Instant::now();
+    let r = pull_result(&daemon, &image).await;
+    assert_eq!(code_of(&r), Code::DeadlineExceeded, "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(image_count(&daemon).await, 0);
+    assert!(
+        partial_image_content(&daemon).is_empty(),
+        "{:?}",
+        partial_image_content(&daemon)
+    );
+    faults::assert_blobs_whole(&daemon);
+
+    // Killed while a pull hangs mid-layer.
+    let pull = {
+        let socket = daemon.sandbox.socket();
+        let image = image.clone();
+        tokio::spawn(async move {
+            let channel = common::channel(&socket).await.unwrap();
+            cri_api::v1::image_service_client::ImageServiceClient::new(channel)
+                .pull_image(v1::PullImageRequest {
+                    image: Some(v1::ImageSpec {
+                        image,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    assert!(pull.await.unwrap().is_err());
+    daemon.restart().await;
+    assert_eq!(image_count(&daemon).await, 0);
+    let snapshots = entries(&daemon.sandbox.path("root/images/snapshots"));
+    assert!(snapshots.is_empty(), "{snapshots:?}");
+    assert!(
+        partial_image_content(&daemon).is_empty(),
+        "a killed pull left {:?}",
+        partial_image_content(&daemon)
+    );
+    faults::assert_blobs_whole(&daemon);
+    proxy.heal();
+    pull_result(&daemon, &image)
+        .await
+        .expect("the pull after it");
+    faults::assert_blobs_whole(&daemon);
+    assert_clean(&daemon, &rig.net).await;
+}

@@ -445,6 +445,9 @@ fn run(cmd: &str, args: &[&str]) {
 pub struct CutProxy {
     pub addr: String,
     pub cut: Arc<AtomicBool>,
+    /// While set (with `cut`), a connection is held open without sending
+    /// more instead of being closed (a registry that hangs mid-layer).
+    pub stall: Arc<AtomicBool>,
     pub cuts: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -454,24 +457,26 @@ impl CutProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let cut = Arc::new(AtomicBool::new(true));
+        let stall = Arc::new(AtomicBool::new(false));
         let cuts = Arc::new(AtomicU64::new(0));
         let upstream = upstream.to_string();
-        let (c, n) = (cut.clone(), cuts.clone());
+        let (c, n, st) = (cut.clone(), cuts.clone(), stall.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
                 let upstream = upstream.clone();
-                let (cut, cuts) = (c.clone(), n.clone());
+                let (cut, cuts, stall) = (c.clone(), n.clone(), st.clone());
                 tokio::spawn(async move {
-                    let _ = proxy_one(client, &upstream, cut_after, cut, cuts).await;
+                    let _ = proxy_one(client, &upstream, cut_after, cut, cuts, stall).await;
                 });
             }
         });
         CutProxy {
             addr,
             cut,
+            stall,
             cuts,
             task,
         }
@@ -495,6 +500,7 @@ async fn proxy_one(
     cut_after: u64,
     cut: Arc<AtomicBool>,
     cuts: Arc<AtomicU64>,
+    stall: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = tokio::net::TcpStream::connect(upstream).await?;
@@ -516,6 +522,15 @@ async fn proxy_one(
             let keep = (cut_after - sent) as usize;
             cw.write_all(&buf[..keep]).await?;
             cuts.fetch_add(1, Ordering::SeqCst);
+            if stall.load(Ordering::SeqCst) {
+                // Hangs mid-answer: the connection stays, nothing more comes
+                // (until the client gives up or the proxy is healed).
+                while cut.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                up.abort();
+                return Ok(());
+            }
             // Dies mid-answer: no FIN-after-everything, just gone.
             up.abort();
             return Ok(());

@@ -614,6 +614,24 @@ async fn disk_full_is_resource_exhausted_and_leaves_nothing() {
         partial_image_content(&daemon)
     );
     faults::assert_blobs_whole(&daemon);
+    // Some room, but less than the store's own reserve (5% of the file
+    // system): refused by the store's check, ResourceExhausted too.
+    disk.drain();
+    disk.fill_leaving(1536 << 10);
+    let r = pull_result(&daemon, &registry().busybox()).await;
+    eprintln!("pull with 1.5 MiB free: {r:?}");
+    assert_eq!(
+        code_of(&r),
+        Code::ResourceExhausted,
+        "pull, unpacking: {r:?}"
+    );
+    assert_eq!(image_count(&daemon).await, 0);
+    assert!(
+        partial_image_content(&daemon).is_empty(),
+        "{:?}",
+        partial_image_content(&daemon)
+    );
+    faults::assert_blobs_whole(&daemon);
     disk.drain();
     pull_result(&daemon, &registry().busybox()).await.unwrap();
 

@@ -418,6 +418,17 @@ impl SmallTmpfs {
         let _ = f.sync_all();
     }
 
+    /// Fills the file system but for about `bytes`.
+    pub fn fill_leaving(&self, bytes: u64) {
+        self.fill();
+        let filler = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.path.join("filler"))
+            .unwrap();
+        let len = filler.metadata().unwrap().len();
+        filler.set_len(len.saturating_sub(bytes)).unwrap();
+    }
+
     /// Frees the space again.
     pub fn drain(&self) {
         let _ = std::fs::remove_file(self.path.join("filler"));

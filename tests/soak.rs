@@ -230,7 +230,9 @@ async fn worker(
     let mut n = 0;
     // The last cycle's pod is left for the final whole-or-gone check.
     let mut kept = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
+    loop {
+        // Once told to stop: one more cycle, whose pod is kept.
+        let last = stop.load(Ordering::SeqCst);
         n += 1;
         add(&counts.cycles);
         let name = format!("soak-w{w}-{n}");
@@ -309,7 +311,7 @@ async fn worker(
                 }
             }
         }
-        if stop.load(Ordering::SeqCst) && pod.is_some() {
+        if last {
             kept.push(name);
             break;
         }
@@ -489,6 +491,6 @@ async fn soak_concurrent_clients_with_random_kills() {
     for p in pods {
         common::cri::remove_pod(&daemon, &p.id).await;
     }
-    let _ = kept;
+    eprintln!("soak: kept for the final check: {kept:?}");
     faults::assert_clean(&daemon, &rig.net).await;
 }

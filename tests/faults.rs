@@ -674,8 +674,11 @@ async fn disk_full_is_resource_exhausted_and_leaves_nothing() {
     stop_pod(&daemon, &pod).await.unwrap();
     remove_pod(&daemon, &pod).await.unwrap();
     faults::assert_clean_but(&daemon, &rig.net, &own).await;
+    // The sandbox's temp dir can go only once the tmpfs in it is unmounted.
+    let dir = daemon.sandbox.dir.path().to_path_buf();
     drop(daemon);
     drop(disk);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The registry dies mid-layer (a proxy cuts every answer after 400 KiB,
@@ -847,7 +850,10 @@ async fn disk_filling_during_run_pod_sandbox_rolls_it_back() {
     stop_pod(&daemon, &id).await.unwrap();
     remove_pod(&daemon, &id).await.unwrap();
     faults::assert_clean_but(&daemon, &rig.net, &[root.as_path()]).await;
+    let dir = daemon.sandbox.dir.path().to_path_buf();
     drop(daemon);
+    drop(disk);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The abandoned creation fails (a slow CNI ADD that then fails): the

@@ -160,15 +160,66 @@ impl Rig {
         let Rig {
             net, sandbox, bin, ..
         } = self;
+        let dir = sandbox.dir.path().to_path_buf();
         let daemon = Daemon::start_in(sandbox, &config).await;
-        (daemon, Rigged { net, bin })
+        (daemon, Rigged { net, bin, dir })
     }
 }
 
 /// What a started rig keeps beside the daemon (which owns the sandbox).
+/// Dropped before the daemon (`let (daemon, rig) = ...` drops `rig`
+/// first): when the test panicked, it deletes what the daemon's runc still
+/// holds, kills the test's shims and unmounts its mounts, so a failed test
+/// leaves no pods running on the host.
 pub struct Rigged {
     pub net: TestNet,
     pub bin: PathBuf,
+    /// The daemon's sandbox dir.
+    pub dir: PathBuf,
+}
+
+impl Drop for Rigged {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let runtime = self.dir.join("state/runtime");
+        for id in entries(&runtime) {
+            let _ = Command::new(RUNC)
+                .arg("--root")
+                .arg(&runtime)
+                .args(["delete", "--force", &id])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+        let dir = self.dir.display().to_string();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            // This test's shims (and its daemon): they name its own dir.
+            if String::from_utf8_lossy(&cmdline).contains(&dir) && pid as u32 != std::process::id()
+            {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mounts: Vec<&str> = mountinfo
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&dir))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in mounts {
+            let _ = nix::mount::umount2(m, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
 }
 
 impl Rigged {

@@ -162,13 +162,23 @@ impl Error {
 
 /// A full disk is ResourceExhausted; other I/O failures are Internal.
 fn io_code(e: &std::io::Error) -> Code {
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => Code::ResourceExhausted,
-        _ => match e.kind() {
-            std::io::ErrorKind::TimedOut => Code::DeadlineExceeded,
-            _ => Code::Internal,
-        },
+    if is_disk_full(e) {
+        return Code::ResourceExhausted;
     }
+    match e.kind() {
+        std::io::ErrorKind::TimedOut => Code::DeadlineExceeded,
+        _ => Code::Internal,
+    }
+}
+
+/// ENOSPC, EDQUOT, or an error made as StorageFull (the image store's own
+/// free-space reserve).
+fn is_disk_full(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || matches!(
+            e.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        )
 }
 
 fn shim_code(e: &berth_shim::Error) -> Code {
@@ -188,6 +198,12 @@ impl From<berth_oci_image::Error> for Error {
     fn from(e: berth_oci_image::Error) -> Error {
         use berth_oci_image::ErrorKind as K;
         let message = e.to_string();
+        if let berth_oci_image::Error::Io { source, .. } = &e {
+            // A full disk during a pull is the node's, not a bug.
+            if is_disk_full(source) {
+                return Error::ResourceExhausted(message);
+            }
+        }
         match e.kind() {
             K::InvalidArgument => Error::InvalidArgument(message),
             K::NotFound => Error::NotFound {
@@ -249,6 +265,13 @@ mod tests {
             full.to_string(),
             "abc: writing /x: No space left on device (os error 28)"
         );
+        let pull: Error = berth_oci_image::Error::Io {
+            op: "store blob",
+            path: "/x".into(),
+            source: std::sync::Arc::new(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+        }
+        .into();
+        assert_eq!(pull.code(), Code::ResourceExhausted);
         let cleanup =
             Error::FailedPrecondition("not ready".into()).with_cleanup("CNI DEL: busy".into());
         assert_eq!(cleanup.code(), Code::FailedPrecondition);

@@ -16,16 +16,25 @@ impl Core {
     /// Starts a created container under a new shim.
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<(), Error> {
         let container = self.containers.lookup(id)?;
+        let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
+        // The pod's lock, then the container's (the order Stop and
+        // RemovePodSandbox take them in): a pod being stopped is seen as
+        // not ready here, never half torn down under a starting container
+        // (runc then failed against the killed pause's namespaces).
+        let _pod = sandbox.lifecycle.lock().await;
         let _lifecycle = container.lifecycle.lock().await;
         let id = container.meta.id.clone();
+        // Removed (with its pod) while this call waited.
+        self.containers.lookup(&id)?;
         let state = container.status().state;
         if state != ContainerState::Created {
             return Err(Error::FailedPrecondition(format!(
                 "container {id} is {state:?}, not Created"
             )));
         }
-        let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
-        if sandbox.status().state != SandboxState::Ready {
+        if self.sandboxes.lookup(&sandbox.meta.id).is_err()
+            || sandbox.status().state != SandboxState::Ready
+        {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} of container {id} is not ready",
                 sandbox.meta.id

@@ -14,6 +14,9 @@ use crate::objects::{self, StoreExt};
 
 /// How long a SIGKILLed container may take to be reaped.
 const KILL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a container whose SIGKILL failed may still take to be seen
+/// exited (it may have exited already) before the kill's error is returned.
+const KILL_FAILED_WAIT: Duration = Duration::from_secs(2);
 
 impl Core {
     /// StopContainer: gone or already stopped is fine.
@@ -98,15 +101,24 @@ impl Core {
                 return record_exit(container, &info).await;
             }
         }
-        if let Err(e) = task.kill(libc::SIGKILL, true).await {
+        let kill_failed = task.kill(libc::SIGKILL, true).await.err();
+        if let Some(e) = &kill_failed {
             tracing::debug!(container = %id, error = %e, "SIGKILL (may have exited)");
         }
-        match tokio::time::timeout(KILL_TIMEOUT, task.wait()).await {
+        // A kill that failed (the runtime missing or broken) gets no long wait.
+        let limit = if kill_failed.is_some() {
+            KILL_FAILED_WAIT
+        } else {
+            KILL_TIMEOUT
+        };
+        match tokio::time::timeout(limit, task.wait()).await {
             Ok(Ok(info)) => record_exit(container, &info).await,
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::DeadlineExceeded(format!(
-                "container {id} did not exit {KILL_TIMEOUT:?} after SIGKILL"
-            ))),
+            Err(_) => Err(kill_failed.unwrap_or_else(|| {
+                Error::DeadlineExceeded(format!(
+                    "container {id} did not exit {KILL_TIMEOUT:?} after SIGKILL"
+                ))
+            })),
         }
     }
 

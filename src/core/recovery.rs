@@ -191,6 +191,20 @@ impl Core {
                 }
             }
         }
+        // Temp files of atomic writes a crash cut short (records, the CNI
+        // cache): only one berth runs per root, so none is being written.
+        for dir in [
+            self.layout.sandbox_records(),
+            self.layout.container_records(),
+            self.layout.quarantine(),
+            self.layout.cni_cache(),
+        ] {
+            for name in self.mech.files.entries(&dir) {
+                if is_stale_temp(&name) {
+                    plan.push(Action::RemoveOrphan(dir.join(name)));
+                }
+            }
+        }
         for (container_id, ifname) in self.mech.network.attachments() {
             if !ids.contains(&container_id) {
                 plan.push(Action::ReleaseOrphanNetwork {
@@ -395,4 +409,10 @@ impl Core {
         }
         self.mech.files.remove_dir(&name, path).await
     }
+}
+
+/// Whether `name` is a temp file of `berth_atomic_file::write`
+/// (`.NAME.tmp-PID-N`).
+fn is_stale_temp(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
 }

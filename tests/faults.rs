@@ -464,24 +464,16 @@ async fn runtime_missing_or_failing() {
         || rig.restore_runtime(),
     )
     .await;
+    // StartContainer is one `runc run --detach` (create and start in one
+    // exec): the runtime failing there.
     start_fails_cleanly(
         &daemon,
         &pod,
         &pod_cfg,
-        "create",
-        (Code::Internal, "injected runtime failure at create"),
-        || rig.arm("fail-create", ""),
-        || rig.heal("fail-create"),
-    )
-    .await;
-    start_fails_cleanly(
-        &daemon,
-        &pod,
-        &pod_cfg,
-        "start",
-        (Code::Internal, "injected runtime failure at start"),
-        || rig.arm("fail-start", ""),
-        || rig.heal("fail-start"),
+        "run",
+        (Code::Internal, "injected runtime failure at run"),
+        || rig.arm("fail-run", ""),
+        || rig.heal("fail-run"),
     )
     .await;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use base64::Engine;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -49,9 +49,14 @@ pub enum Transport {
     WebSocket,
 }
 
+/// A connection to the server, plain or TLS.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type BoxIo = Box<dyn Io>;
+
 /// A 101 answer: the connection, the response headers (names lowered).
 struct Upgraded {
-    tcp: TcpStream,
+    tcp: BoxIo,
     headers: HashMap<String, String>,
 }
 
@@ -75,7 +80,7 @@ async fn upgrade(
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let mut tcp = TcpStream::connect(host).await?;
+    let mut tcp: BoxIo = Box::new(TcpStream::connect(host).await?);
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -138,7 +143,7 @@ async fn spdy_upgrade(url: &str, protocols: &[&str]) -> Result<(Connection, Stri
     Ok((conn, protocol))
 }
 
-type WsSink = SplitSink<WebSocketStream<TcpStream>, Message>;
+type WsSink = SplitSink<WebSocketStream<BoxIo>, Message>;
 
 /// A WebSocket after the upgrade.
 struct Ws {
@@ -150,7 +155,11 @@ struct Ws {
     reader: AbortOnDrop,
 }
 
-async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
+/// The WebSocket handshake: the connection and the chosen sub-protocol.
+async fn ws_handshake(
+    url: &str,
+    protocols: &[&str],
+) -> Result<(WebSocketStream<BoxIo>, String), ClientError> {
     let mut key = [0u8; 16];
     getrandom::getrandom(&mut key).map_err(|e| protocol_err(e.to_string()))?;
     let key = base64::engine::general_purpose::STANDARD.encode(key);
@@ -171,8 +180,13 @@ async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
         .header("sec-websocket-protocol")
         .unwrap_or_default()
         .to_string();
-    let base64 = protocol.contains("base64");
     let ws = WebSocketStream::from_raw_socket(up.tcp, WsRole::Client, None).await;
+    Ok((ws, protocol))
+}
+
+async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
+    let (ws, protocol) = ws_handshake(url, protocols).await?;
+    let base64 = protocol.contains("base64");
     let (sink, mut stream) = ws.split();
     let (tx, rx) = mpsc::channel(64);
     let reader = tokio::spawn(async move {
@@ -501,6 +515,24 @@ impl SpdyPortForward {
     /// Upgrades `url` with `portforward.k8s.io`.
     pub async fn connect(url: &str) -> Result<SpdyPortForward, ClientError> {
         let (conn, _) = spdy_upgrade(url, &[crate::PORT_FORWARD_SPDY_PROTOCOL]).await?;
+        Ok(SpdyPortForward {
+            conn,
+            next_request: 0,
+        })
+    }
+
+    /// Upgrades `url` to a WebSocket with `SPDY/3.1+portforward.k8s.io`
+    /// (as kubectl 1.31+ does) and speaks SPDY inside its binary messages.
+    pub async fn connect_tunnelled(url: &str) -> Result<SpdyPortForward, ClientError> {
+        let (ws, protocol) = ws_handshake(url, &[crate::PORT_FORWARD_TUNNEL_PROTOCOL]).await?;
+        if protocol != crate::PORT_FORWARD_TUNNEL_PROTOCOL {
+            return Err(protocol_err(format!(
+                "the server chose sub-protocol {protocol:?}, not {:?}",
+                crate::PORT_FORWARD_TUNNEL_PROTOCOL
+            )));
+        }
+        let conn = Connection::new(crate::tunnel::WsBytes::new(ws), Role::Client, None)
+            .map_err(|e| protocol_err(e.to_string()))?;
         Ok(SpdyPortForward {
             conn,
             next_request: 0,

@@ -12,7 +12,9 @@
 //!   attach) or `portforward.k8s.io`, or
 //! - a WebSocket with the channel sub-protocols `v5.channel.k8s.io`,
 //!   `v4.channel.k8s.io` (and their older and base64 variants) or, for
-//!   port-forward, `v4.channel.k8s.io` / `portforward.k8s.io`.
+//!   port-forward, `v4.channel.k8s.io` / `portforward.k8s.io`, or
+//!   `SPDY/3.1+portforward.k8s.io` (kubectl 1.31+: the SPDY port-forward
+//!   session carried in binary messages, [`tunnel`]).
 //!
 //! The runtime plugs in as a [`Backend`]. The server stays independent of
 //! the daemon: it knows containers and pods only by id. TLS is not served
@@ -28,6 +30,7 @@ mod remotecommand;
 mod server;
 pub mod spdy;
 mod token;
+pub mod tunnel;
 mod websocket;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -44,6 +47,7 @@ pub use remotecommand::{
 };
 pub use server::StreamingServer;
 pub use token::{Lookup, TokenCache};
+pub use tunnel::PORT_FORWARD_PROTOCOL as PORT_FORWARD_TUNNEL_PROTOCOL;
 pub use websocket::{
     decode_message as decode_websocket_message, MAX_MESSAGE as MAX_WEBSOCKET_MESSAGE, MAX_PORTS,
     PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,

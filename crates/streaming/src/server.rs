@@ -35,7 +35,7 @@ use crate::error::Error;
 use crate::idle::Idle;
 use crate::remotecommand::{self, Command};
 use crate::token::{Lookup, TokenCache};
-use crate::{portforward, websocket, Config};
+use crate::{portforward, tunnel, websocket, Config};
 
 /// How long a client may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -452,8 +452,10 @@ fn handle(
         Ok(t) => t,
         Err(resp) => return *resp,
     };
+    let tunnelled =
+        matches!(&transport, Transport::WebSocket(p) if p == tunnel::PORT_FORWARD_PROTOCOL);
     let mut ws_ports = Vec::new();
-    if let (Pending::PortForward(pf), true) = (&pending, websocket) {
+    if let (Pending::PortForward(pf), true, false) = (&pending, websocket, tunnelled) {
         ws_ports = pf.ports.clone();
         if ws_ports.is_empty() {
             match query_ports(&req) {
@@ -505,6 +507,15 @@ fn handle(
             }
             (Transport::Spdy(_), None, Pending::PortForward(pf)) => {
                 portforward::serve_spdy(io, pf.pod_sandbox_id, backend, creation_timeout).await
+            }
+            (Transport::WebSocket(p), None, Pending::PortForward(pf))
+                if p == tunnel::PORT_FORWARD_PROTOCOL =>
+            {
+                let ws =
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(websocket::limits()))
+                        .await;
+                let bytes = tunnel::WsBytes::new(ws);
+                portforward::serve_spdy(bytes, pf.pod_sandbox_id, backend, creation_timeout).await
             }
             (Transport::WebSocket(p), None, Pending::PortForward(pf)) => {
                 let ws =

@@ -40,8 +40,11 @@ pub const REMOTE_COMMAND_PROTOCOLS: &[&str] = &[
     "",
 ];
 
-/// Port-forward sub-protocols.
+/// Port-forward sub-protocols; the first is SPDY tunnelled through the
+/// WebSocket (see [`crate::tunnel`]), the others carry a pair of channels
+/// per port.
 pub const PORT_FORWARD_PROTOCOLS: &[&str] = &[
+    crate::tunnel::PORT_FORWARD_PROTOCOL,
     "v4.channel.k8s.io",
     "v4.base64.channel.k8s.io",
     "portforward.k8s.io",

@@ -17,8 +17,10 @@
 //!   session carried in binary messages, [`tunnel`]).
 //!
 //! The runtime plugs in as a [`Backend`]. The server stays independent of
-//! the daemon: it knows containers and pods only by id. TLS is not served
-//! (kubelet reaches the runtime's server on the node itself).
+//! the daemon: it knows containers and pods only by id. With
+//! [`Config::tls`] it serves HTTPS only ([`tls`]: a configured certificate,
+//! or a self-signed one made at start), as containerd's
+//! `enable_tls_streaming`; a plain HTTP request then gets 400.
 
 mod backend;
 mod channel;
@@ -29,6 +31,7 @@ mod portforward;
 mod remotecommand;
 mod server;
 pub mod spdy;
+pub mod tls;
 mod token;
 pub mod tunnel;
 mod websocket;
@@ -46,6 +49,7 @@ pub use remotecommand::{
     ResizeDecoder, ResizeError, MAX_RESIZE_PENDING, SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS,
 };
 pub use server::StreamingServer;
+pub use tls::TlsIdentity;
 pub use token::{Lookup, TokenCache};
 pub use tunnel::PORT_FORWARD_PROTOCOL as PORT_FORWARD_TUNNEL_PROTOCOL;
 pub use websocket::{
@@ -70,12 +74,15 @@ pub struct Config {
     /// Most client connections served at once (sessions and requests that
     /// have not upgraded yet); a connection past this is closed at once.
     pub max_connections: usize,
+    /// Serve HTTPS with this certificate (URLs are `https://`); `None`:
+    /// plain HTTP.
+    pub tls: Option<TlsIdentity>,
 }
 
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
     /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values),
-    /// 256 connections at once.
+    /// 256 connections at once, plain HTTP.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -84,6 +91,7 @@ impl Default for Config {
             max_in_flight: 1000,
             idle_timeout: Duration::from_secs(4 * 3600),
             max_connections: 256,
+            tls: None,
         }
     }
 }

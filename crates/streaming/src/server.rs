@@ -23,9 +23,11 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
 use tokio_tungstenite::WebSocketStream;
@@ -80,6 +82,8 @@ struct Inner {
     backend: Arc<dyn Backend>,
     listener: Mutex<Option<std::net::TcpListener>>,
     stop: watch::Sender<bool>,
+    /// With TLS: the handshake of every connection.
+    tls: Option<TlsAcceptor>,
 }
 
 impl std::fmt::Debug for StreamingServer {
@@ -101,9 +105,15 @@ impl StreamingServer {
         let listener = std::net::TcpListener::bind(config.addr).map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let local_addr = listener.local_addr().map_err(bind_err)?;
+        let tls = match &config.tls {
+            Some(identity) => Some(TlsAcceptor::from(identity.server_config()?)),
+            None => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(StreamingServer {
             inner: Arc::new(Inner {
-                base_url: format!("http://{local_addr}"),
+                base_url: format!("{scheme}://{local_addr}"),
+                tls,
                 local_addr,
                 tokens: TokenCache::new(config.token_ttl, config.max_in_flight),
                 backend,
@@ -119,7 +129,7 @@ impl StreamingServer {
         self.inner.local_addr
     }
 
-    /// `http://ADDR`, what every URL starts with.
+    /// `http://ADDR` (`https://ADDR` with TLS), what every URL starts with.
     pub fn base_url(&self) -> &str {
         &self.inner.base_url
     }
@@ -201,8 +211,49 @@ impl StreamingServer {
     }
 }
 
+/// What a TLS server answers a plain HTTP request, as Go's servers do.
+const PLAIN_HTTP_REFUSAL: &str = "Client sent an HTTP request to an HTTPS server.\n";
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
 async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
+    let Some(acceptor) = inner.tls.clone() else {
+        return serve_http(inner, tcp, peer).await;
+    };
+    // Bounded like a request head: the handshake, or the plain request.
+    let handshake = tokio::time::timeout(HEADER_TIMEOUT, async {
+        let mut first = [0u8; 1];
+        match tcp.peek(&mut first).await {
+            Ok(1) if first[0] != TLS_HANDSHAKE => {
+                let mut tcp = tcp;
+                let answer = format!(
+                    "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PLAIN_HTTP_REFUSAL}",
+                    PLAIN_HTTP_REFUSAL.len()
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+                Err("a plain HTTP request to the TLS server".to_string())
+            }
+            Ok(1) => acceptor.accept(tcp).await.map_err(|e| e.to_string()),
+            Ok(_) => Err("closed before the handshake".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    match handshake {
+        Ok(Ok(tls)) => serve_http(inner, tls, peer).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "streaming server: TLS"),
+        Err(_) => tracing::debug!(%peer, "streaming server: no TLS handshake in time"),
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS), then the session it
+/// upgraded to, if any.
+async fn serve_http<IO>(inner: Arc<Inner>, io: IO, peer: SocketAddr)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let upgraded: Arc<Mutex<Option<Session>>> = Arc::default();
     let slot = upgraded.clone();
     let service = hyper::service::service_fn(move |req| {
@@ -213,7 +264,7 @@ async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(MAX_REQUEST_HEAD)
-        .serve_connection(TokioIo::new(tcp), service)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     if let Err(e) = conn.await {
         tracing::debug!(%peer, error = %e, "streaming server: connection");

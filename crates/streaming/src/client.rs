@@ -587,7 +587,7 @@ pub struct Forwarded {
     pub error: String,
 }
 
-async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, into: &mut Vec<u8>) {
+async fn drain(rx: &mut crate::pool::ChunkReceiver, into: &mut Vec<u8>) {
     while let Some(d) = rx.recv().await {
         into.extend(d);
     }

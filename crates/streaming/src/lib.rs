@@ -27,6 +27,7 @@ mod channel;
 pub mod client;
 mod error;
 mod idle;
+pub mod pool;
 mod portforward;
 mod remotecommand;
 mod server;

@@ -141,6 +141,11 @@ impl ChunkReceiver {
     pub async fn recv(&mut self) -> Option<Vec<u8>> {
         self.rx.recv().await.map(Chunk::into_vec)
     }
+
+    /// The next chunk's bytes if one is queued now, its charge released.
+    pub fn try_recv(&mut self) -> Result<Vec<u8>, mpsc::error::TryRecvError> {
+        self.rx.try_recv().map(Chunk::into_vec)
+    }
 }
 
 #[cfg(test)]

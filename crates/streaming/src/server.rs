@@ -1,7 +1,10 @@
 //! The HTTP server behind the URLs the Exec, Attach and PortForward RPCs
 //! return: `/exec/TOKEN`, `/attach/TOKEN`, `/portforward/TOKEN`, by GET or
 //! POST, upgraded to SPDY/3.1 (`Upgrade: SPDY/3.1`, sub-protocol in
-//! `X-Stream-Protocol-Version`) or to a WebSocket (`Sec-WebSocket-Protocol`).
+//! `X-Stream-Protocol-Version`) or to a WebSocket (`Sec-WebSocket-Protocol`;
+//! for port-forward also `SPDY/3.1+portforward.k8s.io`, SPDY inside the
+//! WebSocket). With TLS every connection starts with the handshake (bounded
+//! like a request head); one that starts with anything else gets 400.
 //!
 //! A token is checked before the upgrade and used only when the upgrade
 //! goes ahead, so a client that retries with another protocol (client-go

@@ -330,8 +330,8 @@ pub struct Config {
     pub streaming: StreamingConfig,
 }
 
-/// The HTTP server behind the URLs of Exec, Attach and PortForward. Plain
-/// HTTP: kubelet reaches it on the node itself (no TLS yet).
+/// The HTTP server behind the URLs of Exec, Attach and PortForward: plain
+/// HTTP, or HTTPS with `enable_tls` (containerd's `enable_tls_streaming`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamingConfig {
@@ -343,6 +343,13 @@ pub struct StreamingConfig {
     pub token_ttl: String,
     /// A session with no traffic for this long is closed, e.g. `"4h"`.
     pub idle_timeout: String,
+    /// Serve HTTPS only.
+    pub enable_tls: bool,
+    /// With `enable_tls`: the PEM certificate (chain) file; empty: a
+    /// self-signed certificate made at each start.
+    pub tls_cert_file: PathBuf,
+    /// The PEM private key of `tls_cert_file`.
+    pub tls_key_file: PathBuf,
 }
 
 impl Default for StreamingConfig {
@@ -352,6 +359,9 @@ impl Default for StreamingConfig {
             port: 0,
             token_ttl: "1m".into(),
             idle_timeout: "4h".into(),
+            enable_tls: false,
+            tls_cert_file: PathBuf::new(),
+            tls_key_file: PathBuf::new(),
         }
     }
 }
@@ -375,6 +385,40 @@ impl StreamingConfig {
         if idle_timeout.is_zero() {
             return Err(("streaming.idle_timeout", "must be above 0".into()));
         }
+        let (cert, key) = (&self.tls_cert_file, &self.tls_key_file);
+        for (name, path) in [
+            ("streaming.tls_cert_file", cert),
+            ("streaming.tls_key_file", key),
+        ] {
+            if !path.as_os_str().is_empty() && !path.is_absolute() {
+                return Err((
+                    name,
+                    format!("must be an absolute path, got {}", path.display()),
+                ));
+            }
+        }
+        match (cert.as_os_str().is_empty(), key.as_os_str().is_empty()) {
+            (false, true) => {
+                return Err((
+                    "streaming.tls_key_file",
+                    "is needed with tls_cert_file".into(),
+                ))
+            }
+            (true, false) => {
+                return Err((
+                    "streaming.tls_cert_file",
+                    "is needed with tls_key_file".into(),
+                ))
+            }
+            (false, false) if !self.enable_tls => {
+                return Err((
+                    "streaming.enable_tls",
+                    "must be true when tls_cert_file is set".into(),
+                ))
+            }
+            _ => {}
+        }
+        // The certificate itself is read (or made) when the server starts.
         Ok(berth_streaming::Config {
             addr: std::net::SocketAddr::new(ip, self.port),
             token_ttl,

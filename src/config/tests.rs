@@ -97,11 +97,34 @@ fn streaming_defaults_and_checks() {
         cfg.streaming.server_config().unwrap().addr,
         "[::1]:10010".parse().unwrap()
     );
+    let tls =
+        "[streaming]\nenable_tls = true\ntls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n";
+    parse(tls).unwrap().validate().unwrap();
+    parse("[streaming]\nenable_tls = true\n")
+        .unwrap()
+        .validate()
+        .unwrap();
     for (text, key) in [
         ("address = \"localhost\"", "streaming.address"),
         ("token_ttl = \"soon\"", "streaming.token_ttl"),
         ("idle_timeout = \"0s\"", "streaming.idle_timeout"),
         ("token_ttl = \"0s\"", "streaming.token_ttl"),
+        (
+            "enable_tls = true\ntls_cert_file = \"/c.pem\"",
+            "streaming.tls_key_file",
+        ),
+        (
+            "enable_tls = true\ntls_key_file = \"/k.pem\"",
+            "streaming.tls_cert_file",
+        ),
+        (
+            "tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"",
+            "streaming.enable_tls",
+        ),
+        (
+            "enable_tls = true\ntls_cert_file = \"c.pem\"\ntls_key_file = \"/k.pem\"",
+            "streaming.tls_cert_file",
+        ),
     ] {
         let cfg = parse(&format!("[streaming]\n{text}\n")).unwrap();
         let err = cfg.validate().unwrap_err().to_string();

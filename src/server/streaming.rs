@@ -2,16 +2,21 @@
 //! PortForward (`exec.rs`, `attach.rs`, `port_forward.rs` hand out its URLs):
 //! its start, and the backend that serves its sessions: exec and attach
 //! through the container's shim, port-forward to the pod's loopback from
-//! inside its network namespace.
+//! inside its network namespace. With `streaming.enable_tls` it serves
+//! HTTPS: the configured certificate, or a self-signed one made at each
+//! start and written (the certificate only) to
+//! `<state>/streaming/tls.crt` for clients that want to verify it.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use berth_shim::{AttachOptions, ExecOptions, IoStream, ShimClient, StreamEvent};
 use berth_streaming::{
     Backend, BackendError, Input, Output, PortStream, StreamIo, StreamingServer, TerminalSize,
+    TlsIdentity,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -31,12 +36,15 @@ impl Cri {
     /// Starts the streaming server on the configured address and keeps it
     /// for the RPCs; it serves until [`StreamingServer::shutdown`].
     pub fn start_streaming(self: &Arc<Self>) -> Result<StreamingServer, Error> {
-        let config = self
+        let mut config = self
             .core
             .config
             .streaming
             .server_config()
             .map_err(|(key, message)| Error::InvalidArgument(format!("{key}: {message}")))?;
+        if self.core.config.streaming.enable_tls {
+            config.tls = Some(self.streaming_identity(config.addr.ip())?);
+        }
         let backend = Arc::new(ShimBackend {
             cri: Arc::downgrade(self),
         });
@@ -55,12 +63,60 @@ impl Cri {
         Ok(server)
     }
 
+    /// The certificate the streaming server serves: the configured files,
+    /// or a new self-signed one for `ip`, the loopbacks and this host's
+    /// name, whose certificate is written to [`self_signed_cert_path`].
+    fn streaming_identity(&self, ip: IpAddr) -> Result<TlsIdentity, Error> {
+        let streaming = &self.core.config.streaming;
+        if !streaming.tls_cert_file.as_os_str().is_empty() {
+            return TlsIdentity::from_files(&streaming.tls_cert_file, &streaming.tls_key_file)
+                .map_err(|e| Error::InvalidArgument(format!("streaming.tls_cert_file: {e}")));
+        }
+        let mut names = vec![
+            "localhost".to_string(),
+            Ipv4Addr::LOCALHOST.to_string(),
+            Ipv6Addr::LOCALHOST.to_string(),
+        ];
+        if !ip.is_unspecified() && !ip.is_loopback() {
+            names.push(ip.to_string());
+        }
+        if let Ok(host) = nix::unistd::gethostname() {
+            if let Some(host) = host.to_str().filter(|h| !h.is_empty()) {
+                names.push(host.to_string());
+            }
+        }
+        let identity =
+            TlsIdentity::self_signed(&names).map_err(|e| Error::Internal(e.to_string()))?;
+        let path = self_signed_cert_path(&self.core.config.state);
+        let written = (|| {
+            let dir = path.parent().unwrap_or(&path);
+            std::fs::create_dir_all(dir)?;
+            // Like every subtree of the state dir (root reads it there).
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            berth_atomic_file::write(&path, identity.cert_pem().as_bytes(), 0o644)
+        })();
+        written.map_err(|e| {
+            Error::Internal(format!(
+                "writing the streaming certificate {}: {e}",
+                path.display()
+            ))
+        })?;
+        tracing::info!(cert = %path.display(), "streaming server: self-signed certificate");
+        Ok(identity)
+    }
+
     /// The streaming server, once started.
     pub(super) fn streaming_server(&self) -> Result<&StreamingServer, Error> {
         self.streaming
             .get()
             .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
     }
+}
+
+/// Where the self-signed streaming certificate of a daemon with state dir
+/// `state` is written.
+pub(crate) fn self_signed_cert_path(state: &Path) -> PathBuf {
+    state.join("streaming").join("tls.crt")
 }
 
 /// The RPC error of a streaming request the server refused.

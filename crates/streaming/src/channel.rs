@@ -5,9 +5,9 @@
 use std::io;
 use std::sync::Arc;
 
+use crate::pool::ChunkReceiver;
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::spdy::StreamWriter;
@@ -56,9 +56,10 @@ pub(crate) async fn pump_out(mut r: impl AsyncRead + Unpin, out: OutChannel) {
 }
 
 /// Feeds the client's chunks into `w`, and ends it when the client ends.
-pub(crate) async fn pump_in(mut rx: mpsc::Receiver<Vec<u8>>, mut w: impl AsyncWrite + Unpin) {
-    while let Some(data) = rx.recv().await {
-        if w.write_all(&data).await.is_err() {
+/// A chunk stays charged to the connection's pool until it is written.
+pub(crate) async fn pump_in(mut rx: ChunkReceiver, mut w: impl AsyncWrite + Unpin) {
+    while let Some(chunk) = rx.recv_chunk().await {
+        if w.write_all(&chunk).await.is_err() {
             return;
         }
     }

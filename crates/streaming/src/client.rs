@@ -1,6 +1,7 @@
 //! A small client of this server (it speaks what kubelet's clients speak):
 //! the HTTP upgrade, exec and attach over SPDY or WebSocket, and
-//! port-forward over both. For tests and tools; it favours plainness over
+//! port-forward over both (and through the WebSocket tunnel), over HTTP or
+//! HTTPS ([`Dialer`]). For tests and tools; it favours plainness over
 //! speed.
 
 use std::collections::HashMap;
@@ -10,9 +11,11 @@ use std::time::Duration;
 use base64::Engine;
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
 use tokio_tungstenite::tungstenite::Message;
@@ -49,9 +52,14 @@ pub enum Transport {
     WebSocket,
 }
 
+/// A connection to the server, plain or TLS.
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type BoxIo = Box<dyn Io>;
+
 /// A 101 answer: the connection, the response headers (names lowered).
 struct Upgraded {
-    tcp: TcpStream,
+    tcp: BoxIo,
     headers: HashMap<String, String>,
 }
 
@@ -61,21 +69,84 @@ impl Upgraded {
     }
 }
 
+/// How the client reaches the server: `http://` URLs in plain text, and
+/// `https://` ones with TLS, trusting only the CA it was given.
+#[derive(Clone, Default)]
+pub struct Dialer {
+    tls: Option<TlsConnector>,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Dialer {
+    /// Plain HTTP only (what [`RemoteCommand::connect`] and the other
+    /// `connect`s use).
+    pub fn plain() -> Dialer {
+        Dialer::default()
+    }
+
+    /// Also `https://`, verifying the server's certificate against the
+    /// certificates of `ca_pem` (a CA, or the server's self-signed
+    /// certificate) and the URL's host.
+    pub fn trusting(ca_pem: &[u8]) -> Result<Dialer, ClientError> {
+        let config = crate::tls::client_config(ca_pem).map_err(|e| protocol_err(e.to_string()))?;
+        Ok(Dialer {
+            tls: Some(TlsConnector::from(config)),
+        })
+    }
+
+    /// Connects to `host` (`ADDR:PORT`, `[V6]:PORT` or `NAME:PORT`), with
+    /// TLS when `tls`.
+    async fn connect(&self, host: &str, tls: bool) -> Result<BoxIo, ClientError> {
+        let tcp = TcpStream::connect(host).await?;
+        let _ = tcp.set_nodelay(true);
+        if !tls {
+            return Ok(Box::new(tcp));
+        }
+        let connector = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| protocol_err("an https:// URL needs a Dialer that trusts a CA"))?;
+        let name = match host.parse::<std::net::SocketAddr>() {
+            Ok(addr) => ServerName::IpAddress(addr.ip().into()),
+            Err(_) => {
+                let name = host.rsplit_once(':').map_or(host, |(n, _)| n);
+                ServerName::try_from(name.to_string())
+                    .map_err(|e| protocol_err(format!("{name}: {e}")))?
+            }
+        };
+        Ok(Box::new(connector.connect(name, tcp).await?))
+    }
+}
+
 /// Sends `method url` with `headers` and reads the answer's head; anything
 /// but 101 is an [`ClientError::Http`] with the body.
 async fn upgrade(
+    dialer: &Dialer,
     method: &str,
     url: &str,
     headers: &[(&str, String)],
 ) -> Result<Upgraded, ClientError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| protocol_err(format!("{url}: only http:// URLs")))?;
+    let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (_, Some(rest)) => (rest, true),
+        _ => {
+            return Err(protocol_err(format!(
+                "{url}: only http:// and https:// URLs"
+            )))
+        }
+    };
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let mut tcp = TcpStream::connect(host).await?;
+    let mut tcp = dialer.connect(host, tls).await?;
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -120,7 +191,11 @@ async fn upgrade(
     Ok(Upgraded { tcp, headers })
 }
 
-async fn spdy_upgrade(url: &str, protocols: &[&str]) -> Result<(Connection, String), ClientError> {
+async fn spdy_upgrade(
+    dialer: &Dialer,
+    url: &str,
+    protocols: &[&str],
+) -> Result<(Connection, String), ClientError> {
     let mut headers = vec![
         ("Connection", "Upgrade".to_string()),
         ("Upgrade", "SPDY/3.1".to_string()),
@@ -128,7 +203,7 @@ async fn spdy_upgrade(url: &str, protocols: &[&str]) -> Result<(Connection, Stri
     for p in protocols {
         headers.push(("X-Stream-Protocol-Version", p.to_string()));
     }
-    let up = upgrade("POST", url, &headers).await?;
+    let up = upgrade(dialer, "POST", url, &headers).await?;
     let protocol = up
         .header("x-stream-protocol-version")
         .unwrap_or_default()
@@ -138,7 +213,7 @@ async fn spdy_upgrade(url: &str, protocols: &[&str]) -> Result<(Connection, Stri
     Ok((conn, protocol))
 }
 
-type WsSink = SplitSink<WebSocketStream<TcpStream>, Message>;
+type WsSink = SplitSink<WebSocketStream<BoxIo>, Message>;
 
 /// A WebSocket after the upgrade.
 struct Ws {
@@ -150,7 +225,12 @@ struct Ws {
     reader: AbortOnDrop,
 }
 
-async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
+/// The WebSocket handshake: the connection and the chosen sub-protocol.
+async fn ws_handshake(
+    dialer: &Dialer,
+    url: &str,
+    protocols: &[&str],
+) -> Result<(WebSocketStream<BoxIo>, String), ClientError> {
     let mut key = [0u8; 16];
     getrandom::getrandom(&mut key).map_err(|e| protocol_err(e.to_string()))?;
     let key = base64::engine::general_purpose::STANDARD.encode(key);
@@ -163,7 +243,7 @@ async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
     if !protocols.is_empty() {
         headers.push(("Sec-WebSocket-Protocol", protocols.join(", ")));
     }
-    let up = upgrade("GET", url, &headers).await?;
+    let up = upgrade(dialer, "GET", url, &headers).await?;
     if up.header("sec-websocket-accept") != Some(derive_accept_key(key.as_bytes()).as_str()) {
         return Err(protocol_err("wrong Sec-WebSocket-Accept"));
     }
@@ -171,8 +251,13 @@ async fn ws_upgrade(url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
         .header("sec-websocket-protocol")
         .unwrap_or_default()
         .to_string();
-    let base64 = protocol.contains("base64");
     let ws = WebSocketStream::from_raw_socket(up.tcp, WsRole::Client, None).await;
+    Ok((ws, protocol))
+}
+
+async fn ws_upgrade(dialer: &Dialer, url: &str, protocols: &[&str]) -> Result<Ws, ClientError> {
+    let (ws, protocol) = ws_handshake(dialer, url, protocols).await?;
+    let base64 = protocol.contains("base64");
     let (sink, mut stream) = ws.split();
     let (tx, rx) = mpsc::channel(64);
     let reader = tokio::spawn(async move {
@@ -305,10 +390,21 @@ impl RemoteCommand {
         opts: CommandOptions,
         protocols: &[&str],
     ) -> Result<RemoteCommand, ClientError> {
+        RemoteCommand::connect_with(&Dialer::plain(), url, transport, opts, protocols).await
+    }
+
+    /// [`RemoteCommand::connect`] through `dialer` (for `https://` URLs).
+    pub async fn connect_with(
+        dialer: &Dialer,
+        url: &str,
+        transport: Transport,
+        opts: CommandOptions,
+        protocols: &[&str],
+    ) -> Result<RemoteCommand, ClientError> {
         match transport {
             Transport::Spdy => {
                 let protocols = or_usual(protocols, crate::REMOTE_COMMAND_SPDY_PROTOCOLS);
-                let (conn, protocol) = spdy_upgrade(url, protocols).await?;
+                let (conn, protocol) = spdy_upgrade(dialer, url, protocols).await?;
                 let open =
                     |kind: &'static str| conn.open(Headers::from_pairs([("streamType", kind)]));
                 let (tx, events) = mpsc::channel(64);
@@ -345,7 +441,7 @@ impl RemoteCommand {
                     protocol,
                     mut rx,
                     reader,
-                } = ws_upgrade(url, protocols).await?;
+                } = ws_upgrade(dialer, url, protocols).await?;
                 let (tx, events) = mpsc::channel(64);
                 tokio::spawn(async move {
                     while let Some((channel, data)) = rx.recv().await {
@@ -491,7 +587,7 @@ pub struct Forwarded {
     pub error: String,
 }
 
-async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, into: &mut Vec<u8>) {
+async fn drain(rx: &mut crate::pool::ChunkReceiver, into: &mut Vec<u8>) {
     while let Some(d) = rx.recv().await {
         into.extend(d);
     }
@@ -500,7 +596,39 @@ async fn drain(rx: &mut mpsc::Receiver<Vec<u8>>, into: &mut Vec<u8>) {
 impl SpdyPortForward {
     /// Upgrades `url` with `portforward.k8s.io`.
     pub async fn connect(url: &str) -> Result<SpdyPortForward, ClientError> {
-        let (conn, _) = spdy_upgrade(url, &[crate::PORT_FORWARD_SPDY_PROTOCOL]).await?;
+        SpdyPortForward::connect_with(&Dialer::plain(), url).await
+    }
+
+    /// [`SpdyPortForward::connect`] through `dialer`.
+    pub async fn connect_with(dialer: &Dialer, url: &str) -> Result<SpdyPortForward, ClientError> {
+        let (conn, _) = spdy_upgrade(dialer, url, &[crate::PORT_FORWARD_SPDY_PROTOCOL]).await?;
+        Ok(SpdyPortForward {
+            conn,
+            next_request: 0,
+        })
+    }
+
+    /// Upgrades `url` to a WebSocket with `SPDY/3.1+portforward.k8s.io`
+    /// (as kubectl 1.31+ does) and speaks SPDY inside its binary messages.
+    pub async fn connect_tunnelled(url: &str) -> Result<SpdyPortForward, ClientError> {
+        SpdyPortForward::connect_tunnelled_with(&Dialer::plain(), url).await
+    }
+
+    /// [`SpdyPortForward::connect_tunnelled`] through `dialer`.
+    pub async fn connect_tunnelled_with(
+        dialer: &Dialer,
+        url: &str,
+    ) -> Result<SpdyPortForward, ClientError> {
+        let (ws, protocol) =
+            ws_handshake(dialer, url, &[crate::PORT_FORWARD_TUNNEL_PROTOCOL]).await?;
+        if protocol != crate::PORT_FORWARD_TUNNEL_PROTOCOL {
+            return Err(protocol_err(format!(
+                "the server chose sub-protocol {protocol:?}, not {:?}",
+                crate::PORT_FORWARD_TUNNEL_PROTOCOL
+            )));
+        }
+        let conn = Connection::new(crate::tunnel::WsBytes::new(ws), Role::Client, None)
+            .map_err(|e| protocol_err(e.to_string()))?;
         Ok(SpdyPortForward {
             conn,
             next_request: 0,
@@ -575,13 +703,23 @@ impl WsPortForward {
         protocols: &[&str],
         ports: &[u16],
     ) -> Result<WsPortForward, ClientError> {
+        WsPortForward::connect_with(&Dialer::plain(), url, protocols, ports).await
+    }
+
+    /// [`WsPortForward::connect`] through `dialer`.
+    pub async fn connect_with(
+        dialer: &Dialer,
+        url: &str,
+        protocols: &[&str],
+        ports: &[u16],
+    ) -> Result<WsPortForward, ClientError> {
         let protocols = or_usual(protocols, &["v4.channel.k8s.io"]);
         let Ws {
             sink,
             protocol,
             mut rx,
             reader,
-        } = ws_upgrade(url, protocols).await?;
+        } = ws_upgrade(dialer, url, protocols).await?;
         let mut seen = 0;
         while seen < 2 * ports.len() {
             let (channel, data) = rx

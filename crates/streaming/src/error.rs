@@ -22,4 +22,13 @@ pub enum Error {
     Io(#[from] std::io::Error),
     #[error("streaming server: no randomness for a token: {0}")]
     Random(String),
+    /// A certificate or key file that cannot be read.
+    #[error("streaming TLS: {path}: {source}")]
+    TlsFile {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// A certificate or key that cannot be used.
+    #[error("streaming TLS: {0}")]
+    Tls(String),
 }

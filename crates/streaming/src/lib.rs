@@ -12,22 +12,29 @@
 //!   attach) or `portforward.k8s.io`, or
 //! - a WebSocket with the channel sub-protocols `v5.channel.k8s.io`,
 //!   `v4.channel.k8s.io` (and their older and base64 variants) or, for
-//!   port-forward, `v4.channel.k8s.io` / `portforward.k8s.io`.
+//!   port-forward, `v4.channel.k8s.io` / `portforward.k8s.io`, or
+//!   `SPDY/3.1+portforward.k8s.io` (kubectl 1.31+: the SPDY port-forward
+//!   session carried in binary messages, [`tunnel`]).
 //!
 //! The runtime plugs in as a [`Backend`]. The server stays independent of
-//! the daemon: it knows containers and pods only by id. TLS is not served
-//! (kubelet reaches the runtime's server on the node itself).
+//! the daemon: it knows containers and pods only by id. With
+//! [`Config::tls`] it serves HTTPS only ([`tls`]: a configured certificate,
+//! or a self-signed one made at start), as containerd's
+//! `enable_tls_streaming`; a plain HTTP request then gets 400.
 
 mod backend;
 mod channel;
 pub mod client;
 mod error;
 mod idle;
+pub mod pool;
 mod portforward;
 mod remotecommand;
 mod server;
 pub mod spdy;
+pub mod tls;
 mod token;
+pub mod tunnel;
 mod websocket;
 
 use std::net::{Ipv4Addr, SocketAddr};
@@ -43,7 +50,9 @@ pub use remotecommand::{
     ResizeDecoder, ResizeError, MAX_RESIZE_PENDING, SPDY_PROTOCOLS as REMOTE_COMMAND_SPDY_PROTOCOLS,
 };
 pub use server::StreamingServer;
+pub use tls::TlsIdentity;
 pub use token::{Lookup, TokenCache};
+pub use tunnel::PORT_FORWARD_PROTOCOL as PORT_FORWARD_TUNNEL_PROTOCOL;
 pub use websocket::{
     decode_message as decode_websocket_message, MAX_MESSAGE as MAX_WEBSOCKET_MESSAGE, MAX_PORTS,
     PORT_FORWARD_PROTOCOLS as PORT_FORWARD_WEBSOCKET_PROTOCOLS,
@@ -66,12 +75,15 @@ pub struct Config {
     /// Most client connections served at once (sessions and requests that
     /// have not upgraded yet); a connection past this is closed at once.
     pub max_connections: usize,
+    /// Serve HTTPS with this certificate (URLs are `https://`); `None`:
+    /// plain HTTP.
+    pub tls: Option<TlsIdentity>,
 }
 
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
     /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values),
-    /// 256 connections at once.
+    /// 256 connections at once, plain HTTP.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -80,6 +92,7 @@ impl Default for Config {
             max_in_flight: 1000,
             idle_timeout: Duration::from_secs(4 * 3600),
             max_connections: 256,
+            tls: None,
         }
     }
 }

@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::backend::Backend;
-use crate::channel::{pump_in, pump_out, AbortOnDrop, OutChannel, PIPE};
+use crate::channel::{pump_in, pump_out, AbortOnDrop, OutChannel};
+use crate::pool::ChunkReceiver;
 use crate::spdy::frame::rst;
 use crate::spdy::{Accept, Connection, Headers, Stream};
 
@@ -22,6 +22,10 @@ pub const SPDY_PROTOCOL: &str = "portforward.k8s.io";
 pub(crate) const MAX_FORWARDS: usize = 128;
 /// Most connections of one session whose second stream has not come yet.
 pub(crate) const MAX_PENDING_PAIRS: usize = 32;
+/// Buffer of the pipe between a forwarded connection and the backend, each
+/// way. Small: a session may forward [`MAX_FORWARDS`] connections, and
+/// what waits in the pipes is outside the connection's byte pool.
+pub const FORWARD_PIPE: usize = 16 * 1024;
 
 /// Forwards one connection to `port`: the client's bytes (`inbound`, ending
 /// at its half-close) to the backend, the backend's to `data`. A failure is
@@ -30,11 +34,11 @@ pub(crate) async fn forward(
     backend: Arc<dyn Backend>,
     sandbox: String,
     port: u16,
-    inbound: mpsc::Receiver<Vec<u8>>,
+    inbound: ChunkReceiver,
     data: OutChannel,
     error: OutChannel,
 ) {
-    let (app, ours) = tokio::io::duplex(PIPE);
+    let (app, ours) = tokio::io::duplex(FORWARD_PIPE);
     let (read, write) = tokio::io::split(ours);
     // The client's direction ends with the backend: it may never half-close.
     let _to_backend = AbortOnDrop(tokio::spawn(pump_in(inbound, write)));

@@ -21,6 +21,7 @@ use crate::backend::{
     AttachRequest, Backend, BackendError, ExecRequest, Input, Output, StreamIo, TerminalSize,
 };
 use crate::channel::{pump_in, pump_out, OutChannel, PIPE};
+use crate::pool::ChunkReceiver;
 use crate::spdy::frame::rst;
 use crate::spdy::{Accept, Connection, Stream};
 
@@ -85,8 +86,8 @@ pub(crate) enum StatusFormat {
 
 /// The client's channels, whatever carries them.
 pub(crate) struct Channels {
-    pub stdin: Option<mpsc::Receiver<Vec<u8>>>,
-    pub resize: Option<mpsc::Receiver<Vec<u8>>>,
+    pub stdin: Option<ChunkReceiver>,
+    pub resize: Option<ChunkReceiver>,
     pub stdout: Option<OutChannel>,
     pub stderr: Option<OutChannel>,
     pub error: Option<OutChannel>,
@@ -271,7 +272,7 @@ impl ResizeDecoder {
 
 /// Turns the resize stream's JSON objects into sizes until the stream ends
 /// or [`ResizeDecoder`] gives up; sizes decoded before the error are kept.
-async fn resize_pump(mut rx: mpsc::Receiver<Vec<u8>>, tx: mpsc::Sender<TerminalSize>) {
+async fn resize_pump(mut rx: ChunkReceiver, tx: mpsc::Sender<TerminalSize>) {
     let mut decoder = ResizeDecoder::default();
     let mut sizes = Vec::new();
     while let Some(chunk) = rx.recv().await {

@@ -1,7 +1,10 @@
 //! The HTTP server behind the URLs the Exec, Attach and PortForward RPCs
 //! return: `/exec/TOKEN`, `/attach/TOKEN`, `/portforward/TOKEN`, by GET or
 //! POST, upgraded to SPDY/3.1 (`Upgrade: SPDY/3.1`, sub-protocol in
-//! `X-Stream-Protocol-Version`) or to a WebSocket (`Sec-WebSocket-Protocol`).
+//! `X-Stream-Protocol-Version`) or to a WebSocket (`Sec-WebSocket-Protocol`;
+//! for port-forward also `SPDY/3.1+portforward.k8s.io`, SPDY inside the
+//! WebSocket). With TLS every connection starts with the handshake (bounded
+//! like a request head); one that starts with anything else gets 400.
 //!
 //! A token is checked before the upgrade and used only when the upgrade
 //! goes ahead, so a client that retries with another protocol (client-go
@@ -23,9 +26,11 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
 use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
 use tokio_tungstenite::WebSocketStream;
@@ -35,7 +40,7 @@ use crate::error::Error;
 use crate::idle::Idle;
 use crate::remotecommand::{self, Command};
 use crate::token::{Lookup, TokenCache};
-use crate::{portforward, websocket, Config};
+use crate::{portforward, tunnel, websocket, Config};
 
 /// How long a client may take to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -80,6 +85,8 @@ struct Inner {
     backend: Arc<dyn Backend>,
     listener: Mutex<Option<std::net::TcpListener>>,
     stop: watch::Sender<bool>,
+    /// With TLS: the handshake of every connection.
+    tls: Option<TlsAcceptor>,
 }
 
 impl std::fmt::Debug for StreamingServer {
@@ -101,9 +108,15 @@ impl StreamingServer {
         let listener = std::net::TcpListener::bind(config.addr).map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let local_addr = listener.local_addr().map_err(bind_err)?;
+        let tls = match &config.tls {
+            Some(identity) => Some(TlsAcceptor::from(identity.server_config()?)),
+            None => None,
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(StreamingServer {
             inner: Arc::new(Inner {
-                base_url: format!("http://{local_addr}"),
+                base_url: format!("{scheme}://{local_addr}"),
+                tls,
                 local_addr,
                 tokens: TokenCache::new(config.token_ttl, config.max_in_flight),
                 backend,
@@ -119,7 +132,7 @@ impl StreamingServer {
         self.inner.local_addr
     }
 
-    /// `http://ADDR`, what every URL starts with.
+    /// `http://ADDR` (`https://ADDR` with TLS), what every URL starts with.
     pub fn base_url(&self) -> &str {
         &self.inner.base_url
     }
@@ -201,8 +214,49 @@ impl StreamingServer {
     }
 }
 
+/// What a TLS server answers a plain HTTP request, as Go's servers do.
+const PLAIN_HTTP_REFUSAL: &str = "Client sent an HTTP request to an HTTPS server.\n";
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
 async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
+    let Some(acceptor) = inner.tls.clone() else {
+        return serve_http(inner, tcp, peer).await;
+    };
+    // Bounded like a request head: the handshake, or the plain request.
+    let handshake = tokio::time::timeout(HEADER_TIMEOUT, async {
+        let mut first = [0u8; 1];
+        match tcp.peek(&mut first).await {
+            Ok(1) if first[0] != TLS_HANDSHAKE => {
+                let mut tcp = tcp;
+                let answer = format!(
+                    "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{PLAIN_HTTP_REFUSAL}",
+                    PLAIN_HTTP_REFUSAL.len()
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+                let _ = tcp.shutdown().await;
+                Err("a plain HTTP request to the TLS server".to_string())
+            }
+            Ok(1) => acceptor.accept(tcp).await.map_err(|e| e.to_string()),
+            Ok(_) => Err("closed before the handshake".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    match handshake {
+        Ok(Ok(tls)) => serve_http(inner, tls, peer).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "streaming server: TLS"),
+        Err(_) => tracing::debug!(%peer, "streaming server: no TLS handshake in time"),
+    }
+}
+
+/// Serves HTTP/1.1 on one connection (plain or TLS), then the session it
+/// upgraded to, if any.
+async fn serve_http<IO>(inner: Arc<Inner>, io: IO, peer: SocketAddr)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let upgraded: Arc<Mutex<Option<Session>>> = Arc::default();
     let slot = upgraded.clone();
     let service = hyper::service::service_fn(move |req| {
@@ -213,7 +267,7 @@ async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_buf_size(MAX_REQUEST_HEAD)
-        .serve_connection(TokioIo::new(tcp), service)
+        .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
     if let Err(e) = conn.await {
         tracing::debug!(%peer, error = %e, "streaming server: connection");
@@ -452,8 +506,10 @@ fn handle(
         Ok(t) => t,
         Err(resp) => return *resp,
     };
+    let tunnelled =
+        matches!(&transport, Transport::WebSocket(p) if p == tunnel::PORT_FORWARD_PROTOCOL);
     let mut ws_ports = Vec::new();
-    if let (Pending::PortForward(pf), true) = (&pending, websocket) {
+    if let (Pending::PortForward(pf), true, false) = (&pending, websocket, tunnelled) {
         ws_ports = pf.ports.clone();
         if ws_ports.is_empty() {
             match query_ports(&req) {
@@ -505,6 +561,15 @@ fn handle(
             }
             (Transport::Spdy(_), None, Pending::PortForward(pf)) => {
                 portforward::serve_spdy(io, pf.pod_sandbox_id, backend, creation_timeout).await
+            }
+            (Transport::WebSocket(p), None, Pending::PortForward(pf))
+                if p == tunnel::PORT_FORWARD_PROTOCOL =>
+            {
+                let ws =
+                    WebSocketStream::from_raw_socket(io, WsRole::Server, Some(websocket::limits()))
+                        .await;
+                let bytes = tunnel::WsBytes::new(ws);
+                portforward::serve_spdy(bytes, pf.pod_sandbox_id, backend, creation_timeout).await
             }
             (Transport::WebSocket(p), None, Pending::PortForward(pf)) => {
                 let ws =

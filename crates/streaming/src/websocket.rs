@@ -18,7 +18,7 @@ use base64::Engine;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{watch, Mutex};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message;
@@ -26,8 +26,10 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::backend::Backend;
 use crate::channel::{AbortOnDrop, Channel, OutChannel};
+use crate::pool::{BytePool, ChunkSender};
 use crate::portforward::forward;
 use crate::remotecommand::{self, Channels, Command, Outcome, StatusFormat, LINGER};
+use crate::spdy::conn::{CONNECTION_BYTES, STREAM_BYTES};
 
 /// Exec and attach sub-protocols, most preferred first ("" is a client
 /// that names none).
@@ -40,8 +42,11 @@ pub const REMOTE_COMMAND_PROTOCOLS: &[&str] = &[
     "",
 ];
 
-/// Port-forward sub-protocols.
+/// Port-forward sub-protocols; the first is SPDY tunnelled through the
+/// WebSocket (see [`crate::tunnel`]), the others carry a pair of channels
+/// per port.
 pub const PORT_FORWARD_PROTOCOLS: &[&str] = &[
+    crate::tunnel::PORT_FORWARD_PROTOCOL,
     "v4.channel.k8s.io",
     "v4.base64.channel.k8s.io",
     "portforward.k8s.io",
@@ -213,11 +218,7 @@ struct Ws<IO> {
 
 impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Ws<IO> {
     /// Starts reading `ws`; client data on channel `c` goes to `routes[c]`.
-    fn start(
-        ws: WebSocketStream<IO>,
-        protocol: &str,
-        routes: HashMap<u8, mpsc::Sender<Vec<u8>>>,
-    ) -> Ws<IO> {
+    fn start(ws: WebSocketStream<IO>, protocol: &str, routes: HashMap<u8, ChunkSender>) -> Ws<IO> {
         let framing = Framing::of(protocol);
         let (sink, stream) = ws.split();
         let (closed_tx, closed) = watch::channel(false);
@@ -258,7 +259,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static> Ws<IO> {
 
 async fn read_loop<IO: AsyncRead + AsyncWrite + Unpin>(
     mut stream: SplitStream<WebSocketStream<IO>>,
-    mut routes: HashMap<u8, mpsc::Sender<Vec<u8>>>,
+    mut routes: HashMap<u8, ChunkSender>,
     framing: Framing,
 ) {
     while let Some(message) = stream.next().await {
@@ -304,8 +305,9 @@ pub(crate) async fn serve_remote_command<IO>(
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let mut routes = HashMap::new();
-    let (stdin_tx, stdin_rx) = mpsc::channel(16);
-    let (resize_tx, resize_rx) = mpsc::channel(4);
+    let pool = BytePool::new(CONNECTION_BYTES);
+    let (stdin_tx, stdin_rx) = pool.channel(STREAM_BYTES);
+    let (resize_tx, resize_rx) = pool.channel(STREAM_BYTES);
     if cmd.stdin() {
         routes.insert(STDIN, stdin_tx);
     }
@@ -357,8 +359,9 @@ pub(crate) async fn serve_port_forward<IO>(
 {
     let mut routes = HashMap::new();
     let mut inbound = Vec::new();
+    let pool = BytePool::new(CONNECTION_BYTES);
     for i in 0..ports.len() {
-        let (tx, rx) = mpsc::channel(16);
+        let (tx, rx) = pool.channel(STREAM_BYTES);
         routes.insert((2 * i) as u8, tx);
         inbound.push(rx);
     }

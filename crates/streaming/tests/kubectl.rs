@@ -2,8 +2,10 @@
 //! the streaming server, through a fake API server that proxies the
 //! sub-resources the way the API server and kubelet do: exec over
 //! WebSocket v5 and over SPDY v4, with output, exit code and stdin; attach;
-//! port-forward over SPDY (directly, and after the WebSocket tunnel is
-//! refused). Skips when kubectl is not installed.
+//! port-forward over SPDY and through the WebSocket tunnel
+//! (`SPDY/3.1+portforward.k8s.io`, kubectl 1.31+'s default), which must
+//! be used as such (no fallback to SPDY). Skips when kubectl is not
+//! installed.
 
 mod common;
 
@@ -38,7 +40,7 @@ struct Kubectl {
     bin: PathBuf,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
-    _api: FakeApiServer,
+    api: FakeApiServer,
     _server: common::Server,
 }
 
@@ -52,7 +54,7 @@ impl Kubectl {
             bin,
             dir,
             kubeconfig,
-            _api: api,
+            api,
             _server: server,
         }
     }
@@ -159,6 +161,7 @@ async fn kubectl_attach() {
 async fn kubectl_port_forward() {
     let k = Kubectl::start(require_kubectl!()).await;
     for websockets in ["false", "true"] {
+        k.api.upgrades.lock().unwrap().clear();
         let env = [("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)];
         let mut child = k
             .command(&["port-forward", "demo", ":80"], &env)
@@ -196,5 +199,20 @@ async fn kubectl_port_forward() {
             );
         }
         child.kill().await.unwrap();
+        // One upgrade per session: the tunnel was accepted, not refused
+        // and retried over SPDY.
+        let upgrades = k.api.upgrades.lock().unwrap().clone();
+        let want = if websockets == "true" {
+            "websocket"
+        } else {
+            "spdy/3.1"
+        };
+        assert!(
+            !upgrades.is_empty()
+                && upgrades
+                    .iter()
+                    .all(|(sub, u)| sub == "portforward" && u == want),
+            "websockets={websockets}: {upgrades:?}"
+        );
     }
 }

@@ -21,7 +21,11 @@
 //! the writer (SYN_REPLY, RST_STREAM, PING) are at most [`CONTROL_QUEUE`] (a
 //! peer that sends and never reads is disconnected once the socket's buffers
 //! and the queue are full), and at most [`MAX_STREAMS`] of its streams are
-//! open at once (more are refused).
+//! open at once (more are refused). The peer's data waiting for its
+//! consumers is at most [`STREAM_BYTES`] per stream and [`CONNECTION_BYTES`]
+//! for all streams together (a [`BytePool`]; past it the reader waits, so
+//! the peer's TCP window closes), and the data queued for the writer is at
+//! most [`CONNECTION_BYTES`] too, whatever the peer reads.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -30,8 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
+
+use crate::pool::{BytePool, ChunkReceiver, ChunkSender};
 
 use super::frame::{
     check_control_len, is_control, payload_len, read_head, rst, Decoder, Encoder, Frame,
@@ -45,8 +51,11 @@ pub const DATA_CHUNK: usize = 32 * 1024;
 pub const CONTROL_QUEUE: usize = 1024;
 /// Most streams of the peer open at once on one connection.
 pub const MAX_STREAMS: usize = 512;
-/// Chunks of one stream buffered for its consumer.
-const STREAM_BUFFER: usize = 16;
+/// Most bytes of the peer's data one stream holds for its consumer.
+pub const STREAM_BYTES: usize = 256 * 1024;
+/// Most bytes of the peer's data all streams of a connection hold for their
+/// consumers, and most bytes of data queued for the writer.
+pub const CONNECTION_BYTES: usize = 1024 * 1024;
 /// Frames of streams queued for the writer.
 const WRITE_QUEUE: usize = 64;
 
@@ -69,8 +78,9 @@ pub struct Stream {
     pub id: u32,
     pub headers: Headers,
     /// The peer's data; ends at its FIN or RST_STREAM, or when the
-    /// connection ends.
-    pub rx: mpsc::Receiver<Vec<u8>>,
+    /// connection ends. What waits here counts against the connection's
+    /// [`BytePool`] until it is taken.
+    pub rx: ChunkReceiver,
     pub tx: StreamWriter,
 }
 
@@ -82,7 +92,8 @@ pub struct StreamWriter {
 }
 
 enum Out {
-    Frame(Frame),
+    /// A frame, and the bytes of the writer's budget it holds until written.
+    Frame(Frame, Option<OwnedSemaphorePermit>),
     /// Flush, end the writing direction (TCP FIN), then say so.
     Shutdown(oneshot::Sender<()>),
 }
@@ -95,7 +106,11 @@ struct Shared {
     /// Streams this side has not ended yet.
     open_local: Mutex<HashSet<u32>>,
     /// Receivers of the peer's data, by stream.
-    inbound: Mutex<HashMap<u32, mpsc::Sender<Vec<u8>>>>,
+    inbound: Mutex<HashMap<u32, ChunkSender>>,
+    /// What the peer's data may hold, all streams together.
+    pool: BytePool,
+    /// What data queued for the writer may hold.
+    out_budget: Arc<Semaphore>,
     /// Streams opened here that wait for their SYN_REPLY.
     replies: Mutex<HashMap<u32, oneshot::Sender<Result<(), u32>>>>,
     next_id: AtomicU32,
@@ -110,7 +125,7 @@ struct OutItem(Out);
 impl std::fmt::Debug for OutItem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
-            Out::Frame(frame) => write!(f, "{frame:?}"),
+            Out::Frame(frame, _) => write!(f, "{frame:?}"),
             Out::Shutdown(_) => write!(f, "Shutdown"),
         }
     }
@@ -127,7 +142,27 @@ fn broken() -> io::Error {
 impl Shared {
     async fn send(&self, frame: Frame) -> io::Result<()> {
         self.out
-            .send(OutItem(Out::Frame(frame)))
+            .send(OutItem(Out::Frame(frame, None)))
+            .await
+            .map_err(|_| broken())
+    }
+
+    /// Queues a DATA frame once the writer's budget has room for it.
+    async fn send_data(&self, stream_id: u32, data: &[u8]) -> io::Result<()> {
+        let cost = u32::try_from(data.len().max(1)).map_err(|_| broken())?;
+        let permit = self
+            .out_budget
+            .clone()
+            .acquire_many_owned(cost)
+            .await
+            .map_err(|_| broken())?;
+        let frame = Frame::Data {
+            stream_id,
+            flags: 0,
+            data: data.to_vec(),
+        };
+        self.out
+            .send(OutItem(Out::Frame(frame, Some(permit))))
             .await
             .map_err(|_| broken())
     }
@@ -148,13 +183,7 @@ impl StreamWriter {
                     format!("SPDY stream {} is closed", self.id),
                 ));
             }
-            self.shared
-                .send(Frame::Data {
-                    stream_id: self.id,
-                    flags: 0,
-                    data: chunk.to_vec(),
-                })
-                .await?;
+            self.shared.send_data(self.id, chunk).await?;
         }
         Ok(())
     }
@@ -219,6 +248,8 @@ impl Connection {
             out: out_tx,
             open_local: Mutex::new(HashSet::new()),
             inbound: Mutex::new(HashMap::new()),
+            pool: BytePool::new(CONNECTION_BYTES),
+            out_budget: Arc::new(Semaphore::new(CONNECTION_BYTES)),
             replies: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(match role {
                 Role::Client => 1,
@@ -293,7 +324,7 @@ impl Connection {
     /// Opens a stream (a client's move) and waits for the peer's SYN_REPLY.
     pub async fn open(&self, headers: Headers) -> io::Result<Stream> {
         let id = self.shared.next_id.fetch_add(2, Ordering::SeqCst);
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let (tx, rx) = self.shared.pool.channel(STREAM_BYTES);
         let (reply_tx, reply_rx) = oneshot::channel();
         lock(&self.shared.inbound).insert(id, tx);
         lock(&self.shared.replies).insert(id, reply_tx);
@@ -376,7 +407,7 @@ async fn write_loop<W: AsyncWrite>(
         let item = tokio::select! {
             biased;
             frame = control.recv(), if control_open => match frame {
-                Some(frame) => Out::Frame(frame),
+                Some(frame) => Out::Frame(frame, None),
                 None => {
                     control_open = false;
                     continue;
@@ -388,7 +419,8 @@ async fn write_loop<W: AsyncWrite>(
             },
         };
         match item {
-            Out::Frame(frame) => {
+            // The budget the frame holds goes back once it is written.
+            Out::Frame(frame, _budget) => {
                 buf.clear();
                 if let Err(e) = encoder.encode(&frame, &mut buf) {
                     tracing::warn!(error = %e, "SPDY: encoding a frame");
@@ -458,6 +490,7 @@ async fn read_data<R: AsyncRead>(
         io.read_exact(&mut piece).await?;
         left -= piece.len();
         if let Some(sender) = &tx {
+            // Waits while the stream or the connection holds its most.
             if sender.send(piece).await.is_err() {
                 // The consumer is gone: drop the rest of this stream.
                 lock(&shared.inbound).remove(&stream_id);
@@ -566,7 +599,7 @@ async fn read_loop<R: AsyncRead>(
                     }
                     continue;
                 }
-                let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+                let (tx, rx) = shared.pool.channel(STREAM_BYTES);
                 if flags & FLAG_FIN == 0 {
                     lock(&shared.inbound).insert(stream_id, tx);
                 }

@@ -6,14 +6,21 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use berth_streaming::{AttachRequest, ExecRequest, PortForwardRequest, StreamingServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// What one proxied sub-resource request asked for: the sub-resource and
+/// its `Upgrade` header, lowered (`websocket`, `spdy/3.1`).
+pub type Upgrades = Arc<Mutex<Vec<(String, String)>>>;
+
 /// The fake API server, stopped on drop.
 pub struct FakeApiServer {
     pub addr: SocketAddr,
+    /// Every sub-resource request proxied, in order.
+    pub upgrades: Upgrades,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -28,12 +35,18 @@ impl FakeApiServer {
     pub async fn start(streaming: StreamingServer) -> FakeApiServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let upgrades = Upgrades::default();
+        let seen = upgrades.clone();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
-                tokio::spawn(serve(tcp, streaming.clone()));
+                tokio::spawn(serve(tcp, streaming.clone(), seen.clone()));
             }
         });
-        FakeApiServer { addr, task }
+        FakeApiServer {
+            addr,
+            upgrades,
+            task,
+        }
     }
 
     /// Writes a kubeconfig for this server into `dir`.
@@ -146,7 +159,7 @@ fn mint(streaming: &StreamingServer, sub: &str, q: &str) -> Option<String> {
     }
 }
 
-async fn serve(mut tcp: TcpStream, streaming: StreamingServer) {
+async fn serve(mut tcp: TcpStream, streaming: StreamingServer, upgrades: Upgrades) {
     loop {
         let mut head = Vec::new();
         while !head.ends_with(b"\r\n\r\n") {
@@ -175,6 +188,16 @@ async fn serve(mut tcp: TcpStream, streaming: StreamingServer) {
         let sub = path.strip_prefix("/api/v1/namespaces/default/pods/demo/");
         let result = match (method, path, sub) {
             (_, _, Some(sub)) => {
+                let upgrade = head
+                    .lines()
+                    .filter_map(|l| l.split_once(':'))
+                    .find(|(n, _)| n.eq_ignore_ascii_case("upgrade"))
+                    .map(|(_, v)| v.trim().to_ascii_lowercase())
+                    .unwrap_or_default();
+                upgrades
+                    .lock()
+                    .unwrap()
+                    .push((sub.to_string(), upgrade));
                 let Some(url) = mint(&streaming, sub, q) else {
                     let _ = respond(&mut tcp, "400 Bad Request", "{}").await;
                     return;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod tls;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -16,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Runs commands by name: `echo ARGS`, `fail CODE` ("oops" on stderr), `cat`,
 /// `size` (the first terminal size), `sleep`; anything else fails. Attach
 /// echoes stdin. Port 1 has nothing listening, port 7 greets and hangs up,
-/// other ports greet and echo. Counts the processes alive.
+/// port 9 accepts and never reads nor writes (a stuck server), port 19
+/// writes without end, other ports greet and echo. Counts the processes
+/// alive.
 #[derive(Default)]
 pub struct Fake {
     pub alive: AtomicUsize,
@@ -115,6 +118,16 @@ impl Backend for Fake {
             ))),
             // Greets and hangs up, like `nc -l -e echo hi`.
             7 => stream.write_all(greeting.as_bytes()).await.map_err(err),
+            9 => {
+                let _held = stream;
+                std::future::pending().await
+            }
+            19 => {
+                let block = [b'x'; 16 * 1024];
+                loop {
+                    stream.write_all(&block).await.map_err(err)?;
+                }
+            }
             // Greets, then echoes until the client's half-close.
             _ => {
                 stream.write_all(greeting.as_bytes()).await.map_err(err)?;

@@ -221,16 +221,37 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        self.mech
-            .files
-            .mount_rootfs(
-                &id,
-                &dirs,
+        // A userns pod: the layers through idmapped mounts (never chowned,
+        // they are shared), the rootfs bound where the pod's root can reach
+        // it (see Layout::userns_dir).
+        let idmap = sandbox
+            .meta
+            .facts()
+            .userns
+            .map(|u| super::mechanisms::RootfsIdmap {
+                userns: self.layout.pod_userns(&sandbox.meta.id).ns(),
+                uid: u.host_root_uid(),
+                gid: u.host_root_gid(),
+            });
+        let lowerdirs = self
+            .mech
+            .images
+            .snapshot_dirs(&container.meta.rootfs_snapshots);
+        match &idmap {
+            None => self.mech.files.mount_rootfs(&id, &dirs, lowerdirs).await?,
+            Some(m) => {
                 self.mech
-                    .images
-                    .snapshot_dirs(&container.meta.rootfs_snapshots),
-            )
-            .await?;
+                    .files
+                    .mount_idmapped_rootfs(&id, &dirs, lowerdirs, m)
+                    .await?
+            }
+        }
+        if idmap.is_some() {
+            self.mech
+                .files
+                .bind(&id, &dirs.rootfs(), &self.layout.userns_rootfs(&id))
+                .await?;
+        }
         let image_mounts = self.mount_image_volumes(&container).await?;
         let spec = self
             .container_spec(&container, sandbox, info, image_mounts)
@@ -302,7 +323,11 @@ impl Core {
         let id = container.meta.id.clone();
         let config = container.meta.config().clone();
         let facts = sandbox.meta.facts();
-        let files = self.layout.sandbox_files(&sandbox.meta.id);
+        let mut files = self.layout.sandbox_files(&sandbox.meta.id);
+        if facts.userns.is_some() {
+            // The idmapped view of the pod's files, which its root reaches.
+            files.root = self.layout.pod_userns(&sandbox.meta.id).files();
+        }
         let sandbox_info = berth_spec::SandboxInfo {
             id: sandbox.meta.id.clone(),
             pid: sandbox.status().pid.unwrap_or_default(),
@@ -340,7 +365,10 @@ impl Core {
         self.mech.files.create_dirs(&id, create).await?;
         let sandbox_config = sandbox.meta.config().clone();
         let opts = self.spec_options_for(&sandbox.meta.runtime_handler);
-        let rootfs = dirs.rootfs();
+        let rootfs = match facts.userns {
+            Some(_) => self.layout.userns_rootfs(&id),
+            None => dirs.rootfs(),
+        };
         // Reads the rootfs's /etc/passwd and group, host paths and devices.
         tokio::task::spawn_blocking(move || -> Result<_, Error> {
             let mut req = berth_spec::SpecRequest::new(

@@ -68,6 +68,31 @@ impl Layout {
         self.netns_dir().join(id)
     }
 
+    /// The tree of what processes of pods in their own user namespace must
+    /// reach by path (their root cannot search the 0700 dirs of root and
+    /// state: host root is not mapped in their namespace). Mode 0711 down
+    /// to each entry, so they can pass but nobody can list; only userns pods
+    /// have anything here, and what they have shows owned by their host
+    /// range (so a setuid file in it gives no host root).
+    pub fn userns_dir(&self) -> PathBuf {
+        self.state.join("userns")
+    }
+
+    /// The userns tree of pod `id`: the pinned user namespace (`ns`), the
+    /// pause's rootfs (`pause`), the idmapped pod files (`files`) and
+    /// /dev/shm (`shm`).
+    pub fn pod_userns(&self, id: &str) -> PodUserns {
+        PodUserns {
+            root: self.userns_dir().join("p").join(id),
+        }
+    }
+
+    /// Where the rootfs of container `id` of a userns pod is bound for the
+    /// runtime.
+    pub fn userns_rootfs(&self, id: &str) -> PathBuf {
+        self.userns_dir().join("c").join(id)
+    }
+
     /// The OCI runtime's state root (`--root` of runc and crun).
     pub fn runtime_root(&self) -> PathBuf {
         self.state.join("runtime")
@@ -173,6 +198,53 @@ impl Layout {
     }
 }
 
+/// The userns tree of a pod (see [`Layout::pod_userns`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodUserns {
+    pub root: PathBuf,
+}
+
+impl PodUserns {
+    /// The pod's user namespace, bind-mounted (the pause joins it).
+    pub fn ns(&self) -> PathBuf {
+        self.root.join("ns")
+    }
+    /// The pause's rootfs, bound.
+    pub fn pause_rootfs(&self) -> PathBuf {
+        self.root.join("pause")
+    }
+    /// The pod's hostname, hosts and resolv.conf dir, idmapped.
+    pub fn files(&self) -> PathBuf {
+        self.root.join("files")
+    }
+    /// The pod's /dev/shm, idmapped.
+    pub fn shm(&self) -> PathBuf {
+        self.root.join("shm")
+    }
+}
+
+/// The userns tree of the pod whose network namespace is `netns`
+/// (`<state>/netns/<id>`), for the mechanisms that are given only that.
+pub fn pod_userns_of_netns(netns: &Path) -> Option<PodUserns> {
+    let id = netns.file_name()?;
+    let state = netns.parent()?.parent()?;
+    Some(Layout::new("", state).pod_userns(&id.to_string_lossy()))
+}
+
+/// The userns tree of the pod whose runtime dir is `state_dir`
+/// (`<state>/sandboxes/<id>`).
+pub fn pod_userns_of_state(state_dir: &Path) -> Option<PodUserns> {
+    pod_userns_of_netns(state_dir)
+}
+
+/// Where a container whose bundle is `bundle` (`<state>/containers/<id>`)
+/// has its rootfs bound, if it is in a userns pod.
+pub fn userns_rootfs_of_bundle(bundle: &Path) -> Option<PathBuf> {
+    let id = bundle.file_name()?;
+    let state = bundle.parent()?.parent()?;
+    Some(Layout::new("", state).userns_rootfs(&id.to_string_lossy()))
+}
+
 /// How entries of an owned dir are named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
@@ -215,6 +287,20 @@ mod tests {
             Path::new("/var/lib/berth/containers/c/upper")
         );
         assert_eq!(l.entry_kind(&l.netns("x")), EntryKind::Netns);
+        // The userns trees, derived from what the mechanisms are given.
+        assert_eq!(
+            l.pod_userns("p").ns(),
+            Path::new("/run/berth/userns/p/p/ns")
+        );
+        assert_eq!(pod_userns_of_netns(&l.netns("p")), Some(l.pod_userns("p")));
+        assert_eq!(
+            pod_userns_of_state(&l.sandbox_files("p").state),
+            Some(l.pod_userns("p"))
+        );
+        assert_eq!(
+            userns_rootfs_of_bundle(&l.container_dirs("c").bundle),
+            Some(PathBuf::from("/run/berth/userns/c/c"))
+        );
         assert_eq!(l.entry_kind(&l.shim_dir(id)), EntryKind::ShimDir);
         assert_eq!(
             l.entry_kind(&l.runtime_root().join("x")),

@@ -47,7 +47,11 @@ impl Cri {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: runtime_handlers(&self.core.config).await,
+            runtime_handlers: runtime_handlers(
+                &self.core.config,
+                user_namespaces_here(&self.core.config.state).await,
+            )
+            .await,
             features: Some(v1::RuntimeFeatures {
                 supplemental_groups_policy: true,
                 user_namespaces_host_network: false,
@@ -63,8 +67,43 @@ const FEATURES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
+/// Whether this host can run pods in their own user namespace the way
+/// berth does it, probed once (the first time it is asked) and kept: a
+/// user namespace made by a forked holder, an idmapped bind mount of a
+/// scratch dir in the state dir showing a root-owned file with the mapped
+/// owner, nothing left behind.
+static USERNS_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// See [`USERNS_HOST`]; blocking (it forks): call off the tokio workers.
+pub fn probe_user_namespaces(state: &Path) -> bool {
+    *USERNS_HOST.get_or_init(|| match berth_idmap::probe(state, 65536) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "pods with user namespaces cannot run here");
+            false
+        }
+    })
+}
+
+async fn user_namespaces_here(state: &Path) -> bool {
+    if let Some(known) = USERNS_HOST.get() {
+        return *known;
+    }
+    let state = state.to_path_buf();
+    tokio::task::spawn_blocking(move || probe_user_namespaces(&state))
+        .await
+        .unwrap_or(false)
+}
+
 /// The default handler (named "") and every configured one, with features.
-async fn runtime_handlers(config: &crate::config::Config) -> Vec<v1::RuntimeHandler> {
+/// `userns_host`: what [`probe_user_namespaces`] found; a handler has user
+/// namespaces when it is found too (berth makes the namespaces and the
+/// idmapped mounts itself, so the runtime only joins them by path, which
+/// runc 1.1 and crun 1.8 do).
+async fn runtime_handlers(
+    config: &crate::config::Config,
+    userns_host: bool,
+) -> Vec<v1::RuntimeHandler> {
     let default = ("", config.default_runtime_handler());
     let mut handlers = Vec::new();
     for (name, handler) in
@@ -74,8 +113,7 @@ async fn runtime_handlers(config: &crate::config::Config) -> Vec<v1::RuntimeHand
             name: name.to_string(),
             features: Some(v1::RuntimeHandlerFeatures {
                 recursive_read_only_mounts: recursive_read_only(&handler.binary).await,
-                // Pods with user namespaces are not supported yet.
-                user_namespaces: false,
+                user_namespaces: userns_host && find_executable(&handler.binary).is_some(),
             }),
         });
     }

@@ -180,11 +180,21 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
     let pod_a = userns_pod("userns-a", pod_userns(100000));
     let a = run(&daemon, pod_a.clone()).await.expect("RunPodSandbox");
     let shared = owned_dir(&daemon, "empty-dir", 100000);
+    // A root-owned host dir asked for idmapped (uidMappings: the pod's).
+    let idmapped = owned_dir(&daemon, "idmapped", 0);
+    std::fs::write(idmapped.join("from-host"), b"h").unwrap();
+    let idmapped_mount = v1::Mount {
+        container_path: "/idm".into(),
+        host_path: idmapped.display().to_string(),
+        uid_mappings: vec![map(0, 100000, 65536)],
+        gid_mappings: vec![map(0, 100000, 65536)],
+        ..Default::default()
+    };
     let c = create(
         &daemon,
         &a,
         &pod_a,
-        sleeper("c", &pod_a, vec![host_dir_mount(&shared)]),
+        sleeper("c", &pod_a, vec![host_dir_mount(&shared), idmapped_mount]),
     )
     .await
     .expect("CreateContainer");
@@ -246,6 +256,20 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
             .trim(),
         "0"
     );
+    // The idmapped host dir: root's files are root's inside, and what root
+    // inside writes is root's on disk.
+    assert_eq!(
+        out(
+            &daemon,
+            &c,
+            &["stat", "-c", "%u:%g", "/idm", "/idm/from-host"]
+        )
+        .await,
+        "0:0\n0:0\n"
+    );
+    exec(&daemon, &c, &["sh", "-c", "echo in > /idm/from-pod"]).await;
+    let m = std::fs::metadata(idmapped.join("from-pod")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (0, 0));
     // Root inside is not root outside: a root-owned host file it cannot write.
     let root_file = daemon.sandbox.path("empty-dir/root-only");
     std::fs::write(&root_file, b"host\n").unwrap();

@@ -64,6 +64,8 @@ impl Core {
             )));
         }
         let sandbox_config = sandbox.meta.config();
+        // Checked before anything is made: what is to be idmapped.
+        berth_spec::idmapped_mounts("container", &config, sandbox.meta.facts().userns.as_ref())?;
         let (image_name, image) = self.image_of(&config)?;
         let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
         let pod = sandbox_config.metadata.clone().unwrap_or_default();
@@ -363,6 +365,23 @@ impl Core {
         let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
         create.extend(berth_spec::host_paths_to_create(&config));
         self.mech.files.create_dirs(&id, create).await?;
+        // Host paths asking for an idmapped mount (uidMappings: the pod's),
+        // seen through the pod's user namespace; removed with the
+        // container's userns tree.
+        let mut idmapped = BTreeMap::new();
+        for (n, host) in berth_spec::idmapped_mounts(&id, &config, facts.userns.as_ref())? {
+            let view = self.layout.userns_mount(&id, n);
+            self.mech
+                .files
+                .idmapped_bind(
+                    &id,
+                    &host,
+                    &view,
+                    &self.layout.pod_userns(&sandbox.meta.id).ns(),
+                )
+                .await?;
+            idmapped.insert(n, view);
+        }
         let sandbox_config = sandbox.meta.config().clone();
         let opts = self.spec_options_for(&sandbox.meta.runtime_handler);
         let rootfs = match facts.userns {
@@ -382,6 +401,7 @@ impl Core {
             req.volumes = volumes;
             req.target_pid = target_pid;
             req.image_mounts = image_mounts;
+            req.idmapped = idmapped;
             Ok(berth_spec::container_spec(&req, &opts)?)
         })
         .await

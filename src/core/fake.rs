@@ -328,6 +328,8 @@ impl HostFiles for Fake {
     }
     async fn bind(&self, id: &str, _source: &Path, target: &Path) -> Result<(), Error> {
         self.call("files.bind", id).await?;
+        // What the spec generator reads through it: an empty dir will do.
+        let _ = std::fs::create_dir_all(target);
         self.world
             .lock()
             .unwrap()
@@ -348,8 +350,8 @@ impl HostFiles for Fake {
         self.call("files.unmount_rootfs", id).await?;
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
-        if let Some(bound) = super::layout::userns_rootfs_of_bundle(&dirs.bundle) {
-            world.binds.remove(&bound);
+        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+            world.binds.retain(|p, _| !p.starts_with(&bound));
         }
         Ok(())
     }
@@ -360,8 +362,8 @@ impl HostFiles for Fake {
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
         world.container_files.remove(id);
-        if let Some(bound) = super::layout::userns_rootfs_of_bundle(&dirs.bundle) {
-            world.binds.remove(&bound);
+        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+            world.binds.retain(|p, _| !p.starts_with(&bound));
         }
         Ok(())
     }

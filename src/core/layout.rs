@@ -87,10 +87,22 @@ impl Layout {
         }
     }
 
+    /// The userns tree of container `id` of a userns pod: what its root
+    /// reaches by path (the rootfs, idmapped host paths).
+    pub fn userns_container(&self, id: &str) -> PathBuf {
+        self.userns_dir().join("c").join(id)
+    }
+
     /// Where the rootfs of container `id` of a userns pod is bound for the
     /// runtime.
     pub fn userns_rootfs(&self, id: &str) -> PathBuf {
-        self.userns_dir().join("c").join(id)
+        self.userns_container(id).join("rootfs")
+    }
+
+    /// Where the idmapped view of the host path of CRI mount `n` of
+    /// container `id` is.
+    pub fn userns_mount(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("m").join(n.to_string())
     }
 
     /// The OCI runtime's state root (`--root` of runc and crun).
@@ -237,12 +249,12 @@ pub fn pod_userns_of_state(state_dir: &Path) -> Option<PodUserns> {
     pod_userns_of_netns(state_dir)
 }
 
-/// Where a container whose bundle is `bundle` (`<state>/containers/<id>`)
-/// has its rootfs bound, if it is in a userns pod.
-pub fn userns_rootfs_of_bundle(bundle: &Path) -> Option<PathBuf> {
+/// The userns tree of the container whose bundle is `bundle`
+/// (`<state>/containers/<id>`), if it is in a userns pod.
+pub fn userns_container_of_bundle(bundle: &Path) -> Option<PathBuf> {
     let id = bundle.file_name()?;
     let state = bundle.parent()?.parent()?;
-    Some(Layout::new("", state).userns_rootfs(&id.to_string_lossy()))
+    Some(Layout::new("", state).userns_container(&id.to_string_lossy()))
 }
 
 /// How entries of an owned dir are named.
@@ -298,9 +310,11 @@ mod tests {
             Some(l.pod_userns("p"))
         );
         assert_eq!(
-            userns_rootfs_of_bundle(&l.container_dirs("c").bundle),
+            userns_container_of_bundle(&l.container_dirs("c").bundle),
             Some(PathBuf::from("/run/berth/userns/c/c"))
         );
+        assert!(l.userns_mount("c", 2).starts_with(l.userns_container("c")));
+        assert!(l.userns_rootfs("c").starts_with(l.userns_container("c")));
         assert_eq!(l.entry_kind(&l.shim_dir(id)), EntryKind::ShimDir);
         assert_eq!(
             l.entry_kind(&l.runtime_root().join("x")),

@@ -105,8 +105,9 @@ pub trait HostFiles: Send + Sync {
         lowerdirs: Vec<PathBuf>,
         idmap: &RootfsIdmap,
     ) -> Result<(), Error>;
-    /// An idmapped bind mount of `source` (a dir) on `target` (made, with
-    /// its parents, mode 0711), through the user namespace file `userns`.
+    /// An idmapped bind mount of `source` (a dir or a file) on `target`
+    /// (made, with its parents, mode 0711), through the user namespace
+    /// file `userns`.
     async fn idmapped_bind(
         &self,
         id: &str,

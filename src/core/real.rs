@@ -163,10 +163,24 @@ fn remove_mounted_tree(id: &str, dir: &Path) -> Result<(), Error> {
     remove_tree(id, dir)
 }
 
-/// Makes the mount point for a bind of `source`: a dir, with its parents
-/// traversable.
-fn mount_point(id: &str, target: &Path) -> Result<(), Error> {
-    make_traversable(target).map_err(Error::io(id, "creating", target))
+/// Makes the mount point for a bind of `source`: a dir (or, for a file, a
+/// file), with its parents traversable.
+fn mount_point(id: &str, source: &Path, target: &Path) -> Result<(), Error> {
+    if source.is_dir() {
+        return make_traversable(target).map_err(Error::io(id, "creating", target));
+    }
+    if let Some(parent) = target.parent() {
+        make_traversable(parent).map_err(Error::io(id, "creating", parent))?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(target)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(id, "creating", target)(e)),
+    }
 }
 
 /// The overlay of `lowerdirs` on `dirs.rootfs()`, over idmapped views of
@@ -344,7 +358,7 @@ impl HostFiles for Host {
         );
         blocking(move || {
             use std::os::fd::AsFd;
-            mount_point(&id, &target)?;
+            mount_point(&id, &source, &target)?;
             let fd = berth_idmap::open_userns(&userns)
                 .map_err(|e| Error::io(&id, "opening", &userns)(std::io::Error::other(e)))?;
             berth_idmap::bind(&source, &target, fd.as_fd(), false)
@@ -356,7 +370,7 @@ impl HostFiles for Host {
     async fn bind(&self, id: &str, source: &Path, target: &Path) -> Result<(), Error> {
         let (id, source, target) = (id.to_string(), source.to_path_buf(), target.to_path_buf());
         blocking(move || {
-            mount_point(&id, &target)?;
+            mount_point(&id, &source, &target)?;
             nix::mount::mount(
                 Some(&source),
                 &target,
@@ -395,7 +409,7 @@ impl HostFiles for Host {
     async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         let (id, dirs) = (id.to_string(), dirs.clone());
         blocking(move || {
-            if let Some(bound) = layout::userns_rootfs_of_bundle(&dirs.bundle) {
+            if let Some(bound) = layout::userns_container_of_bundle(&dirs.bundle) {
                 remove_mounted_tree(&id, &bound)?;
             }
             dirs.unmount()
@@ -407,7 +421,7 @@ impl HostFiles for Host {
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         let (id, dirs) = (id.to_string(), dirs.clone());
         blocking(move || {
-            if let Some(bound) = layout::userns_rootfs_of_bundle(&dirs.bundle) {
+            if let Some(bound) = layout::userns_container_of_bundle(&dirs.bundle) {
                 remove_mounted_tree(&id, &bound)?;
             }
             dirs.remove()

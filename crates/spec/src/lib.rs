@@ -71,7 +71,8 @@ pub use seccomp::{
 pub use signal::{cri_signal, cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
 pub use userns::{
-    check_container_user_namespace, pod_user_namespace, user_namespace, IdRange, UserNamespace,
+    check_container_user_namespace, idmapped_mounts, pod_user_namespace, user_namespace, IdRange,
+    UserNamespace,
 };
 
 /// The name of berth's default AppArmor profile (used when loaded).
@@ -297,6 +298,9 @@ pub struct SpecRequest<'a> {
     /// The pid of the container named by `namespace_options.target_id`, for
     /// PID namespace mode TARGET.
     pub target_pid: Option<u32>,
+    /// Idmapped views of the host paths of the CRI mounts that ask for one
+    /// (`uidMappings`), by mount index: see [`idmapped_mounts`].
+    pub idmapped: BTreeMap<usize, PathBuf>,
 }
 
 impl<'a> SpecRequest<'a> {
@@ -319,6 +323,7 @@ impl<'a> SpecRequest<'a> {
             volumes: Vec::new(),
             image_mounts: BTreeMap::new(),
             target_pid: None,
+            idmapped: BTreeMap::new(),
         }
     }
 }
@@ -508,12 +513,15 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         opts.oom_score_adj_floor,
     )?);
 
+    let userns = pod_user_namespace(id, req.sandbox_config)?;
     let (mounts, rootfs_propagation) = mounts::mounts(&mounts::MountInputs {
         id,
         config,
         sandbox: req.sandbox,
         volumes: &req.volumes,
         image_mounts: &req.image_mounts,
+        idmapped: &req.idmapped,
+        userns: userns.as_ref(),
         privileged,
         readonly_rootfs,
         rro_supported: opts.rro_supported,
@@ -524,7 +532,6 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     let mut cgroup_resources = linux_resources(id, &resources, opts)?;
     cgroup_resources.set_devices(Some(device_rules));
 
-    let userns = pod_user_namespace(id, req.sandbox_config)?;
     let (masked, readonly) = masked_and_readonly(privileged, sc, userns.is_some());
 
     let mut linux = Linux::default();

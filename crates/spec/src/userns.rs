@@ -225,6 +225,66 @@ pub fn check_container_user_namespace(
     Ok(())
 }
 
+/// Whether CRI mount `m` (field `field`) asks for an idmapped mount: it
+/// has `uidMappings`/`gidMappings`, which must then be exactly the pod's
+/// (its user namespace is what the mount maps through), on a host path (an
+/// image volume is idmapped by berth already), with private propagation (an
+/// idmapped view is a mount of its own, which propagates nothing).
+pub(crate) fn check_mount_idmap(
+    id: &str,
+    field: &str,
+    m: &v1::Mount,
+    pod: Option<&UserNamespace>,
+) -> Result<bool, Error> {
+    if m.uid_mappings.is_empty() && m.gid_mappings.is_empty() {
+        return Ok(false);
+    }
+    let field = format!("{field}.uidMappings");
+    let Some(pod) = pod else {
+        return Err(invalid(
+            id,
+            field,
+            "an idmapped mount needs a pod with its own user namespace",
+        ));
+    };
+    let same = |maps: &[v1::IdMapping], r: &IdRange| matches!(maps, [m] if (m.container_id, m.host_id, m.length) == (r.container_id, r.host_id, r.length));
+    if !same(&m.uid_mappings, &pod.uids) || !same(&m.gid_mappings, &pod.gids) {
+        return Err(invalid(
+            id,
+            field,
+            "the mount's mappings must be the pod's user namespace mappings",
+        ));
+    }
+    if m.image.as_ref().is_some_and(|i| !i.image.is_empty()) {
+        return Err(invalid(id, field, "an image volume cannot be idmapped"));
+    }
+    if m.propagation != v1::MountPropagation::PropagationPrivate as i32 {
+        return Err(invalid(
+            id,
+            field,
+            "an idmapped mount needs private propagation",
+        ));
+    }
+    Ok(true)
+}
+
+/// The CRI mounts of `config` that ask for an idmapped view of their host
+/// path, checked: (index, host path). The daemon prepares a view of each
+/// and names it in [`SpecRequest::idmapped`](crate::SpecRequest::idmapped).
+pub fn idmapped_mounts(
+    id: &str,
+    config: &v1::ContainerConfig,
+    pod: Option<&UserNamespace>,
+) -> Result<Vec<(usize, std::path::PathBuf)>, Error> {
+    let mut out = Vec::new();
+    for (n, m) in config.mounts.iter().enumerate() {
+        if check_mount_idmap(id, &format!("mounts[{n}]"), m, pod)? {
+            out.push((n, std::path::PathBuf::from(&m.host_path)));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +439,62 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidArgument);
             assert!(e.to_string().contains("host's"), "{e}");
         }
+    }
+
+    #[test]
+    fn idmapped_mounts_must_use_the_pods_mapping() {
+        let pod = user_namespace("p", Some(&kubelets(65536)))
+            .unwrap()
+            .unwrap();
+        let mount = |host: u32| v1::Mount {
+            container_path: "/data".into(),
+            host_path: "/srv/data".into(),
+            uid_mappings: vec![map(0, host, 65536)],
+            gid_mappings: vec![map(0, host, 65536)],
+            ..Default::default()
+        };
+        let config = v1::ContainerConfig {
+            mounts: vec![
+                v1::Mount {
+                    host_path: "/plain".into(),
+                    ..mount(65536)
+                },
+                mount(65536),
+            ],
+            ..Default::default()
+        };
+        let mut config = config;
+        config.mounts[0].uid_mappings.clear();
+        config.mounts[0].gid_mappings.clear();
+        assert_eq!(
+            idmapped_mounts("c", &config, Some(&pod)).unwrap(),
+            vec![(1, std::path::PathBuf::from("/srv/data"))]
+        );
+        // Not the pod's mapping, no userns pod, an image, propagation: refused.
+        let mut bad = vec![mount(131072)];
+        let mut image = mount(65536);
+        image.image = Some(v1::ImageSpec {
+            image: "busybox".into(),
+            ..Default::default()
+        });
+        bad.push(image);
+        let mut shared = mount(65536);
+        shared.propagation = v1::MountPropagation::PropagationBidirectional as i32;
+        bad.push(shared);
+        for m in bad {
+            let config = v1::ContainerConfig {
+                mounts: vec![m],
+                ..Default::default()
+            };
+            let e = idmapped_mounts("c", &config, Some(&pod)).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            assert!(e.to_string().contains("mounts[0].uidMappings"), "{e}");
+        }
+        let config = v1::ContainerConfig {
+            mounts: vec![mount(65536)],
+            ..Default::default()
+        };
+        assert!(idmapped_mounts("c", &config, None).is_err());
     }
 
     #[test]

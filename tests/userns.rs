@@ -517,3 +517,43 @@ async fn status_reports_user_namespaces_and_a_restart_keeps_the_pod() {
     remove_pod(&daemon, &p).await;
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    pull(&daemon, &registry().busybox()).await;
+    let layered = format!("{}/berth-test/layers:latest", registry().addr);
+    pull(&daemon, &layered).await;
+    let pod = userns_pod("imgvol", pod_userns(100000));
+    let p = run(&daemon, pod.clone()).await.unwrap();
+    // Three layers (a read-only overlay), and one (a read-only bind).
+    let image_mount = |path: &str, image: &str| v1::Mount {
+        container_path: path.into(),
+        image: Some(v1::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        readonly: true,
+        ..Default::default()
+    };
+    let mounts = vec![
+        image_mount("/imgvol", &layered),
+        image_mount("/bb", &registry().busybox()),
+    ];
+    let c = create(&daemon, &p, &pod, sleeper("c", &pod, mounts))
+        .await
+        .expect("CreateContainer with an image volume");
+    start(&daemon, &c).await;
+    assert_eq!(
+        out(&daemon, &c, &["stat", "-c", "%u:%g", "/imgvol/bin/busybox"]).await,
+        "0:0\n"
+    );
+    let w = exec_sync(&daemon, &c, &["touch", "/imgvol/x"], 10)
+        .await
+        .unwrap();
+    assert_ne!(w.exit_code, 0, "the image volume is writable");
+    remove_pod(&daemon, &p).await;
+    assert_eq!(leftovers(&daemon), Vec::<String>::new());
+}

@@ -254,7 +254,7 @@ impl Core {
                 .bind(&id, &dirs.rootfs(), &self.layout.userns_rootfs(&id))
                 .await?;
         }
-        let image_mounts = self.mount_image_volumes(&container).await?;
+        let image_mounts = self.mount_image_volumes(&container, sandbox).await?;
         let spec = self
             .container_spec(&container, sandbox, info, image_mounts)
             .await?;
@@ -274,11 +274,19 @@ impl Core {
         Ok(())
     }
 
-    /// Image volumes: each named image, pulled beforehand, read-only.
+    /// Image volumes: each named image, pulled beforehand, read-only; in a
+    /// userns pod, over idmapped views of its snapshots in the container's
+    /// userns tree (removed with it).
     async fn mount_image_volumes(
         &self,
         container: &Container,
+        sandbox: &Sandbox,
     ) -> Result<BTreeMap<String, PathBuf>, Error> {
+        let userns = sandbox
+            .meta
+            .facts()
+            .userns
+            .map(|_| self.layout.pod_userns(&sandbox.meta.id).ns());
         let id = &container.meta.id;
         let dirs = self.layout.container_dirs(id);
         let mut image_mounts = BTreeMap::new();
@@ -298,16 +306,23 @@ impl Core {
                 kind: "image (for an image volume)",
                 id: name.clone(),
             })?;
-            let path = self
-                .mech
-                .files
-                .mount_image_volume(
-                    id,
-                    &dirs,
-                    n,
-                    self.mech.images.snapshot_dirs(&chain_ids(&volume)),
-                )
-                .await?;
+            let lowerdirs = self.mech.images.snapshot_dirs(&chain_ids(&volume));
+            let path = match &userns {
+                None => {
+                    self.mech
+                        .files
+                        .mount_image_volume(id, &dirs, n, lowerdirs)
+                        .await?
+                }
+                Some(ns) => {
+                    let target = self.layout.userns_image_volume(id, n);
+                    self.mech
+                        .files
+                        .mount_idmapped_image_volume(id, &target, lowerdirs, ns)
+                        .await?;
+                    target
+                }
+            };
             image_mounts.insert(name, path);
         }
         Ok(image_mounts)
@@ -359,12 +374,26 @@ impl Core {
             })
             .transpose()?;
         let dirs = self.layout.container_dirs(&id);
-        let volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
+        let mut volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
         // Anonymous volumes, and host paths that do not exist yet: made as
         // directories, as containerd and CRI-O do for hostPath type "".
         let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
         create.extend(berth_spec::host_paths_to_create(&config));
         self.mech.files.create_dirs(&id, create).await?;
+        if facts.userns.is_some() {
+            // The container's own volumes live under berth's 0700 dirs:
+            // idmapped views of them where the pod's root reaches them
+            // (root-owned on disk, root's inside).
+            let ns = self.layout.pod_userns(&sandbox.meta.id).ns();
+            for (n, v) in volumes.iter_mut().enumerate() {
+                let view = self.layout.userns_volume(&id, n);
+                self.mech
+                    .files
+                    .idmapped_bind(&id, &v.host_path, &view, &ns)
+                    .await?;
+                v.host_path = view;
+            }
+        }
         // Host paths asking for an idmapped mount (uidMappings: the pod's),
         // seen through the pod's user namespace; removed with the
         // container's userns tree.

@@ -311,6 +311,22 @@ impl HostFiles for Fake {
         self.call("files.mount_image_volume", id).await?;
         Ok(dirs.image_volume(n))
     }
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        _lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        self.call("files.mount_idmapped_image_volume", id).await?;
+        let _ = std::fs::create_dir_all(target);
+        self.world
+            .lock()
+            .unwrap()
+            .binds
+            .insert(target.to_path_buf(), Some(userns.to_path_buf()));
+        Ok(())
+    }
     async fn idmapped_bind(
         &self,
         id: &str,

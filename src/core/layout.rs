@@ -99,6 +99,16 @@ impl Layout {
         self.userns_container(id).join("rootfs")
     }
 
+    /// Where the idmapped view of image volume `n` of container `id` is.
+    pub fn userns_image_volume(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("i").join(n.to_string())
+    }
+
+    /// Where the idmapped view of anonymous volume `n` of container `id` is.
+    pub fn userns_volume(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("v").join(n.to_string())
+    }
+
     /// Where the idmapped view of the host path of CRI mount `n` of
     /// container `id` is.
     pub fn userns_mount(&self, id: &str, n: usize) -> PathBuf {

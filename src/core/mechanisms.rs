@@ -105,6 +105,16 @@ pub trait HostFiles: Send + Sync {
         lowerdirs: Vec<PathBuf>,
         idmap: &RootfsIdmap,
     ) -> Result<(), Error>;
+    /// Mounts an image read-only at `target` (made, with its parents, mode
+    /// 0711) for an image volume of a userns pod: over idmapped views of
+    /// its snapshots, through the user namespace file `userns`.
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error>;
     /// An idmapped bind mount of `source` (a dir or a file) on `target`
     /// (made, with its parents, mode 0711), through the user namespace
     /// file `userns`.

@@ -184,58 +184,97 @@ fn mount_point(id: &str, source: &Path, target: &Path) -> Result<(), Error> {
 }
 
 /// The overlay of `lowerdirs` on `dirs.rootfs()`, over idmapped views of
-/// each layer (detached again once the overlay holds its own private clones
-/// of them), with the upper dir owned by the namespace's root: files of the
-/// image owned by root show owned by root inside, and what the container
-/// writes lands in its upper dir owned by its host ids. Nothing of the
-/// shared layers is changed.
+/// each layer (see [`overlay_of_idmapped`]), with the upper dir owned by
+/// the namespace's root: files of the image owned by root show owned by
+/// root inside, and what the container writes lands in its upper dir owned
+/// by its host ids. Nothing of the shared layers is changed.
 fn mount_idmapped_rootfs(
     id: &str,
     dirs: &ContainerDirs,
     lowerdirs: &[PathBuf],
     idmap: &RootfsIdmap,
 ) -> Result<(), Error> {
-    use std::os::fd::AsFd;
-    if lowerdirs.is_empty() {
-        return Err(Error::io(id, "mounting the rootfs on", dirs.rootfs())(
-            std::io::Error::new(std::io::ErrorKind::InvalidInput, "the image has no layers"),
-        ));
-    }
     for dir in [dirs.upper(), dirs.work(), dirs.rootfs()] {
         std::fs::create_dir_all(&dir).map_err(Error::io(id, "creating", &dir))?;
     }
     let upper = dirs.upper();
     std::os::unix::fs::chown(&upper, Some(idmap.uid), Some(idmap.gid))
         .map_err(Error::io(id, "chown", &upper))?;
-    let userns = berth_idmap::open_userns(&idmap.userns)
-        .map_err(|e| Error::io(id, "opening", &idmap.userns)(std::io::Error::other(e)))?;
-    let staging = dirs.bundle.join("idmap");
+    overlay_of_idmapped(
+        id,
+        &dirs.rootfs(),
+        lowerdirs,
+        Some((&upper, &dirs.work())),
+        &idmap.userns,
+        &dirs.bundle.join("idmap"),
+    )
+}
+
+/// An overlay on `target` of idmapped views of `lowerdirs` (top first)
+/// through the user namespace file `userns`, attached in `staging` only
+/// until the overlay holds its own private clones of them (overlayfs
+/// clones its layers at mount time), then detached and removed. Without
+/// `upper` it is read-only (a single layer is then its read-only idmapped
+/// bind: overlayfs needs two lower layers without an upper one).
+fn overlay_of_idmapped(
+    id: &str,
+    target: &Path,
+    lowerdirs: &[PathBuf],
+    upper: Option<(&Path, &Path)>,
+    userns: &Path,
+    staging: &Path,
+) -> Result<(), Error> {
+    use nix::mount::{mount, MsFlags};
+    use std::os::fd::AsFd;
+    if lowerdirs.is_empty() {
+        return Err(Error::io(id, "mounting on", target)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the image has no layers",
+        )));
+    }
+    let fd = berth_idmap::open_userns(userns)
+        .map_err(|e| Error::io(id, "opening", userns)(std::io::Error::other(e)))?;
+    if let ([only], None) = (lowerdirs, upper) {
+        berth_idmap::bind(only, target, fd.as_fd(), false)
+            .map_err(|e| Error::io(id, "idmapping the layer", only)(std::io::Error::other(e)))?;
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+        return mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|e| {
+            let _ = berth_idmap::unmount(target);
+            Error::io(id, "making read-only", target)(e.into())
+        });
+    }
     let result = (|| {
         let mut lower = Vec::new();
         for (n, layer) in lowerdirs.iter().enumerate() {
-            let target = staging.join(n.to_string());
-            std::fs::create_dir_all(&target).map_err(Error::io(id, "creating", &target))?;
-            berth_idmap::bind(layer, &target, userns.as_fd(), false).map_err(|e| {
+            let view = staging.join(n.to_string());
+            std::fs::create_dir_all(&view).map_err(Error::io(id, "creating", &view))?;
+            berth_idmap::bind(layer, &view, fd.as_fd(), false).map_err(|e| {
                 Error::io(id, "idmapping the layer", layer)(std::io::Error::other(e))
             })?;
-            lower.push(target.display().to_string());
+            lower.push(view.display().to_string());
         }
-        let data = format!(
-            "lowerdir={},upperdir={},workdir={}",
-            lower.join(":"),
-            upper.display(),
-            dirs.work().display()
-        );
-        nix::mount::mount(
+        let (data, flags) = match upper {
+            Some((upper, work)) => (
+                format!(
+                    "lowerdir={},upperdir={},workdir={}",
+                    lower.join(":"),
+                    upper.display(),
+                    work.display()
+                ),
+                MsFlags::empty(),
+            ),
+            None => (format!("lowerdir={}", lower.join(":")), MsFlags::MS_RDONLY),
+        };
+        mount(
             Some("overlay"),
-            &dirs.rootfs(),
+            target,
             Some("overlay"),
-            nix::mount::MsFlags::empty(),
+            flags,
             Some(data.as_str()),
         )
-        .map_err(|e| Error::io(id, "mounting the rootfs on", dirs.rootfs())(e.into()))
+        .map_err(|e| Error::io(id, "mounting an overlay on", target)(e.into()))
     })();
-    let cleanup = remove_mounted_tree(id, &staging);
+    let cleanup = remove_mounted_tree(id, staging);
     result.and(cleanup)
 }
 
@@ -341,6 +380,22 @@ impl HostFiles for Host {
     ) -> Result<(), Error> {
         let (id, dirs, idmap) = (id.to_string(), dirs.clone(), idmap.clone());
         blocking(move || mount_idmapped_rootfs(&id, &dirs, &lowerdirs, &idmap)).await
+    }
+
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        let (id, target, userns) = (id.to_string(), target.to_path_buf(), userns.to_path_buf());
+        blocking(move || {
+            mount_point(&id, Path::new("/"), &target)?;
+            let staging = target.with_extension("layers");
+            overlay_of_idmapped(&id, &target, &lowerdirs, None, &userns, &staging)
+        })
+        .await
     }
 
     async fn idmapped_bind(

@@ -557,3 +557,68 @@ async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
     remove_pod(&daemon, &p).await;
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn attach_and_port_forward_reach_a_userns_pod() {
+    use berth_streaming::client::{CommandOptions, RemoteCommand, SpdyPortForward, Transport};
+    use common::streaming::{attach_url, port_forward_url, Streams};
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    pull(&daemon, &registry().busybox()).await;
+    let pod = userns_pod("streams", pod_userns(100000));
+    let p = run(&daemon, pod.clone()).await.unwrap();
+    // Root inside may bind a low port: it owns the pod's network namespace.
+    let mut server = sleeper("server", &pod, Vec::new());
+    server.command = ["nc", "-ll", "-p", "80", "-e", "echo", "hi from userns"]
+        .map(String::from)
+        .to_vec();
+    let s = create(&daemon, &p, &pod, server).await.unwrap();
+    start(&daemon, &s).await;
+    let wait = Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let url = port_forward_url(&daemon, &p, &[])
+            .await
+            .expect("PortForward");
+        let mut pf = SpdyPortForward::connect(&url).await.unwrap();
+        let got = pf.open(80).await.unwrap().finish(wait).await.unwrap();
+        if got.error.is_empty() {
+            assert_eq!(String::from_utf8_lossy(&got.data), "hi from userns\n");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nc did not come up: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let mut echo = sleeper("echo", &pod, Vec::new());
+    echo.command = vec!["cat".into()];
+    echo.stdin = true;
+    let e = create(&daemon, &p, &pod, echo).await.unwrap();
+    start(&daemon, &e).await;
+    let all = Streams {
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        tty: false,
+    };
+    let url = attach_url(&daemon, &e, all).await.expect("Attach");
+    let options = CommandOptions {
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        tty: false,
+    };
+    let mut rc = RemoteCommand::connect(&url, Transport::Spdy, options, &["v4.channel.k8s.io"])
+        .await
+        .unwrap();
+    rc.send_stdin(b"hello userns\n").await.unwrap();
+    rc.read_stdout_until("hello userns\n", wait).await.unwrap();
+    rc.close_stdin().await.unwrap();
+    rc.finish(wait).await.unwrap();
+    remove_pod(&daemon, &p).await;
+    assert_eq!(leftovers(&daemon), Vec::<String>::new());
+}

@@ -189,7 +189,9 @@ impl Layout {
     /// Dirs whose entries are named after a sandbox or container id (or,
     /// for shims, its prefix): what recovery sweeps for orphans, runc's own
     /// state first so an orphan container is killed before its files go.
-    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 7] {
+    /// The userns trees of pods and containers come last: removing one
+    /// unmounts what is below it first (see `real::Host::remove_dir`).
+    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 9] {
         [
             (self.runtime_root(), Owner::Id),
             (self.netns_dir(), Owner::Id),
@@ -198,6 +200,8 @@ impl Layout {
             (self.containers_state(), Owner::Id),
             (self.containers_root(), Owner::Id),
             (self.shim_dirs(), Owner::ShimPrefix),
+            (self.userns_dir().join("p"), Owner::Id),
+            (self.userns_dir().join("c"), Owner::Id),
         ]
     }
 

@@ -506,9 +506,12 @@ impl HostFiles for Host {
         .await
     }
 
+    /// Unmounts whatever is mounted below `path` first (a userns tree holds
+    /// binds of pod files and host paths): a removal never recurses into
+    /// a mount.
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
         let (id, path) = (id.to_string(), path.to_path_buf());
-        blocking(move || remove_tree(&id, &path)).await
+        blocking(move || remove_mounted_tree(&id, &path)).await
     }
 
     fn is_mounted(&self, path: &Path) -> bool {

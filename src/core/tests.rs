@@ -571,6 +571,15 @@ async fn recovery_decides_from_records_and_what_runs() {
         );
         w.entries
             .insert(core.layout.containers_root(), vec!["gone".into()]);
+        // Userns trees of a live pod and container, and of gone ones.
+        w.entries.insert(
+            core.layout.userns_dir().join("p"),
+            vec![ready.clone(), "gone-pod".into()],
+        );
+        w.entries.insert(
+            core.layout.userns_dir().join("c"),
+            vec![running.clone(), "gone-container".into()],
+        );
         w.attached.insert("damaged".into());
         w.attached.insert("orphan".into());
     }
@@ -598,6 +607,16 @@ async fn recovery_decides_from_records_and_what_runs() {
     has(Action::RemoveOrphan(
         core.layout.containers_root().join("gone"),
     ));
+    has(Action::RemoveOrphan(
+        core.layout.pod_userns("gone-pod").root,
+    ));
+    has(Action::RemoveOrphan(
+        core.layout.userns_container("gone-container"),
+    ));
+    assert!(!plan.contains(&Action::RemoveOrphan(core.layout.pod_userns(&ready).root)));
+    assert!(!plan.contains(&Action::RemoveOrphan(
+        core.layout.userns_container(&running)
+    )));
     has(Action::ReleaseOrphanNetwork {
         container_id: "orphan".into(),
         ifname: "eth0".into(),

@@ -435,6 +435,22 @@ mod tests {
         assert!(is_namespace(Path::new("/proc/self/ns/net")).unwrap());
     }
 
+    /// IFF_UP of `lo` in the calling thread's network namespace.
+    fn loopback_is_up() -> bool {
+        // SAFETY: as in set_loopback_up: a fresh socket, an ifreq we own.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0);
+            let sock = OwnedFd::from_raw_fd(fd);
+            let mut req: libc::ifreq = std::mem::zeroed();
+            for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
+                *dst = *src as libc::c_char;
+            }
+            assert!(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) >= 0);
+            req.ifr_ifru.ifru_flags & libc::IFF_UP as libc::c_short != 0
+        }
+    }
+
     #[test]
     fn an_owned_namespace_belongs_to_its_user_namespace() {
         // SAFETY: geteuid never fails.
@@ -459,10 +475,7 @@ mod tests {
             ino(&userns)
         );
         // lo is up inside.
-        let flags = ns
-            .run_in(|| std::fs::read_to_string("/sys/class/net/lo/flags").ok())
-            .unwrap();
-        drop(flags);
+        assert!(ns.run_in(loopback_is_up).unwrap());
         // A second one with the same names fails and leaves the first.
         assert!(matches!(
             NetNs::create_owned(&netns_dir, "p", &userns, map, map),

@@ -223,37 +223,8 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        // A userns pod: the layers through idmapped mounts (never chowned,
-        // they are shared), the rootfs bound where the pod's root can reach
-        // it (see Layout::userns_dir).
-        let idmap = sandbox
-            .meta
-            .facts()
-            .userns
-            .map(|u| super::mechanisms::RootfsIdmap {
-                userns: self.layout.pod_userns(&sandbox.meta.id).ns(),
-                uid: u.host_root_uid(),
-                gid: u.host_root_gid(),
-            });
-        let lowerdirs = self
-            .mech
-            .images
-            .snapshot_dirs(&container.meta.rootfs_snapshots);
-        match &idmap {
-            None => self.mech.files.mount_rootfs(&id, &dirs, lowerdirs).await?,
-            Some(m) => {
-                self.mech
-                    .files
-                    .mount_idmapped_rootfs(&id, &dirs, lowerdirs, m)
-                    .await?
-            }
-        }
-        if idmap.is_some() {
-            self.mech
-                .files
-                .bind(&id, &dirs.rootfs(), &self.layout.userns_rootfs(&id))
-                .await?;
-        }
+        self.mount_container_rootfs(&id, &container.meta.rootfs_snapshots, sandbox)
+            .await?;
         let image_mounts = self.mount_image_volumes(&container, sandbox).await?;
         let spec = self
             .container_spec(&container, sandbox, info, image_mounts)
@@ -272,6 +243,36 @@ impl Core {
         })
         .await?;
         Ok(())
+    }
+
+    /// Mounts the rootfs of container `id` of `sandbox` from its snapshots:
+    /// for a userns pod, over idmapped views of the layers (never chowned,
+    /// they are shared) and bound where the pod's root reaches it (see
+    /// Layout::userns_dir). For CreateContainer and for recovery's remount.
+    pub(super) async fn mount_container_rootfs(
+        &self,
+        id: &str,
+        rootfs_snapshots: &[String],
+        sandbox: &Sandbox,
+    ) -> Result<(), Error> {
+        let dirs = self.layout.container_dirs(id);
+        let lowerdirs = self.mech.images.snapshot_dirs(rootfs_snapshots);
+        let Some(u) = sandbox.meta.facts().userns else {
+            return self.mech.files.mount_rootfs(id, &dirs, lowerdirs).await;
+        };
+        let idmap = super::mechanisms::RootfsIdmap {
+            userns: self.layout.pod_userns(&sandbox.meta.id).ns(),
+            uid: u.host_root_uid(),
+            gid: u.host_root_gid(),
+        };
+        self.mech
+            .files
+            .mount_idmapped_rootfs(id, &dirs, lowerdirs, &idmap)
+            .await?;
+        self.mech
+            .files
+            .bind(id, &dirs.rootfs(), &self.layout.userns_rootfs(id))
+            .await
     }
 
     /// Image volumes: each named image, pulled beforehand, read-only; in a

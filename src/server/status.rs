@@ -49,7 +49,7 @@ impl Cri {
             info,
             runtime_handlers: runtime_handlers(
                 &self.core.config,
-                user_namespaces_here(&self.core.config.state).await,
+                user_namespaces_here(&self.core.config).await,
             )
             .await,
             features: Some(v1::RuntimeFeatures {
@@ -70,27 +70,30 @@ static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
 /// Whether this host can run pods in their own user namespace the way
 /// berth does it, probed once (the first time it is asked) and kept: a
 /// user namespace made by a forked holder, an idmapped bind mount of a
-/// scratch dir in the state dir showing a root-owned file with the mapped
+/// scratch dir in the state dir and in the root dir (pod files, layers and
+/// writable layers live there) showing a root-owned file with the mapped
 /// owner, nothing left behind.
 static USERNS_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// See [`USERNS_HOST`]; blocking (it forks): call off the tokio workers.
-pub fn probe_user_namespaces(state: &Path) -> bool {
-    *USERNS_HOST.get_or_init(|| match berth_idmap::probe(state, 65536) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(error = %e, "pods with user namespaces cannot run here");
-            false
+pub fn probe_user_namespaces(root: &Path, state: &Path) -> bool {
+    *USERNS_HOST.get_or_init(|| {
+        for dir in [state, root] {
+            if let Err(e) = berth_idmap::probe(dir, 65536) {
+                tracing::warn!(error = %e, "pods with user namespaces cannot run here");
+                return false;
+            }
         }
+        true
     })
 }
 
-async fn user_namespaces_here(state: &Path) -> bool {
+async fn user_namespaces_here(config: &crate::config::Config) -> bool {
     if let Some(known) = USERNS_HOST.get() {
         return *known;
     }
-    let state = state.to_path_buf();
-    tokio::task::spawn_blocking(move || probe_user_namespaces(&state))
+    let (root, state) = (config.root.clone(), config.state.clone());
+    tokio::task::spawn_blocking(move || probe_user_namespaces(&root, &state))
         .await
         .unwrap_or(false)
 }

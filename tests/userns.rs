@@ -309,6 +309,20 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
         "65534"
     );
 
+    // Only the pod's root passes its userns trees: no other local user
+    // reaches its /dev/shm, files or rootfs.
+    for tree in [
+        daemon.sandbox.path(&format!("state/userns/p/{a}")),
+        daemon.sandbox.path(&format!("state/userns/c/{c}")),
+    ] {
+        let m = std::fs::metadata(&tree).unwrap();
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o7777),
+            (100000, 100000, 0o700),
+            "{tree:?}"
+        );
+    }
+
     // Stats work for such a container.
     let stats = daemon
         .runtime()

@@ -71,9 +71,10 @@ impl Layout {
     /// The tree of what processes of pods in their own user namespace must
     /// reach by path (their root cannot search the 0700 dirs of root and
     /// state: host root is not mapped in their namespace). Mode 0711 down
-    /// to each entry, so they can pass but nobody can list; only userns pods
-    /// have anything here, and what they have shows owned by their host
-    /// range (so a setuid file in it gives no host root).
+    /// to `p` and `c`, so they can pass but nobody can list; each pod's and
+    /// container's own tree is owned by the pod's root (its host ids), mode
+    /// 0700, so only that pod's set-up passes. What is in it shows owned by
+    /// the pod's host range (so a setuid file in it gives no host root).
     pub fn userns_dir(&self) -> PathBuf {
         self.state.join("userns")
     }

@@ -95,8 +95,9 @@ impl Namespaces for NetNs {
                 // afterwards, as containerd 2 does, would move CNI after
                 // the pause for these pods only.)
                 Some(u) => {
-                    make_traversable(u.path.parent().unwrap_or(Path::new("/")))
-                        .map_err(Error::io(&id, "creating", &u.path))?;
+                    let tree = u.path.parent().unwrap_or(Path::new("/"));
+                    private_to(tree, u.mapping.host_root_uid(), u.mapping.host_root_gid())
+                        .map_err(Error::io(&id, "creating", tree))?;
                     let (uids, gids) = (u.mapping.uids.map_line(), u.mapping.gids.map_line());
                     berth_netns::NetNs::create_owned(&dir, &name, &u.path, &uids, &gids)
                 }
@@ -134,6 +135,16 @@ fn make_traversable(dir: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o711)
         .create(dir)
+}
+
+/// Makes `dir` (parents 0711) owned by the host ids of a pod's root, mode
+/// 0700: its runtime set-up (which runs as that root) passes, and no other
+/// local user does (the pod's /dev/shm and files are bound below it).
+fn private_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    make_traversable(dir)?;
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// The mount points at or below `dir`, deepest first.
@@ -200,6 +211,10 @@ fn mount_idmapped_rootfs(
     let upper = dirs.upper();
     std::os::unix::fs::chown(&upper, Some(idmap.uid), Some(idmap.gid))
         .map_err(Error::io(id, "chown", &upper))?;
+    // The container's userns tree: only the pod's root may pass.
+    if let Some(tree) = layout::userns_container_of_bundle(&dirs.bundle) {
+        private_to(&tree, idmap.uid, idmap.gid).map_err(Error::io(id, "creating", &tree))?;
+    }
     overlay_of_idmapped(
         id,
         &dirs.rootfs(),

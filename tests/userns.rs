@@ -334,6 +334,27 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
         .expect("ContainerStats")
         .into_inner();
     assert!(stats.stats.unwrap().cpu.is_some());
+    // Pod stats read the network of its netns (owned by its user namespace).
+    let pod_stats = daemon
+        .runtime()
+        .await
+        .pod_sandbox_stats(v1::PodSandboxStatsRequest {
+            pod_sandbox_id: a.clone(),
+        })
+        .await
+        .expect("PodSandboxStats")
+        .into_inner()
+        .stats
+        .unwrap()
+        .linux
+        .unwrap();
+    let eth0 = pod_stats
+        .network
+        .expect("network stats")
+        .default_interface
+        .expect("a default interface");
+    assert_eq!(eth0.name, "eth0");
+    assert!(eth0.rx_bytes.is_some(), "{eth0:?}");
 
     // Removal leaves no mount, netns, userns tree or dir.
     remove_pod(&daemon, &a).await;

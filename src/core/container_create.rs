@@ -64,8 +64,19 @@ impl Core {
             )));
         }
         let sandbox_config = sandbox.meta.config();
-        // Checked before anything is made: what is to be idmapped.
-        berth_spec::idmapped_mounts("container", &config, sandbox.meta.facts().userns.as_ref())?;
+        // Checked before anything is made: the user namespace asked for
+        // (the pod's), and what is to be idmapped.
+        let pod_userns = sandbox.meta.facts().userns;
+        berth_spec::check_container_user_namespace(
+            &md.name,
+            config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.as_ref()),
+            pod_userns.as_ref(),
+        )?;
+        berth_spec::idmapped_mounts(&md.name, &config, pod_userns.as_ref())?;
         let (image_name, image) = self.image_of(&config)?;
         let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
         let pod = sandbox_config.metadata.clone().unwrap_or_default();

@@ -1021,6 +1021,23 @@ async fn bad_userns_requests_make_nothing() {
             .unwrap_err();
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     }
+    // A container asking for the host's user namespace in a userns pod.
+    let mut req = container(&userns, "host-userns");
+    req.config.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                userns_options: Some(v1::UserNamespace {
+                    mode: v1::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let e = r.core.create_container(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
     assert_eq!(
         r.fake.steps().len(),
         steps,

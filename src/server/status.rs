@@ -72,12 +72,18 @@ static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
 /// user namespace made by a forked holder, an idmapped bind mount of a
 /// scratch dir in the state dir and in the root dir (pod files, layers and
 /// writable layers live there) showing a root-owned file with the mapped
-/// owner, nothing left behind.
+/// owner, nothing left behind; and the state dir and every dir above it
+/// searchable by others (a pod's root, an unmapped host uid to them, must
+/// pass them to reach `<state>/userns`).
 static USERNS_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// See [`USERNS_HOST`]; blocking (it forks): call off the tokio workers.
 pub fn probe_user_namespaces(root: &Path, state: &Path) -> bool {
     *USERNS_HOST.get_or_init(|| {
+        if let Err(e) = searchable_by_others(state) {
+            tracing::warn!(error = %e, "pods with user namespaces cannot run here");
+            return false;
+        }
         for dir in [state, root] {
             if let Err(e) = berth_idmap::probe(dir, 65536) {
                 tracing::warn!(error = %e, "pods with user namespaces cannot run here");
@@ -86,6 +92,25 @@ pub fn probe_user_namespaces(root: &Path, state: &Path) -> bool {
         }
         true
     })
+}
+
+/// Whether `dir` and each dir above it has the search bit for others.
+fn searchable_by_others(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in dir.ancestors() {
+        let mode = std::fs::metadata(d)
+            .map_err(|e| format!("{}: {e}", d.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "{} (mode {:o}) cannot be passed by a pod's root",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
 }
 
 async fn user_namespaces_here(config: &crate::config::Config) -> bool {

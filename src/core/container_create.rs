@@ -64,6 +64,19 @@ impl Core {
             )));
         }
         let sandbox_config = sandbox.meta.config();
+        // Checked before anything is made: the user namespace asked for
+        // (the pod's), and what is to be idmapped.
+        let pod_userns = sandbox.meta.facts().userns;
+        berth_spec::check_container_user_namespace(
+            &md.name,
+            config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.as_ref()),
+            pod_userns.as_ref(),
+        )?;
+        berth_spec::idmapped_mounts(&md.name, &config, pod_userns.as_ref())?;
         let (image_name, image) = self.image_of(&config)?;
         let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
         let pod = sandbox_config.metadata.clone().unwrap_or_default();
@@ -221,17 +234,9 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        self.mech
-            .files
-            .mount_rootfs(
-                &id,
-                &dirs,
-                self.mech
-                    .images
-                    .snapshot_dirs(&container.meta.rootfs_snapshots),
-            )
+        self.mount_container_rootfs(&id, &container.meta.rootfs_snapshots, sandbox)
             .await?;
-        let image_mounts = self.mount_image_volumes(&container).await?;
+        let image_mounts = self.mount_image_volumes(&container, sandbox).await?;
         let spec = self
             .container_spec(&container, sandbox, info, image_mounts)
             .await?;
@@ -251,11 +256,49 @@ impl Core {
         Ok(())
     }
 
-    /// Image volumes: each named image, pulled beforehand, read-only.
+    /// Mounts the rootfs of container `id` of `sandbox` from its snapshots:
+    /// for a userns pod, over idmapped views of the layers (never chowned,
+    /// they are shared) and bound where the pod's root reaches it (see
+    /// Layout::userns_dir). For CreateContainer and for recovery's remount.
+    pub(super) async fn mount_container_rootfs(
+        &self,
+        id: &str,
+        rootfs_snapshots: &[String],
+        sandbox: &Sandbox,
+    ) -> Result<(), Error> {
+        let dirs = self.layout.container_dirs(id);
+        let lowerdirs = self.mech.images.snapshot_dirs(rootfs_snapshots);
+        let Some(u) = sandbox.meta.facts().userns else {
+            return self.mech.files.mount_rootfs(id, &dirs, lowerdirs).await;
+        };
+        let idmap = super::mechanisms::RootfsIdmap {
+            userns: self.layout.pod_userns(&sandbox.meta.id).ns(),
+            uid: u.host_root_uid(),
+            gid: u.host_root_gid(),
+        };
+        self.mech
+            .files
+            .mount_idmapped_rootfs(id, &dirs, lowerdirs, &idmap)
+            .await?;
+        self.mech
+            .files
+            .bind(id, &dirs.rootfs(), &self.layout.userns_rootfs(id))
+            .await
+    }
+
+    /// Image volumes: each named image, pulled beforehand, read-only; in a
+    /// userns pod, over idmapped views of its snapshots in the container's
+    /// userns tree (removed with it).
     async fn mount_image_volumes(
         &self,
         container: &Container,
+        sandbox: &Sandbox,
     ) -> Result<BTreeMap<String, PathBuf>, Error> {
+        let userns = sandbox
+            .meta
+            .facts()
+            .userns
+            .map(|_| self.layout.pod_userns(&sandbox.meta.id).ns());
         let id = &container.meta.id;
         let dirs = self.layout.container_dirs(id);
         let mut image_mounts = BTreeMap::new();
@@ -275,16 +318,23 @@ impl Core {
                 kind: "image (for an image volume)",
                 id: name.clone(),
             })?;
-            let path = self
-                .mech
-                .files
-                .mount_image_volume(
-                    id,
-                    &dirs,
-                    n,
-                    self.mech.images.snapshot_dirs(&chain_ids(&volume)),
-                )
-                .await?;
+            let lowerdirs = self.mech.images.snapshot_dirs(&chain_ids(&volume));
+            let path = match &userns {
+                None => {
+                    self.mech
+                        .files
+                        .mount_image_volume(id, &dirs, n, lowerdirs)
+                        .await?
+                }
+                Some(ns) => {
+                    let target = self.layout.userns_image_volume(id, n);
+                    self.mech
+                        .files
+                        .mount_idmapped_image_volume(id, &target, lowerdirs, ns)
+                        .await?;
+                    target
+                }
+            };
             image_mounts.insert(name, path);
         }
         Ok(image_mounts)
@@ -302,7 +352,11 @@ impl Core {
         let id = container.meta.id.clone();
         let config = container.meta.config().clone();
         let facts = sandbox.meta.facts();
-        let files = self.layout.sandbox_files(&sandbox.meta.id);
+        let mut files = self.layout.sandbox_files(&sandbox.meta.id);
+        if facts.userns.is_some() {
+            // The idmapped view of the pod's files, which its root reaches.
+            files.root = self.layout.pod_userns(&sandbox.meta.id).files();
+        }
         let sandbox_info = berth_spec::SandboxInfo {
             id: sandbox.meta.id.clone(),
             pid: sandbox.status().pid.unwrap_or_default(),
@@ -332,15 +386,49 @@ impl Core {
             })
             .transpose()?;
         let dirs = self.layout.container_dirs(&id);
-        let volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
+        let mut volumes = berth_spec::anonymous_volumes(&config, &info, &dirs.volumes());
         // Anonymous volumes, and host paths that do not exist yet: made as
         // directories, as containerd and CRI-O do for hostPath type "".
         let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
         create.extend(berth_spec::host_paths_to_create(&config));
         self.mech.files.create_dirs(&id, create).await?;
+        if facts.userns.is_some() {
+            // The container's own volumes live under berth's 0700 dirs:
+            // idmapped views of them where the pod's root reaches them
+            // (root-owned on disk, root's inside).
+            let ns = self.layout.pod_userns(&sandbox.meta.id).ns();
+            for (n, v) in volumes.iter_mut().enumerate() {
+                let view = self.layout.userns_volume(&id, n);
+                self.mech
+                    .files
+                    .idmapped_bind(&id, &v.host_path, &view, &ns)
+                    .await?;
+                v.host_path = view;
+            }
+        }
+        // Host paths asking for an idmapped mount (uidMappings: the pod's),
+        // seen through the pod's user namespace; removed with the
+        // container's userns tree.
+        let mut idmapped = BTreeMap::new();
+        for (n, host) in berth_spec::idmapped_mounts(&id, &config, facts.userns.as_ref())? {
+            let view = self.layout.userns_mount(&id, n);
+            self.mech
+                .files
+                .idmapped_bind(
+                    &id,
+                    &host,
+                    &view,
+                    &self.layout.pod_userns(&sandbox.meta.id).ns(),
+                )
+                .await?;
+            idmapped.insert(n, view);
+        }
         let sandbox_config = sandbox.meta.config().clone();
         let opts = self.spec_options_for(&sandbox.meta.runtime_handler);
-        let rootfs = dirs.rootfs();
+        let rootfs = match facts.userns {
+            Some(_) => self.layout.userns_rootfs(&id),
+            None => dirs.rootfs(),
+        };
         // Reads the rootfs's /etc/passwd and group, host paths and devices.
         tokio::task::spawn_blocking(move || -> Result<_, Error> {
             let mut req = berth_spec::SpecRequest::new(
@@ -354,6 +442,7 @@ impl Core {
             req.volumes = volumes;
             req.target_pid = target_pid;
             req.image_mounts = image_mounts;
+            req.idmapped = idmapped;
             Ok(berth_spec::container_spec(&req, &opts)?)
         })
         .await

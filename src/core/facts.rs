@@ -21,6 +21,10 @@ pub struct PodFacts {
     pub cgroup_parent: String,
     /// The pod's hostname (kubelet's, or the node's for host network).
     pub hostname: String,
+    /// The pod's own user namespace (`userns_options` mode POD), checked;
+    /// `None`: the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userns: Option<berth_spec::UserNamespace>,
 }
 
 impl PodFacts {
@@ -44,7 +48,10 @@ impl PodFacts {
         }
         check_port_mappings(&config.port_mappings)?;
         bandwidth(&config.annotations)?;
+        let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
+        let userns = berth_spec::pod_user_namespace(name, config)?;
         let mut facts = PodFacts::derive(config);
+        facts.userns = userns;
         if facts.host_network {
             facts.hostname = node_hostname();
         }
@@ -66,6 +73,7 @@ impl PodFacts {
                 .filter(|p| !p.is_empty())
                 .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_string()),
             hostname: config.hostname.clone(),
+            userns: berth_spec::pod_user_namespace("pod", config).ok().flatten(),
         }
     }
 }

@@ -39,6 +39,12 @@ pub struct World {
     pub bundles: BTreeSet<PathBuf>,
     pub rootfs_mounted: BTreeSet<String>,
     pub container_files: BTreeSet<String>,
+    /// Pinned user namespaces and their mappings.
+    pub userns: BTreeMap<PathBuf, berth_spec::UserNamespace>,
+    /// Mount points of idmapped (`Some(userns)`) and plain (`None`) binds.
+    pub binds: BTreeMap<PathBuf, Option<PathBuf>>,
+    /// The idmaps of the rootfs mounts, by container id.
+    pub rootfs_idmaps: BTreeMap<String, super::mechanisms::RootfsIdmap>,
     pub runtime: BTreeMap<String, FakeContainer>,
     /// Dir entries a recovery test lays out.
     pub entries: BTreeMap<PathBuf, Vec<String>>,
@@ -201,14 +207,28 @@ impl Network for Fake {
 
 #[async_trait]
 impl Namespaces for Fake {
-    async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
+    async fn create_netns(
+        &self,
+        id: &str,
+        path: &Path,
+        userns: Option<&super::mechanisms::UsernsPin>,
+    ) -> Result<(), Error> {
         self.call("netns.create", id).await?;
-        self.world.lock().unwrap().netns.insert(path.to_path_buf());
+        let mut world = self.world.lock().unwrap();
+        world.netns.insert(path.to_path_buf());
+        if let Some(u) = userns {
+            world.userns.insert(u.path.clone(), u.mapping);
+        }
         Ok(())
     }
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
         self.call("netns.remove", id).await?;
-        self.world.lock().unwrap().netns.remove(path);
+        let mut world = self.world.lock().unwrap();
+        world.netns.remove(path);
+        if let Some(tree) = super::layout::pod_userns_of_netns(path) {
+            world.userns.retain(|p, _| !p.starts_with(&tree.root));
+            world.binds.retain(|p, _| !p.starts_with(&tree.root));
+        }
         Ok(())
     }
 }
@@ -234,11 +254,14 @@ impl HostFiles for Fake {
         self.world.lock().unwrap().shm_mounted.remove(id);
         Ok(())
     }
-    async fn remove_pod_files(&self, id: &str, _files: &SandboxFiles) -> Result<(), Error> {
+    async fn remove_pod_files(&self, id: &str, files: &SandboxFiles) -> Result<(), Error> {
         self.call("files.remove_pod", id).await?;
         let mut world = self.world.lock().unwrap();
         world.shm_mounted.remove(id);
         world.pod_files.remove(id);
+        if let Some(tree) = super::layout::pod_userns_of_state(&files.state) {
+            world.binds.retain(|p, _| !p.starts_with(&tree.root));
+        }
         Ok(())
     }
     async fn write_pause_bundle(&self, id: &str, bundle: &Path, _spec: &Spec) -> Result<(), Error> {
@@ -249,6 +272,20 @@ impl HostFiles for Fake {
             .bundles
             .insert(bundle.to_path_buf());
         Ok(())
+    }
+    async fn mount_idmapped_rootfs(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        lowerdirs: Vec<PathBuf>,
+        idmap: &super::mechanisms::RootfsIdmap,
+    ) -> Result<(), Error> {
+        self.world
+            .lock()
+            .unwrap()
+            .rootfs_idmaps
+            .insert(id.to_string(), idmap.clone());
+        self.mount_rootfs(id, dirs, lowerdirs).await
     }
     async fn mount_rootfs(
         &self,
@@ -274,9 +311,64 @@ impl HostFiles for Fake {
         self.call("files.mount_image_volume", id).await?;
         Ok(dirs.image_volume(n))
     }
-    async fn unmount_rootfs(&self, id: &str, _dirs: &ContainerDirs) -> Result<(), Error> {
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        _lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        self.call("files.mount_idmapped_image_volume", id).await?;
+        let _ = std::fs::create_dir_all(target);
+        self.world
+            .lock()
+            .unwrap()
+            .binds
+            .insert(target.to_path_buf(), Some(userns.to_path_buf()));
+        Ok(())
+    }
+    async fn idmapped_bind(
+        &self,
+        id: &str,
+        _source: &Path,
+        target: &Path,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        self.call("files.idmapped_bind", id).await?;
+        self.world
+            .lock()
+            .unwrap()
+            .binds
+            .insert(target.to_path_buf(), Some(userns.to_path_buf()));
+        Ok(())
+    }
+    async fn bind(&self, id: &str, _source: &Path, target: &Path) -> Result<(), Error> {
+        self.call("files.bind", id).await?;
+        // What the spec generator reads through it: an empty dir will do.
+        let _ = std::fs::create_dir_all(target);
+        self.world
+            .lock()
+            .unwrap()
+            .binds
+            .insert(target.to_path_buf(), None);
+        Ok(())
+    }
+    async fn remove_mounted_tree(&self, id: &str, dir: &Path) -> Result<(), Error> {
+        self.call("files.remove_mounted_tree", id).await?;
+        self.world
+            .lock()
+            .unwrap()
+            .binds
+            .retain(|p, _| !p.starts_with(dir));
+        Ok(())
+    }
+    async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         self.call("files.unmount_rootfs", id).await?;
-        self.world.lock().unwrap().rootfs_mounted.remove(id);
+        let mut world = self.world.lock().unwrap();
+        world.rootfs_mounted.remove(id);
+        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+            world.binds.retain(|p, _| !p.starts_with(&bound));
+        }
         Ok(())
     }
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
@@ -286,6 +378,9 @@ impl HostFiles for Fake {
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
         world.container_files.remove(id);
+        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+            world.binds.retain(|p, _| !p.starts_with(&bound));
+        }
         Ok(())
     }
     async fn write_spec(&self, id: &str, _path: &Path, _spec: &Spec) -> Result<(), Error> {

@@ -68,6 +68,54 @@ impl Layout {
         self.netns_dir().join(id)
     }
 
+    /// The tree of what processes of pods in their own user namespace must
+    /// reach by path (their root cannot search the 0700 dirs of root and
+    /// state: host root is not mapped in their namespace). Mode 0711 down
+    /// to `p` and `c`, so they can pass but nobody can list; each pod's and
+    /// container's own tree is owned by the pod's root (its host ids), mode
+    /// 0700, so only that pod's set-up passes. What is in it shows owned by
+    /// the pod's host range (so a setuid file in it gives no host root).
+    pub fn userns_dir(&self) -> PathBuf {
+        self.state.join("userns")
+    }
+
+    /// The userns tree of pod `id`: the pinned user namespace (`ns`), the
+    /// pause's rootfs (`pause`), the idmapped pod files (`files`) and
+    /// /dev/shm (`shm`).
+    pub fn pod_userns(&self, id: &str) -> PodUserns {
+        PodUserns {
+            root: self.userns_dir().join("p").join(id),
+        }
+    }
+
+    /// The userns tree of container `id` of a userns pod: what its root
+    /// reaches by path (the rootfs, idmapped host paths).
+    pub fn userns_container(&self, id: &str) -> PathBuf {
+        self.userns_dir().join("c").join(id)
+    }
+
+    /// Where the rootfs of container `id` of a userns pod is bound for the
+    /// runtime.
+    pub fn userns_rootfs(&self, id: &str) -> PathBuf {
+        self.userns_container(id).join("rootfs")
+    }
+
+    /// Where the idmapped view of image volume `n` of container `id` is.
+    pub fn userns_image_volume(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("i").join(n.to_string())
+    }
+
+    /// Where the idmapped view of anonymous volume `n` of container `id` is.
+    pub fn userns_volume(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("v").join(n.to_string())
+    }
+
+    /// Where the idmapped view of the host path of CRI mount `n` of
+    /// container `id` is.
+    pub fn userns_mount(&self, id: &str, n: usize) -> PathBuf {
+        self.userns_container(id).join("m").join(n.to_string())
+    }
+
     /// The OCI runtime's state root (`--root` of runc and crun).
     pub fn runtime_root(&self) -> PathBuf {
         self.state.join("runtime")
@@ -142,7 +190,9 @@ impl Layout {
     /// Dirs whose entries are named after a sandbox or container id (or,
     /// for shims, its prefix): what recovery sweeps for orphans, runc's own
     /// state first so an orphan container is killed before its files go.
-    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 7] {
+    /// The userns trees of pods and containers come last: removing one
+    /// unmounts what is below it first (see `real::Host::remove_dir`).
+    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 9] {
         [
             (self.runtime_root(), Owner::Id),
             (self.netns_dir(), Owner::Id),
@@ -151,6 +201,8 @@ impl Layout {
             (self.containers_state(), Owner::Id),
             (self.containers_root(), Owner::Id),
             (self.shim_dirs(), Owner::ShimPrefix),
+            (self.userns_dir().join("p"), Owner::Id),
+            (self.userns_dir().join("c"), Owner::Id),
         ]
     }
 
@@ -171,6 +223,53 @@ impl Layout {
             EntryKind::Other
         }
     }
+}
+
+/// The userns tree of a pod (see [`Layout::pod_userns`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodUserns {
+    pub root: PathBuf,
+}
+
+impl PodUserns {
+    /// The pod's user namespace, bind-mounted (the pause joins it).
+    pub fn ns(&self) -> PathBuf {
+        self.root.join("ns")
+    }
+    /// The pause's rootfs, bound.
+    pub fn pause_rootfs(&self) -> PathBuf {
+        self.root.join("pause")
+    }
+    /// The pod's hostname, hosts and resolv.conf dir, idmapped.
+    pub fn files(&self) -> PathBuf {
+        self.root.join("files")
+    }
+    /// The pod's /dev/shm, idmapped.
+    pub fn shm(&self) -> PathBuf {
+        self.root.join("shm")
+    }
+}
+
+/// The userns tree of the pod whose network namespace is `netns`
+/// (`<state>/netns/<id>`), for the mechanisms that are given only that.
+pub fn pod_userns_of_netns(netns: &Path) -> Option<PodUserns> {
+    let id = netns.file_name()?;
+    let state = netns.parent()?.parent()?;
+    Some(Layout::new("", state).pod_userns(&id.to_string_lossy()))
+}
+
+/// The userns tree of the pod whose runtime dir is `state_dir`
+/// (`<state>/sandboxes/<id>`).
+pub fn pod_userns_of_state(state_dir: &Path) -> Option<PodUserns> {
+    pod_userns_of_netns(state_dir)
+}
+
+/// The userns tree of the container whose bundle is `bundle`
+/// (`<state>/containers/<id>`), if it is in a userns pod.
+pub fn userns_container_of_bundle(bundle: &Path) -> Option<PathBuf> {
+    let id = bundle.file_name()?;
+    let state = bundle.parent()?.parent()?;
+    Some(Layout::new("", state).userns_container(&id.to_string_lossy()))
 }
 
 /// How entries of an owned dir are named.
@@ -215,6 +314,22 @@ mod tests {
             Path::new("/var/lib/berth/containers/c/upper")
         );
         assert_eq!(l.entry_kind(&l.netns("x")), EntryKind::Netns);
+        // The userns trees, derived from what the mechanisms are given.
+        assert_eq!(
+            l.pod_userns("p").ns(),
+            Path::new("/run/berth/userns/p/p/ns")
+        );
+        assert_eq!(pod_userns_of_netns(&l.netns("p")), Some(l.pod_userns("p")));
+        assert_eq!(
+            pod_userns_of_state(&l.sandbox_files("p").state),
+            Some(l.pod_userns("p"))
+        );
+        assert_eq!(
+            userns_container_of_bundle(&l.container_dirs("c").bundle),
+            Some(PathBuf::from("/run/berth/userns/c/c"))
+        );
+        assert!(l.userns_mount("c", 2).starts_with(l.userns_container("c")));
+        assert!(l.userns_rootfs("c").starts_with(l.userns_container("c")));
         assert_eq!(l.entry_kind(&l.shim_dir(id)), EntryKind::ShimDir);
         assert_eq!(
             l.entry_kind(&l.runtime_root().join("x")),

@@ -27,11 +27,39 @@ pub trait Network: Send + Sync {
     fn attachments(&self) -> Vec<(String, String)>;
 }
 
+/// The user namespace of a pod (`userns_options` mode POD): where it is to
+/// be pinned, and its mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsernsPin {
+    pub path: PathBuf,
+    pub mapping: berth_spec::UserNamespace,
+}
+
+/// How a container's rootfs is to be mapped for a pod's user namespace:
+/// the image's layers through idmapped mounts (never chowned: they are
+/// shared), the writable layer owned by the namespace's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootfsIdmap {
+    /// A user namespace file with the pod's mapping.
+    pub userns: PathBuf,
+    /// The host uid and gid of the namespace's root.
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// Network namespaces, pinned by bind mounts.
 #[async_trait]
 pub trait Namespaces: Send + Sync {
-    async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
-    /// Idempotent: an absent namespace is fine.
+    /// A new network namespace at `path`; with `userns`, owned by a new
+    /// user namespace with that mapping, pinned at `userns.path`.
+    async fn create_netns(
+        &self,
+        id: &str,
+        path: &Path,
+        userns: Option<&UsernsPin>,
+    ) -> Result<(), Error>;
+    /// Idempotent: an absent namespace is fine. Removes the pod's userns
+    /// tree too (see [`super::layout::Layout::pod_userns`]).
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
 }
 
@@ -68,6 +96,41 @@ pub trait HostFiles: Send + Sync {
         dirs: &ContainerDirs,
         lowerdirs: Vec<PathBuf>,
     ) -> Result<(), Error>;
+    /// Mounts the rootfs of a container of a userns pod: the overlay over
+    /// idmapped views of the snapshots (see [`RootfsIdmap`]).
+    async fn mount_idmapped_rootfs(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        lowerdirs: Vec<PathBuf>,
+        idmap: &RootfsIdmap,
+    ) -> Result<(), Error>;
+    /// Mounts an image read-only at `target` (made, with its parents, mode
+    /// 0711) for an image volume of a userns pod: over idmapped views of
+    /// its snapshots, through the user namespace file `userns`.
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error>;
+    /// An idmapped bind mount of `source` (a dir or a file) on `target`
+    /// (made, with its parents, mode 0711), through the user namespace
+    /// file `userns`.
+    async fn idmapped_bind(
+        &self,
+        id: &str,
+        source: &Path,
+        target: &Path,
+        userns: &Path,
+    ) -> Result<(), Error>;
+    /// A plain bind mount of `source` (a dir) on `target` (made, with its
+    /// parents, mode 0711).
+    async fn bind(&self, id: &str, source: &Path, target: &Path) -> Result<(), Error>;
+    /// Unmounts every mount at or below `dir`, then removes it; absent is
+    /// fine. Never removes through a mount that is left.
+    async fn remove_mounted_tree(&self, id: &str, dir: &Path) -> Result<(), Error>;
     /// Mounts an image read-only for an image volume; where it is.
     async fn mount_image_volume(
         &self,
@@ -76,7 +139,8 @@ pub trait HostFiles: Send + Sync {
         n: usize,
         lowerdirs: Vec<PathBuf>,
     ) -> Result<PathBuf, Error>;
-    /// Unmounts the rootfs and image volumes; not mounted is fine.
+    /// Unmounts the rootfs and image volumes (and the rootfs's bind for a
+    /// userns pod); not mounted is fine.
     async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
     /// Unmounts and removes the container's dirs; absent is fine.
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;

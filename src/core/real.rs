@@ -11,8 +11,10 @@ use berth_shim::{ExitInfo, ShimClient, ShimOptions, ShimPaths, ShimState, SpawnO
 use oci_spec::runtime::Spec;
 use tonic::async_trait;
 
-use super::layout::Layout;
-use super::mechanisms::{HostFiles, Images, Namespaces, Network, PodFileContent, Runtime, Task};
+use super::layout::{self, Layout};
+use super::mechanisms::{
+    HostFiles, Images, Namespaces, Network, PodFileContent, RootfsIdmap, Runtime, Task, UsernsPin,
+};
 use crate::container::rootfs::ContainerDirs;
 use crate::error::Error;
 use crate::sandbox::files::SandboxFiles;
@@ -66,19 +68,43 @@ pub struct NetNs;
 
 #[async_trait]
 impl Namespaces for NetNs {
-    async fn create_netns(&self, id: &str, path: &Path) -> Result<(), Error> {
-        let (id, path) = (id.to_string(), path.to_path_buf());
+    async fn create_netns(
+        &self,
+        id: &str,
+        path: &Path,
+        userns: Option<&UsernsPin>,
+    ) -> Result<(), Error> {
+        let (id, path, userns) = (id.to_string(), path.to_path_buf(), userns.cloned());
         blocking(move || {
             let dir = path.parent().map(PathBuf::from).unwrap_or_default();
             let name = path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            berth_netns::NetNs::create(&dir, &name)
-                .map(|_| ())
-                .map_err(|e| {
-                    Error::io(&id, "creating network namespace", &path)(std::io::Error::other(e))
-                })
+            let made = match &userns {
+                None => berth_netns::NetNs::create(&dir, &name),
+                // The network namespace must be owned by the pod's user
+                // namespace, or the pod's root could neither join it nor
+                // mount sysfs in it. berth makes both itself, in one forked
+                // holder process (berth_idmap::Holder), before the pause,
+                // as for other pods: CNI ADD runs before the pause exists,
+                // so the order of the pod's set-up stays the same for every
+                // pod, and it works the same with runc 1.1 and crun 1.8,
+                // which only join both namespaces by path. (Letting the
+                // runtime make the netns and binding /proc/PID/ns/net
+                // afterwards, as containerd 2 does, would move CNI after
+                // the pause for these pods only.)
+                Some(u) => {
+                    let tree = u.path.parent().unwrap_or(Path::new("/"));
+                    private_to(tree, u.mapping.host_root_uid(), u.mapping.host_root_gid())
+                        .map_err(Error::io(&id, "creating", tree))?;
+                    let (uids, gids) = (u.mapping.uids.map_line(), u.mapping.gids.map_line());
+                    berth_netns::NetNs::create_owned(&dir, &name, &u.path, &uids, &gids)
+                }
+            };
+            made.map(|_| ()).map_err(|e| {
+                Error::io(&id, "creating network namespace", &path)(std::io::Error::other(e))
+            })
         })
         .await
     }
@@ -88,7 +114,11 @@ impl Namespaces for NetNs {
         blocking(move || {
             berth_netns::remove_path(&path).map_err(|e| {
                 Error::io(&id, "removing network namespace", &path)(std::io::Error::other(e))
-            })
+            })?;
+            match layout::pod_userns_of_netns(&path) {
+                Some(tree) => remove_mounted_tree(&id, &tree.root),
+                None => Ok(()),
+            }
         })
         .await
     }
@@ -96,6 +126,172 @@ impl Namespaces for NetNs {
 
 /// The host's files and mounts.
 pub struct Host;
+
+/// Makes `dir` and its missing parents with mode 0711 (traversable, not
+/// listable: see [`Layout::userns_dir`]).
+fn make_traversable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(dir)
+}
+
+/// Makes `dir` (parents 0711) owned by the host ids of a pod's root, mode
+/// 0700: its runtime set-up (which runs as that root) passes, and no other
+/// local user does (the pod's /dev/shm and files are bound below it).
+fn private_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    make_traversable(dir)?;
+    std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// The mount points at or below `dir`, deepest first.
+fn mounts_below(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string(berth_mountinfo::SELF).unwrap_or_default();
+    let mut points: Vec<PathBuf> = berth_mountinfo::mounts(&text)
+        .map(|m| m.mount_point)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    points
+}
+
+/// Unmounts everything at or below `dir`, then removes it; never removes
+/// through a mount that could not be undone.
+fn remove_mounted_tree(id: &str, dir: &Path) -> Result<(), Error> {
+    for point in mounts_below(dir) {
+        berth_idmap::unmount(&point)
+            .map_err(|e| Error::io(id, "unmounting", &point)(std::io::Error::other(e)))?;
+    }
+    if let Some(left) = mounts_below(dir).first() {
+        return Err(Error::io(id, "unmounting", left)(std::io::Error::other(
+            "still mounted",
+        )));
+    }
+    remove_tree(id, dir)
+}
+
+/// Makes the mount point for a bind of `source`: a dir (or, for a file, a
+/// file), with its parents traversable.
+fn mount_point(id: &str, source: &Path, target: &Path) -> Result<(), Error> {
+    if source.is_dir() {
+        return make_traversable(target).map_err(Error::io(id, "creating", target));
+    }
+    if let Some(parent) = target.parent() {
+        make_traversable(parent).map_err(Error::io(id, "creating", parent))?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(target)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(id, "creating", target)(e)),
+    }
+}
+
+/// The overlay of `lowerdirs` on `dirs.rootfs()`, over idmapped views of
+/// each layer (see [`overlay_of_idmapped`]), with the upper dir owned by
+/// the namespace's root: files of the image owned by root show owned by
+/// root inside, and what the container writes lands in its upper dir owned
+/// by its host ids. Nothing of the shared layers is changed.
+fn mount_idmapped_rootfs(
+    id: &str,
+    dirs: &ContainerDirs,
+    lowerdirs: &[PathBuf],
+    idmap: &RootfsIdmap,
+) -> Result<(), Error> {
+    for dir in [dirs.upper(), dirs.work(), dirs.rootfs()] {
+        std::fs::create_dir_all(&dir).map_err(Error::io(id, "creating", &dir))?;
+    }
+    let upper = dirs.upper();
+    std::os::unix::fs::chown(&upper, Some(idmap.uid), Some(idmap.gid))
+        .map_err(Error::io(id, "chown", &upper))?;
+    // The container's userns tree: only the pod's root may pass.
+    if let Some(tree) = layout::userns_container_of_bundle(&dirs.bundle) {
+        private_to(&tree, idmap.uid, idmap.gid).map_err(Error::io(id, "creating", &tree))?;
+    }
+    overlay_of_idmapped(
+        id,
+        &dirs.rootfs(),
+        lowerdirs,
+        Some((&upper, &dirs.work())),
+        &idmap.userns,
+        &dirs.bundle.join("idmap"),
+    )
+}
+
+/// An overlay on `target` of idmapped views of `lowerdirs` (top first)
+/// through the user namespace file `userns`, attached in `staging` only
+/// until the overlay holds its own private clones of them (overlayfs
+/// clones its layers at mount time), then detached and removed. Without
+/// `upper` it is read-only (a single layer is then its read-only idmapped
+/// bind: overlayfs needs two lower layers without an upper one).
+fn overlay_of_idmapped(
+    id: &str,
+    target: &Path,
+    lowerdirs: &[PathBuf],
+    upper: Option<(&Path, &Path)>,
+    userns: &Path,
+    staging: &Path,
+) -> Result<(), Error> {
+    use nix::mount::{mount, MsFlags};
+    use std::os::fd::AsFd;
+    if lowerdirs.is_empty() {
+        return Err(Error::io(id, "mounting on", target)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the image has no layers",
+        )));
+    }
+    let fd = berth_idmap::open_userns(userns)
+        .map_err(|e| Error::io(id, "opening", userns)(std::io::Error::other(e)))?;
+    if let ([only], None) = (lowerdirs, upper) {
+        berth_idmap::bind(only, target, fd.as_fd(), false)
+            .map_err(|e| Error::io(id, "idmapping the layer", only)(std::io::Error::other(e)))?;
+        let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+        return mount(None::<&str>, target, None::<&str>, flags, None::<&str>).map_err(|e| {
+            let _ = berth_idmap::unmount(target);
+            Error::io(id, "making read-only", target)(e.into())
+        });
+    }
+    let result = (|| {
+        let mut lower = Vec::new();
+        for (n, layer) in lowerdirs.iter().enumerate() {
+            let view = staging.join(n.to_string());
+            std::fs::create_dir_all(&view).map_err(Error::io(id, "creating", &view))?;
+            berth_idmap::bind(layer, &view, fd.as_fd(), false).map_err(|e| {
+                Error::io(id, "idmapping the layer", layer)(std::io::Error::other(e))
+            })?;
+            lower.push(view.display().to_string());
+        }
+        let (data, flags) = match upper {
+            Some((upper, work)) => (
+                format!(
+                    "lowerdir={},upperdir={},workdir={}",
+                    lower.join(":"),
+                    upper.display(),
+                    work.display()
+                ),
+                MsFlags::empty(),
+            ),
+            None => (format!("lowerdir={}", lower.join(":")), MsFlags::MS_RDONLY),
+        };
+        mount(
+            Some("overlay"),
+            target,
+            Some("overlay"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|e| Error::io(id, "mounting an overlay on", target)(e.into()))
+    })();
+    let cleanup = remove_mounted_tree(id, staging);
+    result.and(cleanup)
+}
 
 fn remove_tree(id: &str, path: &Path) -> Result<(), Error> {
     match std::fs::remove_dir_all(path) {
@@ -149,6 +345,9 @@ impl HostFiles for Host {
     async fn remove_pod_files(&self, id: &str, files: &SandboxFiles) -> Result<(), Error> {
         let (id, files) = (id.to_string(), files.clone());
         blocking(move || {
+            if let Some(tree) = layout::pod_userns_of_state(&files.state) {
+                remove_mounted_tree(&id, &tree.root)?;
+            }
             files
                 .remove()
                 .map_err(Error::io(&id, "removing the pod's files in", &files.root))
@@ -187,6 +386,78 @@ impl HostFiles for Host {
         .await
     }
 
+    async fn mount_idmapped_rootfs(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        lowerdirs: Vec<PathBuf>,
+        idmap: &RootfsIdmap,
+    ) -> Result<(), Error> {
+        let (id, dirs, idmap) = (id.to_string(), dirs.clone(), idmap.clone());
+        blocking(move || mount_idmapped_rootfs(&id, &dirs, &lowerdirs, &idmap)).await
+    }
+
+    async fn mount_idmapped_image_volume(
+        &self,
+        id: &str,
+        target: &Path,
+        lowerdirs: Vec<PathBuf>,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        let (id, target, userns) = (id.to_string(), target.to_path_buf(), userns.to_path_buf());
+        blocking(move || {
+            mount_point(&id, Path::new("/"), &target)?;
+            let staging = target.with_extension("layers");
+            overlay_of_idmapped(&id, &target, &lowerdirs, None, &userns, &staging)
+        })
+        .await
+    }
+
+    async fn idmapped_bind(
+        &self,
+        id: &str,
+        source: &Path,
+        target: &Path,
+        userns: &Path,
+    ) -> Result<(), Error> {
+        let (id, source, target, userns) = (
+            id.to_string(),
+            source.to_path_buf(),
+            target.to_path_buf(),
+            userns.to_path_buf(),
+        );
+        blocking(move || {
+            use std::os::fd::AsFd;
+            mount_point(&id, &source, &target)?;
+            let fd = berth_idmap::open_userns(&userns)
+                .map_err(|e| Error::io(&id, "opening", &userns)(std::io::Error::other(e)))?;
+            berth_idmap::bind(&source, &target, fd.as_fd(), false)
+                .map_err(|e| Error::io(&id, "idmapped bind of", &source)(std::io::Error::other(e)))
+        })
+        .await
+    }
+
+    async fn bind(&self, id: &str, source: &Path, target: &Path) -> Result<(), Error> {
+        let (id, source, target) = (id.to_string(), source.to_path_buf(), target.to_path_buf());
+        blocking(move || {
+            mount_point(&id, &source, &target)?;
+            nix::mount::mount(
+                Some(&source),
+                &target,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| Error::io(&id, "bind-mounting", &source)(e.into()))
+        })
+        .await
+    }
+
+    async fn remove_mounted_tree(&self, id: &str, dir: &Path) -> Result<(), Error> {
+        let (id, dir) = (id.to_string(), dir.to_path_buf());
+        blocking(move || remove_mounted_tree(&id, &dir)).await
+    }
+
     async fn mount_image_volume(
         &self,
         id: &str,
@@ -208,6 +479,9 @@ impl HostFiles for Host {
     async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         let (id, dirs) = (id.to_string(), dirs.clone());
         blocking(move || {
+            if let Some(bound) = layout::userns_container_of_bundle(&dirs.bundle) {
+                remove_mounted_tree(&id, &bound)?;
+            }
             dirs.unmount()
                 .map_err(Error::io(&id, "unmounting", dirs.rootfs()))
         })
@@ -217,6 +491,9 @@ impl HostFiles for Host {
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         let (id, dirs) = (id.to_string(), dirs.clone());
         blocking(move || {
+            if let Some(bound) = layout::userns_container_of_bundle(&dirs.bundle) {
+                remove_mounted_tree(&id, &bound)?;
+            }
             dirs.remove()
                 .map_err(Error::io(&id, "removing the files of", &dirs.root))
         })
@@ -244,9 +521,12 @@ impl HostFiles for Host {
         .await
     }
 
+    /// Unmounts whatever is mounted below `path` first (a userns tree holds
+    /// binds of pod files and host paths): a removal never recurses into
+    /// a mount.
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
         let (id, path) = (id.to_string(), path.to_path_buf());
-        blocking(move || remove_tree(&id, &path)).await
+        blocking(move || remove_mounted_tree(&id, &path)).await
     }
 
     fn is_mounted(&self, path: &Path) -> bool {

@@ -10,7 +10,7 @@ use cri_api::v1;
 use prost::Message;
 
 use super::facts::{sandbox_name, PodFacts};
-use super::mechanisms::{EventKind, PodFileContent};
+use super::mechanisms::{EventKind, PodFileContent, UsernsPin};
 use super::{new_id, now_nanos, retry, Core};
 use crate::error::Error;
 use crate::failpoint;
@@ -171,6 +171,34 @@ impl Core {
             .files
             .write_pod_files(&id, &files, content)
             .await?;
+        // A userns pod's processes cannot search berth's 0700 dirs: what
+        // they reach by path is bound into the pod's userns tree, the pod's
+        // files idmapped (so they show owned by root inside, and nothing is
+        // chowned).
+        let tree = self.layout.pod_userns(&id);
+        if facts.userns.is_some() {
+            {
+                let core = self.clone();
+                let (id, root) = (id.clone(), tree.root.clone());
+                undo.push("remove the pod's userns tree", async move {
+                    core.mech
+                        .files
+                        .remove_mounted_tree(&id, &root)
+                        .await
+                        .map_err(|e| e.to_string())
+                });
+            }
+            self.mech
+                .files
+                .idmapped_bind(&id, &files.root, &tree.files(), &tree.ns())
+                .await?;
+            if !facts.host_ipc {
+                self.mech
+                    .files
+                    .idmapped_bind(&id, &files.shm(), &tree.shm(), &tree.ns())
+                    .await?;
+            }
+        }
 
         // The pause process.
         let shim_dir = self.layout.shim_dir(&id);
@@ -187,6 +215,12 @@ impl Core {
             .files
             .write_pause_bundle(&id, &files.bundle(), &spec)
             .await?;
+        if facts.userns.is_some() {
+            self.mech
+                .files
+                .bind(&id, &files.bundle().join("rootfs"), &tree.pause_rootfs())
+                .await?;
+        }
         let mut opts = ShimOptions::new(&id, files.bundle(), &shim_dir);
         opts.runtime = PathBuf::from(runtime);
         opts.runtime_root = self.layout.runtime_root();
@@ -231,7 +265,14 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        self.mech.namespaces.create_netns(&id, &path).await?;
+        let userns = sandbox.meta.facts().userns.map(|mapping| UsernsPin {
+            path: self.layout.pod_userns(&id).ns(),
+            mapping,
+        });
+        self.mech
+            .namespaces
+            .create_netns(&id, &path, userns.as_ref())
+            .await?;
         failpoint::hit("run_pod_sandbox:after_netns");
 
         let attachment = attachment(&id, &path, config);
@@ -263,6 +304,8 @@ impl Core {
     fn pause_spec(&self, meta: &SandboxMeta) -> Result<oci_spec::runtime::Spec, Error> {
         let facts = meta.facts();
         let shm = self.shm_of(&meta.id, facts);
+        let tree = self.layout.pod_userns(&meta.id);
+        let (userns, pause_rootfs) = (tree.ns(), tree.pause_rootfs());
         let mut req = berth_spec::PauseRequest::new(
             &meta.id,
             meta.config(),
@@ -271,6 +314,10 @@ impl Core {
             &facts.cgroup_parent,
         );
         req.args = vec![berth_shim::PAUSE_PATH.into()];
+        if facts.userns.is_some() {
+            req.userns = Some(&userns);
+            req.rootfs = &pause_rootfs;
+        }
         Ok(berth_spec::pause_spec(
             &req,
             &self.spec_options_for(&meta.runtime_handler),
@@ -285,6 +332,8 @@ impl Core {
     fn shm_of(&self, id: &str, facts: &PodFacts) -> PathBuf {
         if facts.host_ipc {
             PathBuf::from("/dev/shm")
+        } else if facts.userns.is_some() {
+            self.layout.pod_userns(id).shm()
         } else {
             self.layout.sandbox_files(id).shm()
         }

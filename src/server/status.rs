@@ -63,7 +63,11 @@ impl Cri {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: runtime_handlers(&self.core.config).await,
+            runtime_handlers: runtime_handlers(
+                &self.core.config,
+                user_namespaces_here(&self.core.config).await,
+            )
+            .await,
             features: Some(v1::RuntimeFeatures {
                 supplemental_groups_policy: true,
                 user_namespaces_host_network: false,
@@ -79,8 +83,71 @@ const FEATURES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
+/// Whether this host can run pods in their own user namespace the way
+/// berth does it, probed once (the first time it is asked) and kept: a
+/// user namespace made by a forked holder, an idmapped bind mount of a
+/// scratch dir in the state dir and in the root dir (pod files, layers and
+/// writable layers live there) showing a root-owned file with the mapped
+/// owner, nothing left behind; and the state dir and every dir above it
+/// searchable by others (a pod's root, an unmapped host uid to them, must
+/// pass them to reach `<state>/userns`).
+static USERNS_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// See [`USERNS_HOST`]; blocking (it forks): call off the tokio workers.
+pub fn probe_user_namespaces(root: &Path, state: &Path) -> bool {
+    *USERNS_HOST.get_or_init(|| {
+        if let Err(e) = searchable_by_others(state) {
+            tracing::warn!(error = %e, "pods with user namespaces cannot run here");
+            return false;
+        }
+        for dir in [state, root] {
+            if let Err(e) = berth_idmap::probe(dir, 65536) {
+                tracing::warn!(error = %e, "pods with user namespaces cannot run here");
+                return false;
+            }
+        }
+        true
+    })
+}
+
+/// Whether `dir` and each dir above it has the search bit for others.
+fn searchable_by_others(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for d in dir.ancestors() {
+        let mode = std::fs::metadata(d)
+            .map_err(|e| format!("{}: {e}", d.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "{} (mode {:o}) cannot be passed by a pod's root",
+                d.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn user_namespaces_here(config: &crate::config::Config) -> bool {
+    if let Some(known) = USERNS_HOST.get() {
+        return *known;
+    }
+    let (root, state) = (config.root.clone(), config.state.clone());
+    tokio::task::spawn_blocking(move || probe_user_namespaces(&root, &state))
+        .await
+        .unwrap_or(false)
+}
+
 /// The default handler (named "") and every configured one, with features.
-async fn runtime_handlers(config: &crate::config::Config) -> Vec<v1::RuntimeHandler> {
+/// `userns_host`: what [`probe_user_namespaces`] found; a handler has user
+/// namespaces when it is found too (berth makes the namespaces and the
+/// idmapped mounts itself, so the runtime only joins them by path, which
+/// runc 1.1 and crun 1.8 do).
+async fn runtime_handlers(
+    config: &crate::config::Config,
+    userns_host: bool,
+) -> Vec<v1::RuntimeHandler> {
     let default = ("", config.default_runtime_handler());
     let mut handlers = Vec::new();
     for (name, handler) in
@@ -90,8 +157,7 @@ async fn runtime_handlers(config: &crate::config::Config) -> Vec<v1::RuntimeHand
             name: name.to_string(),
             features: Some(v1::RuntimeHandlerFeatures {
                 recursive_read_only_mounts: recursive_read_only(&handler.binary).await,
-                // Pods with user namespaces are not supported yet.
-                user_namespaces: false,
+                user_namespaces: userns_host && find_executable(&handler.binary).is_some(),
             }),
         });
     }

@@ -17,6 +17,14 @@
 //! 127.0.0.1/8 and ::1), which is all the CNI `loopback` plugin does, without
 //! the cost of running a plugin process.
 //!
+//! A pod in its own user namespace needs its network namespace owned by
+//! that user namespace (else the pod's root could not join it, and sysfs
+//! could not be mounted in it): [`NetNs::create_owned`] has a
+//! [`berth_idmap::Holder`] child unshare both at once, writes the mapping,
+//! and bind-mounts both namespace files before the holder is killed. The
+//! user namespace file pins the namespace until the pod's pause has joined
+//! it; the network namespace holds its owner alive for as long as it lives.
+//!
 //! Everything here is blocking; async callers use `tokio::task::spawn_blocking`.
 
 use std::fs::File;
@@ -102,6 +110,73 @@ impl NetNs {
         match new_namespace_on(&path) {
             Ok(()) => Ok(NetNs { path }),
             Err(error) => match remove_path(&path) {
+                Ok(()) => Err(error),
+                Err(cleanup) => Err(Error::Cleanup {
+                    error: Box::new(error),
+                    cleanup: Box::new(cleanup),
+                }),
+            },
+        }
+    }
+
+    /// Like [`NetNs::create`], but the new network namespace is owned by a
+    /// new user namespace with `uid_map` and `gid_map` (lines of `inside
+    /// outside length`), which is bind-mounted at `userns` (a file path;
+    /// its directory is made and shared like `dir`). On any failure
+    /// nothing is left behind.
+    pub fn create_owned(
+        dir: &Path,
+        name: &str,
+        userns: &Path,
+        uid_map: &str,
+        gid_map: &str,
+    ) -> Result<NetNs, Error> {
+        validate_name(name)?;
+        let userns_dir = userns.parent().unwrap_or(Path::new("/"));
+        for d in [dir, userns_dir] {
+            std::fs::create_dir_all(d).map_err(|e| os(d, "create directory", e))?;
+            make_shared_mount(d)?;
+        }
+        let path = dir.join(name);
+        for p in [path.as_path(), userns] {
+            if let Err(e) = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o444)
+                .open(p)
+            {
+                let error = match e.kind() {
+                    io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+                        path: p.to_path_buf(),
+                    },
+                    _ => os(p, "create mount point file", e),
+                };
+                // Only what this call made goes.
+                if p == userns {
+                    let _ = remove_path(&path);
+                }
+                return Err(error);
+            }
+        }
+        let made = (|| {
+            let holder = berth_idmap::Holder::spawn(libc::CLONE_NEWNET, uid_map, gid_map)
+                .map_err(|e| os(userns, "make the user namespace", io::Error::other(e)))?;
+            for (ns, target) in [("user", userns), ("net", path.as_path())] {
+                mount(
+                    Some(&holder.ns_path(ns)),
+                    target,
+                    None::<&str>,
+                    MsFlags::MS_BIND,
+                    None::<&str>,
+                )
+                .map_err(|e| os(target, "bind-mount the new namespace", e))?;
+            }
+            drop(holder);
+            run_in(&path, set_loopback_up)?.map_err(|e| os(&path, "bring lo up", e))
+        })();
+        match made {
+            Ok(()) => Ok(NetNs { path }),
+            Err(error) => match remove_path(&path).and_then(|()| remove_path(userns)) {
                 Ok(()) => Err(error),
                 Err(cleanup) => Err(Error::Cleanup {
                     error: Box::new(error),
@@ -358,6 +433,70 @@ mod tests {
         // Other kinds of namespace are not network namespaces.
         assert!(!is_namespace(Path::new("/proc/self/ns/uts")).unwrap());
         assert!(is_namespace(Path::new("/proc/self/ns/net")).unwrap());
+    }
+
+    /// IFF_UP of `lo` in the calling thread's network namespace.
+    fn loopback_is_up() -> bool {
+        // SAFETY: as in set_loopback_up: a fresh socket, an ifreq we own.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0);
+            let sock = OwnedFd::from_raw_fd(fd);
+            let mut req: libc::ifreq = std::mem::zeroed();
+            for (dst, src) in req.ifr_name.iter_mut().zip(b"lo") {
+                *dst = *src as libc::c_char;
+            }
+            assert!(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) >= 0);
+            req.ifr_ifru.ifru_flags & libc::IFF_UP as libc::c_short != 0
+        }
+    }
+
+    #[test]
+    fn an_owned_namespace_belongs_to_its_user_namespace() {
+        // SAFETY: geteuid never fails.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (netns_dir, userns) = (dir.path().join("netns"), dir.path().join("userns/p"));
+        let map = "0 100000 65536\n";
+        let ns = NetNs::create_owned(&netns_dir, "p", &userns, map, map).unwrap();
+        assert!(is_namespace(ns.path()).unwrap());
+        // NS_GET_USERNS of the netns is the pinned user namespace.
+        let net = File::open(ns.path()).unwrap();
+        // SAFETY: NS_GET_USERNS returns a new fd or -1.
+        let owner = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS) };
+        assert!(owner >= 0);
+        // SAFETY: a fresh fd.
+        let owner = unsafe { OwnedFd::from_raw_fd(owner) };
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        assert_eq!(
+            ino(Path::new(&format!("/proc/self/fd/{}", owner.as_raw_fd()))),
+            ino(&userns)
+        );
+        // lo is up inside.
+        assert!(ns.run_in(loopback_is_up).unwrap());
+        // A second one with the same names fails and leaves the first.
+        assert!(matches!(
+            NetNs::create_owned(&netns_dir, "p", &userns, map, map),
+            Err(Error::AlreadyExists { .. })
+        ));
+        assert!(is_namespace(ns.path()).unwrap());
+        // A bad mapping leaves nothing.
+        let bad = NetNs::create_owned(
+            &netns_dir,
+            "q",
+            &dir.path().join("userns/q"),
+            "0 0 0\n",
+            map,
+        );
+        assert!(bad.is_err());
+        assert!(!netns_dir.join("q").exists() && !dir.path().join("userns/q").exists());
+        remove_path(&userns).unwrap();
+        ns.remove().unwrap();
+        for d in [&netns_dir, &dir.path().join("userns")] {
+            let _ = umount2(d.as_path(), MntFlags::MNT_DETACH);
+        }
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod seccomp;
 mod signal;
 mod sysctls;
 mod user;
+mod userns;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -69,6 +70,10 @@ pub use seccomp::{
 };
 pub use signal::{cri_signal, cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
+pub use userns::{
+    check_container_user_namespace, idmapped_mounts, pod_user_namespace, user_namespace, IdRange,
+    UserNamespace,
+};
 
 /// The name of berth's default AppArmor profile (used when loaded).
 pub const APPARMOR_DEFAULT: &str = "berth-default";
@@ -298,6 +303,9 @@ pub struct SpecRequest<'a> {
     /// The pid of the container named by `namespace_options.target_id`, for
     /// PID namespace mode TARGET.
     pub target_pid: Option<u32>,
+    /// Idmapped views of the host paths of the CRI mounts that ask for one
+    /// (`uidMappings`), by mount index: see [`idmapped_mounts`].
+    pub idmapped: BTreeMap<usize, PathBuf>,
 }
 
 impl<'a> SpecRequest<'a> {
@@ -320,6 +328,7 @@ impl<'a> SpecRequest<'a> {
             volumes: Vec::new(),
             image_mounts: BTreeMap::new(),
             target_pid: None,
+            idmapped: BTreeMap::new(),
         }
     }
 }
@@ -403,20 +412,25 @@ fn default_masked_paths() -> Vec<String> {
 /// An empty list is where berth departs from containerd on purpose.
 /// containerd takes it as "mask nothing": that is how kubelet asks for
 /// `procMount: Unmasked`. But Kubernetes allows `Unmasked` only in a pod
-/// with its own user namespace (`hostUsers: false`), and berth runs no pod
-/// in one (pod user namespaces are refused), so an empty list here cannot be
-/// a valid Unmasked request — it is a client that did not fill the lists in
-/// (crictl, an old kubelet), and taking it literally would leave /proc/kcore,
-/// /proc/sysrq-trigger and the rest of /proc and /sys open to the container.
-/// berth gives the runtime's defaults instead (CRI-O's outcome for an unset
-/// list too). When berth runs pods in user namespaces, the empty list of such
-/// a pod is to mean "none", as in containerd.
+/// with its own user namespace (`hostUsers: false`), so in a pod without
+/// one an empty list cannot be a valid Unmasked request — it is a client
+/// that did not fill the lists in (crictl, an old kubelet), and taking it
+/// literally would leave /proc/kcore, /proc/sysrq-trigger and the rest of
+/// /proc and /sys open to the container. berth gives the runtime's defaults
+/// instead (CRI-O's outcome for an unset list too). In a pod with its own
+/// user namespace (`userns`), the empty list means "none", as in containerd.
 pub(crate) fn masked_and_readonly(
     privileged: bool,
     sc: Option<&v1::LinuxContainerSecurityContext>,
+    userns: bool,
 ) -> (Vec<String>, Vec<String>) {
     if privileged {
         return (Vec::new(), Vec::new());
+    }
+    if userns {
+        if let Some(sc) = sc {
+            return (sc.masked_paths.clone(), sc.readonly_paths.clone());
+        }
     }
     let given = |l: Option<&Vec<String>>, default: fn() -> Vec<String>| match l {
         Some(l) if !l.is_empty() => l.clone(),
@@ -504,12 +518,15 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         opts.oom_score_adj_floor,
     )?);
 
+    let userns = pod_user_namespace(id, req.sandbox_config)?;
     let (mounts, rootfs_propagation) = mounts::mounts(&mounts::MountInputs {
         id,
         config,
         sandbox: req.sandbox,
         volumes: &req.volumes,
         image_mounts: &req.image_mounts,
+        idmapped: &req.idmapped,
+        userns: userns.as_ref(),
         privileged,
         readonly_rootfs,
         rro_supported: opts.rro_supported,
@@ -520,7 +537,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     let mut cgroup_resources = linux_resources(id, &resources, opts)?;
     cgroup_resources.set_devices(Some(device_rules));
 
-    let (masked, readonly) = masked_and_readonly(privileged, sc);
+    let (masked, readonly) = masked_and_readonly(privileged, sc, userns.is_some());
 
     let mut linux = Linux::default();
     linux.set_namespaces(Some(namespaces::namespaces(
@@ -529,7 +546,13 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         sc.and_then(|s| s.namespace_options.as_ref()),
         req.target_pid,
         opts.cgroup_v2 && !privileged,
+        userns.as_ref(),
     )?));
+    if let Some(u) = &userns {
+        let (uids, gids) = u.oci_mappings();
+        linux.set_uid_mappings(Some(uids));
+        linux.set_gid_mappings(Some(gids));
+    }
     linux.set_resources(Some(cgroup_resources));
     linux.set_cgroups_path(Some(PathBuf::from(cgroups_path(
         &req.sandbox.cgroup_parent,

@@ -172,6 +172,11 @@ pub(crate) struct MountInputs<'a> {
     pub sandbox: &'a SandboxInfo,
     pub volumes: &'a [AnonymousVolume],
     pub image_mounts: &'a BTreeMap<String, PathBuf>,
+    /// Idmapped views of host paths, by the index of their CRI mount (see
+    /// [`crate::idmapped_mounts`]).
+    pub idmapped: &'a BTreeMap<usize, PathBuf>,
+    /// The pod's user namespace.
+    pub userns: Option<&'a crate::UserNamespace>,
     pub privileged: bool,
     pub readonly_rootfs: bool,
     pub rro_supported: bool,
@@ -254,6 +259,7 @@ fn host_propagation(
 /// One CRI mount as a bind mount.
 fn cri_mount(
     inp: &MountInputs<'_>,
+    n: usize,
     field: &str,
     m: &v1::Mount,
     mountinfo: &mut MountInfo<'_>,
@@ -268,13 +274,7 @@ fn cri_mount(
             format!("{dest:?} is not an absolute path"),
         ));
     }
-    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
-        return Err(invalid(
-            id,
-            format!("{field}.uidMappings"),
-            "idmapped mounts are not supported",
-        ));
-    }
+    let idmapped = crate::userns::check_mount_idmap(id, field, m, inp.userns)?;
     let image = m.image.as_ref().filter(|i| !i.image.is_empty());
     let (source, propagation) = match image {
         Some(_) if !m.host_path.is_empty() => {
@@ -304,7 +304,18 @@ fn cri_mount(
             let src = std::fs::canonicalize(host)
                 .map_err(|e| path_error(id, &format!("{field}.host_path"), "resolving", host, e))?;
             let p = host_propagation(id, field, m, &src, mountinfo, rootfs_propagation)?;
-            (src, p)
+            if idmapped {
+                let view = inp.idmapped.get(&n).ok_or_else(|| {
+                    invalid(
+                        id,
+                        format!("{field}.uidMappings"),
+                        "the idmapped view is not prepared",
+                    )
+                })?;
+                (view.clone(), p)
+            } else {
+                (src, p)
+            }
         }
     };
     // An image volume is read-only whatever the config says.
@@ -348,6 +359,7 @@ pub(crate) fn mounts(inp: &MountInputs<'_>) -> Result<(Vec<Mount>, Option<String
     for (i, m) in inp.config.mounts.iter().enumerate() {
         let bind = cri_mount(
             inp,
+            i,
             &format!("mounts[{i}]"),
             m,
             &mut mountinfo,
@@ -489,12 +501,15 @@ mod tests {
         image_mounts: &'a BTreeMap<String, PathBuf>,
         mountinfo: &'a str,
     ) -> MountInputs<'a> {
+        static NO_IDMAPS: BTreeMap<usize, PathBuf> = BTreeMap::new();
         MountInputs {
             id: "c",
             config,
             sandbox,
             volumes: &[],
             image_mounts,
+            idmapped: &NO_IDMAPS,
+            userns: None,
             privileged: false,
             readonly_rootfs: false,
             rro_supported: true,

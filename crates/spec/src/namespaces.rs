@@ -1,7 +1,8 @@
 //! The namespaces of a container: a new mount namespace; the pod's network,
 //! IPC and UTS namespaces joined through the pause process (or the host's);
 //! the PID namespace by the container's `NamespaceOption.pid`; a new cgroup
-//! namespace on cgroup v2 (not privileged).
+//! namespace on cgroup v2 (not privileged); the pod's user namespace (see
+//! [`crate::userns`]), joined through the pause like the others.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +10,7 @@ use cri_api::v1;
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType};
 
 use crate::error::{invalid, Error};
+use crate::userns::{check_container_user_namespace, UserNamespace};
 use crate::SandboxInfo;
 
 fn ns(typ: LinuxNamespaceType, path: Option<PathBuf>) -> LinuxNamespace {
@@ -31,16 +33,26 @@ fn proc_ns(id: &str, pid: u32, name: &str, field: &str) -> Result<PathBuf, Error
 }
 
 /// The container's namespaces. `target_pid` is the pid of the container
-/// named by `target_id`, needed for PID mode TARGET.
+/// named by `target_id`, needed for PID mode TARGET. `userns` is the pod's
+/// user namespace: the container joins it through the pause (first, as
+/// runc and crun join a user namespace before the others, which it owns).
 pub(crate) fn namespaces(
     id: &str,
     sandbox: &SandboxInfo,
     options: Option<&v1::NamespaceOption>,
     target_pid: Option<u32>,
     cgroup_ns: bool,
+    userns: Option<&UserNamespace>,
 ) -> Result<Vec<LinuxNamespace>, Error> {
     const FIELD: &str = "linux.security_context.namespace_options";
+    check_container_user_namespace(id, options, userns)?;
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    if userns.is_some() {
+        out.push(ns(
+            LinuxNamespaceType::User,
+            Some(proc_ns(id, sandbox.pid, "user", "sandbox pid")?),
+        ));
+    }
     if let Some(netns) = &sandbox.netns {
         out.push(ns(LinuxNamespaceType::Network, Some(netns.clone())));
         // The pod has its own UTS namespace only with its own network.
@@ -83,32 +95,21 @@ pub(crate) fn namespaces(
         }
     }
 
-    check_userns(id, FIELD, options)?;
     if cgroup_ns {
         out.push(ns(LinuxNamespaceType::Cgroup, None));
     }
     Ok(out)
 }
 
-/// Refuses a user namespace other than the host's: berth runs none.
-fn check_userns(id: &str, field: &str, options: Option<&v1::NamespaceOption>) -> Result<(), Error> {
-    match options.and_then(|o| o.userns_options.as_ref()) {
-        Some(userns) if userns.mode != v1::NamespaceMode::Node as i32 => Err(invalid(
-            id,
-            format!("{field}.userns_options"),
-            "user namespaces are not supported; only NODE mode",
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// The namespaces of a pod's pause: new mount, UTS, IPC and PID namespaces
 /// unless the pod uses the host's (host network means host UTS, as kubelet
-/// expects), the network namespace at `netns` (`None`: the host's). No
+/// expects), the network namespace at `netns` (`None`: the host's), the
+/// user namespace at `userns` (`None`: the host's; it must own `netns`). No
 /// cgroup namespace, as containerd's sandbox.
 pub(crate) fn pod_namespaces(
     id: &str,
     netns: Option<&Path>,
+    userns: Option<&Path>,
     options: Option<&v1::NamespaceOption>,
 ) -> Result<Vec<LinuxNamespace>, Error> {
     const FIELD: &str = "linux.security_context.namespace_options";
@@ -133,8 +134,10 @@ pub(crate) fn pod_namespaces(
             ));
         }
     }
-    check_userns(id, FIELD, options)?;
     let mut out = vec![ns(LinuxNamespaceType::Mount, None)];
+    if let Some(path) = userns {
+        out.push(ns(LinuxNamespaceType::User, Some(path.to_owned())));
+    }
     match (network, netns) {
         (v1::NamespaceMode::Node, None) => {}
         (v1::NamespaceMode::Node, Some(_)) | (_, None) => {
@@ -191,18 +194,24 @@ mod tests {
             pid: v1::NamespaceMode::Container as i32,
             ..Default::default()
         };
-        let nss = pod_namespaces("pod", Some(Path::new("/run/berth/netns/pod")), Some(&o)).unwrap();
+        let nss = pod_namespaces(
+            "pod",
+            Some(Path::new("/run/berth/netns/pod")),
+            None,
+            Some(&o),
+        )
+        .unwrap();
         assert_eq!(find(&nss, LinuxNamespaceType::Pid), Some(None));
         let o = v1::NamespaceOption {
             ipc: v1::NamespaceMode::Container as i32,
             ..Default::default()
         };
-        assert!(pod_namespaces("pod", Some(Path::new("/x")), Some(&o)).is_err());
+        assert!(pod_namespaces("pod", Some(Path::new("/x")), None, Some(&o)).is_err());
     }
 
     #[test]
     fn pod_namespaces_are_joined() {
-        let nss = namespaces("c", &sandbox(), None, None, false).unwrap();
+        let nss = namespaces("c", &sandbox(), None, None, false, None).unwrap();
         assert_eq!(find(&nss, LinuxNamespaceType::Mount), Some(None));
         assert_eq!(
             find(&nss, LinuxNamespaceType::Network),
@@ -232,7 +241,7 @@ mod tests {
             host_pid: true,
             ..sandbox()
         };
-        let nss = namespaces("c", &sb, None, None, false).unwrap();
+        let nss = namespaces("c", &sb, None, None, false, None).unwrap();
         let types: Vec<_> = nss.iter().map(|n| n.typ()).collect();
         assert_eq!(types, vec![LinuxNamespaceType::Mount]);
     }
@@ -241,7 +250,7 @@ mod tests {
     fn pid_modes() {
         let sb = sandbox();
         let pid = |mode, target| {
-            let nss = namespaces("c", &sb, Some(&pid_mode(mode)), target, false).unwrap();
+            let nss = namespaces("c", &sb, Some(&pid_mode(mode)), target, false, None).unwrap();
             find(&nss, LinuxNamespaceType::Pid)
         };
         assert_eq!(
@@ -264,6 +273,7 @@ mod tests {
             Some(&pid_mode(v1::NamespaceMode::Target)),
             None,
             false,
+            None,
         )
         .unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
@@ -279,27 +289,60 @@ mod tests {
             pid: 0,
             ..sandbox()
         };
-        assert!(namespaces("c", &sb, None, None, false).is_err());
+        assert!(namespaces("c", &sb, None, None, false, None).is_err());
     }
 
     #[test]
     fn cgroup_namespace_when_asked() {
-        let nss = namespaces("c", &sandbox(), None, None, true).unwrap();
+        let nss = namespaces("c", &sandbox(), None, None, true, None).unwrap();
         assert_eq!(find(&nss, LinuxNamespaceType::Cgroup), Some(None));
     }
 
     #[test]
-    fn user_namespace_pod_mode_is_refused() {
+    fn the_pods_user_namespace_is_joined_through_the_pause() {
+        let pod = crate::userns::UserNamespace {
+            uids: crate::userns::IdRange {
+                container_id: 0,
+                host_id: 100000,
+                length: 65536,
+            },
+            gids: crate::userns::IdRange {
+                container_id: 0,
+                host_id: 100000,
+                length: 65536,
+            },
+        };
+        let nss = namespaces("c", &sandbox(), None, None, false, Some(&pod)).unwrap();
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::User),
+            Some(Some("/proc/42/ns/user".into()))
+        );
+        // A container that asks for the host's in such a pod: refused.
         let mut o = pid_mode(v1::NamespaceMode::Pod);
-        o.userns_options = Some(v1::UserNamespace {
-            mode: v1::NamespaceMode::Pod as i32,
-            ..Default::default()
-        });
-        assert!(namespaces("c", &sandbox(), Some(&o), None, false).is_err());
         o.userns_options = Some(v1::UserNamespace {
             mode: v1::NamespaceMode::Node as i32,
             ..Default::default()
         });
-        assert!(namespaces("c", &sandbox(), Some(&o), None, false).is_ok());
+        let e = namespaces("c", &sandbox(), Some(&o), None, false, Some(&pod)).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        // NODE in a NODE pod is fine; POD in a NODE pod is not.
+        assert!(namespaces("c", &sandbox(), Some(&o), None, false, None).is_ok());
+        o.userns_options = Some(v1::UserNamespace {
+            mode: v1::NamespaceMode::Pod as i32,
+            ..Default::default()
+        });
+        assert!(namespaces("c", &sandbox(), Some(&o), None, false, None).is_err());
+        // The pause joins the pinned namespace by path.
+        let nss = pod_namespaces(
+            "pod",
+            Some(Path::new("/run/berth/netns/pod")),
+            Some(Path::new("/run/berth/userns/pod")),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::User),
+            Some(Some("/run/berth/userns/pod".into()))
+        );
     }
 }

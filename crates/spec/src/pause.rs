@@ -42,6 +42,9 @@ pub struct PauseRequest<'a> {
     /// The pod's network namespace; `None` for a host-network pod (which
     /// `config`'s namespace options must say too).
     pub netns: Option<&'a Path>,
+    /// The pod's user namespace (pinned by berth, owning `netns`), when the
+    /// config asks for one (`userns_options` mode POD); `None` otherwise.
+    pub userns: Option<&'a Path>,
     /// The pod's /dev/shm (a tmpfs berth mounted), or the host's /dev/shm for
     /// host IPC.
     pub shm: &'a Path,
@@ -67,6 +70,7 @@ impl<'a> PauseRequest<'a> {
             id,
             config,
             netns,
+            userns: None,
             shm,
             cgroup_parent,
             rootfs: Path::new("rootfs"),
@@ -213,7 +217,15 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         &["rbind", "ro", "nosuid", "nodev", "noexec"],
     ));
 
-    let namespaces = namespaces::pod_namespaces(id, req.netns, ns_options)?;
+    let userns = crate::userns::pod_user_namespace(id, req.config)?;
+    if userns.is_some() != req.userns.is_some() {
+        return Err(invalid(
+            id,
+            "linux.security_context.namespace_options.userns_options",
+            "the user namespace given does not fit the pod's user namespace mode",
+        ));
+    }
+    let namespaces = namespaces::pod_namespaces(id, req.netns, req.userns, ns_options)?;
     let host_ipc = ns_options.is_some_and(|o| o.ipc == v1::NamespaceMode::Node as i32);
     let mut cpu = LinuxCpu::default();
     cpu.set_shares(Some(PAUSE_CPU_SHARES));
@@ -228,9 +240,14 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         resources.set_pids(Some(pids));
     }
 
-    let (masked, readonly) = crate::masked_and_readonly(false, None);
+    let (masked, readonly) = crate::masked_and_readonly(false, None, false);
     let mut linux = Linux::default();
     linux.set_namespaces(Some(namespaces));
+    if let Some(u) = &userns {
+        let (uids, gids) = u.oci_mappings();
+        linux.set_uid_mappings(Some(uids));
+        linux.set_gid_mappings(Some(gids));
+    }
     linux.set_resources(Some(resources));
     linux.set_cgroups_path(Some(PathBuf::from(resources::cgroups_path(
         req.cgroup_parent,
@@ -502,6 +519,7 @@ mod tests {
             "0"
         );
 
+        // POD without mappings.
         let e = invalid_argument(&pod(|sc| {
             sc.namespace_options = Some(v1::NamespaceOption {
                 userns_options: Some(v1::UserNamespace {
@@ -536,6 +554,80 @@ mod tests {
         };
         let spec = spec_of(&pod(|_| {}), &o).unwrap();
         assert!(spec.linux().as_ref().unwrap().seccomp().is_some());
+    }
+
+    fn userns_pod() -> v1::PodSandboxConfig {
+        let map = v1::IdMapping {
+            container_id: 0,
+            host_id: 100000,
+            length: 65536,
+        };
+        pod(|sc| {
+            sc.namespace_options = Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Container as i32,
+                userns_options: Some(v1::UserNamespace {
+                    mode: v1::NamespaceMode::Pod as i32,
+                    uids: vec![map],
+                    gids: vec![map],
+                }),
+                ..Default::default()
+            })
+        })
+    }
+
+    #[test]
+    fn a_userns_pod_gets_its_mapping_and_joins_the_pinned_namespace() {
+        let config = userns_pod();
+        let mut req = PauseRequest::new(
+            "abc",
+            &config,
+            Some(Path::new(NETNS)),
+            Path::new(SHM),
+            "/kubepods/podX",
+        );
+        req.userns = Some(Path::new("/run/berth/userns/abc"));
+        let spec = pause_spec(&req, &opts()).unwrap();
+        let l = spec.linux().as_ref().unwrap();
+        let user = l
+            .namespaces()
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|n| n.typ() == LinuxNamespaceType::User)
+            .unwrap();
+        assert_eq!(
+            user.path().as_deref(),
+            Some(Path::new("/run/berth/userns/abc"))
+        );
+        for maps in [l.uid_mappings(), l.gid_mappings()] {
+            let maps = maps.as_ref().unwrap();
+            assert_eq!(maps.len(), 1);
+            assert_eq!(
+                (maps[0].container_id(), maps[0].host_id(), maps[0].size()),
+                (0, 100000, 65536)
+            );
+        }
+        // No pinned namespace for a userns pod, or one for a host-userns pod:
+        // refused (the daemon's mistake, never a half-isolated pod).
+        req.userns = None;
+        assert!(pause_spec(&req, &opts()).is_err());
+        let plain = pod(|_| {});
+        let mut req = PauseRequest::new("abc", &plain, Some(Path::new(NETNS)), Path::new(SHM), "");
+        req.userns = Some(Path::new("/run/berth/userns/abc"));
+        assert!(pause_spec(&req, &opts()).is_err());
+        // NODE mode: as before, no user namespace.
+        let node = pod(|sc| {
+            sc.namespace_options = Some(v1::NamespaceOption {
+                userns_options: Some(v1::UserNamespace {
+                    mode: v1::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        });
+        let spec = spec_of(&node, &opts()).unwrap();
+        assert!(!types(&spec).contains(&LinuxNamespaceType::User));
+        assert!(spec.linux().as_ref().unwrap().uid_mappings().is_none());
     }
 
     #[test]

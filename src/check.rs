@@ -575,7 +575,9 @@ fn check_idmapped_mounts(host: &dyn Host) -> Item {
         _ => item(
             Status::Info,
             "idmapped mounts",
-            format!("kernel {release}: none (needs 5.12); only pods with user namespaces need them, and berth does not run those yet"),
+            format!(
+                "kernel {release}: none (needs 5.12); only pods with user namespaces need them"
+            ),
         ),
     }
 }

@@ -756,8 +756,18 @@ async fn status_lists_runtime_handlers_and_features() {
         features("runc").recursive_read_only_mounts,
         kernel >= (5, 12) && runc_rro
     );
+    // User namespaces: probed on this host (a userns and an idmapped mount
+    // under root and state); the kernel here has them.
+    let kernel_idmap = kernel >= (5, 19);
     for handler in &resp.runtime_handlers {
-        assert!(!handler.features.unwrap().user_namespaces);
+        if handler.name != "crun" {
+            assert_eq!(
+                handler.features.unwrap().user_namespaces,
+                kernel_idmap,
+                "{}",
+                handler.name
+            );
+        }
     }
     let runtime_features = resp.features.expect("runtime features");
     assert!(runtime_features.supplemental_groups_policy);

@@ -272,11 +272,9 @@ impl Core {
             Action::RemountContainer(id) => {
                 let container = self.containers.lookup(id)?;
                 let snapshots = self.rootfs_snapshots(&container)?;
-                let dirs = self.layout.container_dirs(id);
-                self.mech
-                    .files
-                    .mount_rootfs(id, &dirs, self.mech.images.snapshot_dirs(&snapshots))
-                    .await
+                // As at CreateContainer: idmapped layers in a userns pod.
+                let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
+                self.mount_container_rootfs(id, &snapshots, &sandbox).await
             }
             Action::AdoptStarted(id) => self.adopt_started(id).await,
             Action::ReleaseExited(id) => {

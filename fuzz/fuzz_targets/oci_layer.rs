@@ -7,9 +7,11 @@
 //!
 //! The first byte picks how the rest is fed: bit 0 gzips it first (the
 //! fuzzer mutates the tar, the gzip path runs), bit 1 unpacks as root does
-//! in the daemon (owners kept, device nodes made; only when we are root).
-//! Otherwise the bytes go in as they are (plain tar, or gzip or zstd told by
-//! their magic bytes, as in a pull).
+//! in the daemon (owners kept, device nodes made; only when we are root),
+//! bit 2 sets the checksum of every header first (a mutated header gets past
+//! the reader's checksum test to the code behind it). Otherwise the bytes go
+//! in as they are (plain tar, or gzip or zstd told by their magic bytes, as
+//! in a pull).
 #![no_main]
 
 use std::fs;
@@ -78,6 +80,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let gzipped = mode & 1 != 0;
     let same_owner = mode & 2 != 0 && nix_is_root();
+    let mut tar = tar.to_vec();
+    if mode & 4 != 0 {
+        fix_checksums(&mut tar);
+    }
+    let tar = &tar[..];
     let input = if gzipped { gzip(tar) } else { tar.to_vec() };
 
     let base = scratch::dir();
@@ -115,4 +122,40 @@ fn nix_is_root() -> bool {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Sets the checksum of each header the tar reader meets, walking the
+/// stream as it does: a header, the GNU sparse extension blocks it
+/// announces, its data rounded up to whole blocks.
+fn fix_checksums(tar: &mut [u8]) {
+    let mut off = 0usize;
+    while off + 512 <= tar.len() {
+        let block = &mut tar[off..off + 512];
+        off += 512;
+        if block.iter().all(|&b| b == 0) {
+            continue;
+        }
+        let mut h = tar::Header::new_old();
+        h.as_mut_bytes().copy_from_slice(block);
+        h.set_cksum();
+        block.copy_from_slice(h.as_bytes());
+        if h.entry_type() == tar::EntryType::GNUSparse && block[482] != 0 {
+            // Extension blocks: 21 sparse entries, then "is extended".
+            while off + 512 <= tar.len() {
+                let more = tar[off + 504] != 0;
+                off += 512;
+                if !more {
+                    break;
+                }
+            }
+        }
+        let size = h.entry_size().unwrap_or(0);
+        let Some(next) = usize::try_from(size.div_ceil(512).saturating_mul(512))
+            .ok()
+            .and_then(|n| off.checked_add(n))
+        else {
+            return;
+        };
+        off = next;
+    }
 }

@@ -8,6 +8,8 @@ import hashlib
 import io
 import json
 import os
+import shutil
+import subprocess
 import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,7 +77,8 @@ write("oci_documents", "record", b"\2" + j(record))
 write("oci_documents", "pair", b"\3" + j(manifest) + b"\0" + j(config))
 
 
-# --- oci_layer: bit 0 gzip the rest, bit 1 as root (owners, devices) ---
+# --- oci_layer: bit 0 gzip the rest, bit 1 as root (owners, devices),
+# bit 2 fix the header checksums ---
 def info(name, kind=tarfile.REGTYPE, size=0, mode=0o644, link="", uid=0, gid=0):
     t = tarfile.TarInfo(name)
     t.type, t.size, t.mode, t.linkname, t.uid, t.gid, t.mtime = kind, size, mode, link, uid, gid, 1000000
@@ -106,19 +109,19 @@ plain = tar([
     info("etc/.wh.gone"),
     info("etc/.wh..wh..opq"),
 ], end=True)
-write("oci_layer", "plain", b"\0" + plain)
+write("oci_layer", "plain", b"\4" + plain)
 
 owners = tar([
     file("bin/su", b"#!", mode=0o4755, uid=1000, gid=1000),
     info("dev/null", tarfile.CHRTYPE, mode=0o666),
     info("run/fifo", tarfile.FIFOTYPE),
 ])
-write("oci_layer", "owners", b"\2" + owners)
+write("oci_layer", "owners", b"\6" + owners)
 
 t = info("usr/share/" + "long-name-" * 12, size=2)
 t.pax_headers = {"SCHILY.xattr.user.note": "x", "mtime": "1000000.5", "uid": "7"}
 pax = tar([(t, b"hi"), info("usr/lib/", tarfile.DIRTYPE, mode=0o700)], fmt=tarfile.PAX_FORMAT)
-write("oci_layer", "pax_gzipped", b"\1" + pax)
+write("oci_layer", "pax_gzipped", b"\5" + pax)
 
 # A GNU sparse entry ('S'): one 512-byte block of data at 4096, apparent size
 # 1 MiB; the sparse map lives in the old GNU header fields.
@@ -131,7 +134,7 @@ h[410:422], h[422:434] = octal(1 << 20, 12), octal(0, 12)  # end of map
 h[483:495] = octal(1 << 20, 12)                            # real size
 h[148:156] = b" " * 8
 h[148:156] = b"%06o\0 " % sum(h)
-write("oci_layer", "sparse", b"\0" + bytes(h) + b"x" * 512)
+write("oci_layer", "sparse", b"\4" + bytes(h) + b"x" * 512)
 
 hostile = tar([
     info("a", tarfile.SYMTYPE, link="../sentinel"),
@@ -139,10 +142,13 @@ hostile = tar([
     file("../escape", b"x"),
     info("b", tarfile.LNKTYPE, link="../sentinel/victim"),
 ])
-write("oci_layer", "hostile", b"\0" + hostile)
+write("oci_layer", "hostile", b"\4" + hostile)
 
 small = tar([file("hello", b"hello\n")], end=True)
 write("oci_layer", "gzip_blob", b"\0" + gzip.compress(small, mtime=0))
+if shutil.which("zstd"):
+    zst = subprocess.run(["zstd", "-q", "-c", "--no-check"], input=small, stdout=subprocess.PIPE, check=True)
+    write("oci_layer", "zstd_blob", b"\0" + zst.stdout)
 
 
 # --- store_record: 0 berth's Record of meta and status, 1 a typed record ---

@@ -100,7 +100,11 @@ fuzz_target!(|data: &[u8]| {
     let result = unpack_layer(&mut &input[..], &root, same_owner, &LIMITS);
 
     assert_eq!(names(base), ["run"], "written next to the scratch dir");
-    assert_eq!(names(&run), ["root", "sentinel"], "written next to the root");
+    assert_eq!(
+        names(&run),
+        ["root", "sentinel"],
+        "written next to the root"
+    );
     assert_eq!(names(&sentinel), ["victim"], "written into the sentinel");
     assert_eq!(fs::read(&victim).unwrap(), b"original");
     assert_eq!((fingerprint(&sentinel), fingerprint(&victim)), before);

@@ -7,7 +7,8 @@
 //! - 2: an image record of the store (`images/<id>.json`), which must read
 //!   back as written;
 //! - 3: a manifest, a NUL byte, then its config: the layer list the pull
-//!   builds from the two.
+//!   builds from the two;
+//! - 4: the `WWW-Authenticate` header of a registry asking for credentials.
 //!
 //! Any bytes give a document or an error, never a panic.
 #![no_main]
@@ -67,14 +68,27 @@ fn manifest_and_config(bytes: &[u8]) {
     }
 }
 
+fn challenge(bytes: &[u8]) {
+    let Ok(header) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    if let Some((scheme, params)) = parse::challenge(header) {
+        assert_eq!(scheme, scheme.to_ascii_lowercase());
+        for key in params.keys() {
+            assert_eq!(*key, key.to_ascii_lowercase());
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, doc)) = data.split_first() else {
         return;
     };
-    match kind % 4 {
+    match kind % 5 {
         0 => drop(manifest(doc)),
         1 => drop(config(doc)),
         2 => record(doc),
-        _ => manifest_and_config(doc),
+        3 => manifest_and_config(doc),
+        _ => challenge(doc),
     }
 });

@@ -68,6 +68,25 @@ fn remove(dir: &Path) {
     fs::remove_dir_all(dir).unwrap();
 }
 
+fn assert_no_devices(root: &Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            let t = m.file_type();
+            assert!(!t.is_block_device(), "block device {}", e.path().display());
+            if t.is_char_device() {
+                assert_eq!(m.rdev(), 0, "char device {}", e.path().display());
+            }
+            if t.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+}
+
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     enc.write_all(bytes).unwrap();
@@ -108,6 +127,10 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(names(&sentinel), ["victim"], "written into the sentinel");
     assert_eq!(fs::read(&victim).unwrap(), b"original");
     assert_eq!((fingerprint(&sentinel), fingerprint(&victim)), before);
+    if result.is_ok() && !same_owner {
+        // Unprivileged unpacking makes no device node but whiteouts (0:0).
+        assert_no_devices(&root);
+    }
     if let Ok(diff_id) = result {
         // The diff id is the hash of the whole uncompressed stream.
         let magic = tar.starts_with(&[0x1f, 0x8b]) || tar.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]);

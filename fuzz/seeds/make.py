@@ -25,7 +25,8 @@ def digest(n):
     return "sha256:" + ("%02x" % n) * 32
 
 
-# --- oci_documents: 0 manifest/index, 1 config, 2 image record, 3 pair ---
+# --- oci_documents: 0 manifest/index, 1 config, 2 image record, 3 pair,
+# 4 WWW-Authenticate challenge ---
 def j(v):
     return json.dumps(v, separators=(",", ":")).encode()
 
@@ -75,6 +76,8 @@ write("oci_documents", "manifest", b"\0" + j(manifest))
 write("oci_documents", "config", b"\1" + j(config))
 write("oci_documents", "record", b"\2" + j(record))
 write("oci_documents", "pair", b"\3" + j(manifest) + b"\0" + j(config))
+write("oci_documents", "challenge",
+      b"\4" + b'Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"')
 
 
 # --- oci_layer: bit 0 gzip the rest, bit 1 as root (owners, devices),

@@ -1,5 +1,6 @@
 //! The documents a pull gets from a registry (manifests, image indexes,
-//! image configs) and the image records the store reads back at start,
+//! image configs, the `WWW-Authenticate` challenge of a registry that wants
+//! credentials) and the image records the store reads back at start,
 //! parsed the way the pull and the store parse them: they call these
 //! functions, each of which refuses input beyond its size cap before
 //! parsing. Public so that the fuzz targets (`fuzz/fuzz_targets/oci_*.rs`)
@@ -8,6 +9,7 @@
 //! Nothing here checks digests against content: the pull does that before
 //! it parses a document (see `remote.rs`).
 
+pub use crate::auth::parse_challenge as challenge;
 pub use crate::image::{ConfigFile, Descriptor, ManifestKind, Platform};
 
 use crate::image::{self, Image, Layer, RawManifest};

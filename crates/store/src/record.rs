@@ -268,6 +268,26 @@ mod tests {
         }
     }
 
+    /// Found by fuzz/store_record: a number that is not an f64 read back
+    /// one step off after a save (serde_json's fast float parser is not
+    /// exact without `float_roundtrip`), so a record changed each time it
+    /// was saved and loaded.
+    #[test]
+    fn numbers_read_back_as_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::<serde_json::Value>::open(dir.path()).unwrap();
+        let found = br##"{"version":1,"record":{"meta":{"id":"abd"},"status":{"tate":42,"exit_code":-0,"#rcte_adens":17000000000000000000000004674406,"mounts":"ready"}}}"##;
+        for data in [
+            &found[..],
+            br#"{"version":1,"record":17000000000000000000000004674406}"#,
+            br#"{"version":1,"record":[0.1,1e-300,2.2250738585072014e-308,123456789012345678901234567890.5]}"#,
+        ] {
+            let record = records.decode("r", data).unwrap();
+            let saved = records.encode("r", &record).unwrap();
+            assert_eq!(records.decode("r", &saved).unwrap(), record);
+        }
+    }
+
     #[test]
     fn bad_ids_are_refused() {
         let dir = tempfile::tempdir().unwrap();

@@ -6,13 +6,16 @@
 #   bash hack/fuzz.sh [SECONDS] [TARGET...]
 #
 # Installs cargo-fuzz from crates.io when it is missing (once, ~2 min).
-# BERTH_FUZZ_OCI=1 adds the berth-oci-image targets (their build pulls in
-# the registry client and its TLS: some minutes more). The build goes to
-# BERTH_FUZZ_TARGET_DIR (default /var/tmp/berth-fuzz-target), kept between
-# runs. Inputs the fuzzer finds are kept in fuzz/corpus/TARGET (not in git);
-# fuzz/seeds/TARGET are the starting inputs in git. A crash stops nothing
-# else: every target runs, then the crashing inputs are printed in hex, each
-# to become a unit test, and the script fails.
+# BERTH_FUZZ_OCI=0 leaves out the berth-oci-image targets (oci_*: image
+# references, manifests/indexes/configs/image records, layers), whose first
+# build pulls in the registry client and its TLS (some minutes more). The
+# build goes to BERTH_FUZZ_TARGET_DIR (default /var/tmp/berth-fuzz-target),
+# kept between runs. Inputs the fuzzer finds are kept in fuzz/corpus/TARGET
+# (not in git); fuzz/seeds/TARGET are the starting inputs in git
+# (fuzz/seeds/make.py writes the binary ones), fuzz/dicts/TARGET.dict the
+# tokens libFuzzer splices in. A crash stops nothing else: every target
+# runs, then the crashing inputs are printed in hex, each to become a unit
+# test, and the script fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,15 +30,15 @@ fi
 
 cd fuzz
 features=()
-if [[ ${BERTH_FUZZ_OCI:-0} == 1 ]]; then
-  features=(--features oci)
+if [[ ${BERTH_FUZZ_OCI:-1} == 0 ]]; then
+  features=(--no-default-features)
 fi
 build=(-s none --debug-assertions --target-dir "$target_dir" "${features[@]}")
 
 targets=("$@")
 if [[ ${#targets[@]} == 0 ]]; then
   while read -r t; do
-    if [[ $t == oci_* && ${BERTH_FUZZ_OCI:-0} != 1 ]]; then
+    if [[ $t == oci_* && ${BERTH_FUZZ_OCI:-1} == 0 ]]; then
       continue
     fi
     targets+=("$t")
@@ -48,9 +51,31 @@ failed=()
 started=$(date +%s)
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t" "seeds/$t"
+  opts=()
+  if [[ -f dicts/$t.dict ]]; then
+    opts+=(-dict="dicts/$t.dict")
+  fi
+  case $t in
+    # A layer needs room for a few tar entries (512-byte headers).
+    oci_layer) opts+=(-max_len=16384) ;;
+  esac
+  # The corpus only grows between runs (and replaying it comes out of the
+  # SECONDS): past 2000 inputs it is cut down to those that add coverage.
+  if (($(find "corpus/$t" -type f | wc -l) > 2000)); then
+    rm -rf "corpus/$t.merged"
+    mkdir "corpus/$t.merged"
+    if cargo fuzz run "${build[@]}" "$t" "corpus/$t.merged" "corpus/$t" -- \
+        -merge=1 -timeout=10 -rss_limit_mb=2048 "${opts[@]}" \
+        >"$target_dir/fuzz-$t-merge.log" 2>&1; then
+      rm -rf "corpus/$t"
+      mv "corpus/$t.merged" "corpus/$t"
+    else
+      rm -rf "corpus/$t.merged"
+    fi
+  fi
   echo "fuzz: $t for ${seconds}s"
   if ! cargo fuzz run "${build[@]}" "$t" "corpus/$t" "seeds/$t" -- \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${opts[@]}" \
       >"$target_dir/fuzz-$t.log" 2>&1; then
     failed+=("$t")
     tail -n 40 "$target_dir/fuzz-$t.log"

@@ -234,8 +234,9 @@ impl NodeAuths {
 }
 
 /// Parses `WWW-Authenticate: Bearer realm="…",service="…"` into the scheme
-/// (lowercase) and its parameters.
-pub(crate) fn parse_challenge(header: &str) -> Option<(String, BTreeMap<String, String>)> {
+/// (lowercase) and its parameters (keys lowercase); `None` when a parameter
+/// has no `=` or an unclosed quote. Public as `parse::challenge`.
+pub fn parse_challenge(header: &str) -> Option<(String, BTreeMap<String, String>)> {
     let header = header.trim();
     let (scheme, rest) = header.split_once(' ').unwrap_or((header, ""));
     let mut params = BTreeMap::new();

@@ -92,24 +92,33 @@ pub(crate) fn split_user(user: &str) -> (Option<i64>, String) {
     }
 }
 
-/// A descriptor in a manifest or index.
+/// A descriptor in a manifest or index: what the document points at, as
+/// the registry wrote it (unchecked: the pull checks digest and size).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct Descriptor {
+pub struct Descriptor {
+    /// Media type of the content (empty when absent).
     #[serde(default)]
     pub media_type: String,
+    /// `algorithm:hex` of the content.
     pub digest: String,
+    /// Size of the content in bytes (negative ones are refused where used).
     pub size: i64,
+    /// The platform of an index entry.
     #[serde(default)]
     pub platform: Option<Platform>,
 }
 
+/// The platform of an index entry.
 #[derive(Debug, Clone, Deserialize)]
-pub(crate) struct Platform {
+pub struct Platform {
+    /// GOARCH name: `amd64`, `arm64`, ….
     #[serde(default)]
     pub architecture: String,
+    /// GOOS name: `linux`, ….
     #[serde(default)]
     pub os: String,
+    /// `v7`, `v8`, … when the architecture has variants.
     #[serde(default)]
     pub variant: Option<String>,
 }
@@ -136,8 +145,11 @@ pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+jso
 pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
 
 /// What a manifest document is.
-pub(crate) enum ManifestKind {
+#[derive(Debug, Clone)]
+pub enum ManifestKind {
+    /// An image index (or docker manifest list): one manifest per platform.
     Index(Vec<Descriptor>),
+    /// An image manifest: the config and the layers, bottom first.
     Image {
         config: Descriptor,
         layers: Vec<Descriptor>,
@@ -173,16 +185,16 @@ impl RawManifest {
 
 /// The image config document (only what berth reads).
 #[derive(Debug, Deserialize)]
-pub(crate) struct ConfigFile {
+pub struct ConfigFile {
     #[serde(default)]
-    pub architecture: String,
+    pub(crate) architecture: String,
     #[serde(default)]
-    pub os: String,
+    pub(crate) os: String,
     #[serde(default)]
-    pub created: Option<String>,
+    pub(crate) created: Option<String>,
     #[serde(default)]
-    pub config: Option<RuntimeConfig>,
-    pub rootfs: RootFs,
+    pub(crate) config: Option<RuntimeConfig>,
+    pub(crate) rootfs: RootFs,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,7 +227,13 @@ pub(crate) struct RuntimeConfig {
 }
 
 impl ConfigFile {
-    pub(crate) fn image_config(&self) -> ImageConfig {
+    /// The diff ids of the layers, bottom first (unchecked).
+    pub fn diff_ids(&self) -> &[String] {
+        &self.rootfs.diff_ids
+    }
+
+    /// The runtime part of the config, as kept in the image record.
+    pub fn image_config(&self) -> ImageConfig {
         let c = self.config.as_ref();
         let keys = |m: Option<&BTreeMap<String, serde_json::Value>>| {
             m.map(|m| m.keys().cloned().collect()).unwrap_or_default()

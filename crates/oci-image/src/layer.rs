@@ -439,6 +439,23 @@ pub(crate) fn run_limited(
     Ok(usage)
 }
 
+/// Unpacks one layer onto the empty directory `root` within `limits`, with
+/// the code a pull runs (which wraps it in the checks of the blob's size and
+/// digest and the diff id, and renames the result into place): `src` is a
+/// tar stream, gzip- or zstd-compressed or not (told by its magic bytes),
+/// read to its end. Returns the diff id (sha256 of the uncompressed stream).
+/// `same_owner` (root only) keeps the entries' owners and allows device
+/// nodes. Nothing is written outside `root`; on an error, what was already
+/// written under `root` stays (the pull removes its temp dir).
+pub fn unpack_layer(
+    src: &mut impl Read,
+    root: &Path,
+    same_owner: bool,
+    limits: &UnpackLimits,
+) -> Result<String, UnpackError> {
+    unpack_stream(src, root, same_owner, limits, &|| false)
+}
+
 /// Decompresses and applies the layer; returns its diff id. Reads the whole
 /// input to its end, so the caller's digest covers every byte.
 fn unpack_stream<R: Read>(

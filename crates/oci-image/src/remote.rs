@@ -16,14 +16,15 @@ use crate::config::RegistryConfig;
 use crate::content::sha256_digest;
 use crate::error::Error;
 use crate::hosts::{self, HostSpec};
-use crate::image::{self, Descriptor, ManifestKind, RawManifest};
+use crate::image::{Descriptor, ManifestKind};
 use crate::layer::Progress;
+use crate::parse;
 use crate::reference::{Reference, DEFAULT_DOMAIN};
 
 /// Largest manifest or index accepted.
-pub(crate) const MAX_MANIFEST: usize = 4 << 20;
+pub(crate) const MAX_MANIFEST: usize = parse::MAX_MANIFEST;
 /// Largest image config accepted.
-pub(crate) const MAX_CONFIG: u64 = 16 << 20;
+pub(crate) const MAX_CONFIG: u64 = parse::MAX_CONFIG as u64;
 
 const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
     application/vnd.docker.distribution.manifest.list.v2+json, \
@@ -228,14 +229,13 @@ impl Remote {
         let (manifest_digest, config, layers) = match kind {
             ManifestKind::Image { config, layers } => (top_digest.clone(), config, layers),
             ManifestKind::Index(manifests) => {
-                let arch = image::host_arch();
-                let entry = image::pick_platform(&manifests, arch).ok_or_else(|| {
-                    Error::RemoteNotFound {
+                let arch = parse::host_arch();
+                let entry =
+                    parse::platform(&manifests, arch).ok_or_else(|| Error::RemoteNotFound {
                         reference: self.reference.clone(),
                         registry: self.hosts[i].host().to_string(),
                         message: format!("the image index has no manifest for linux/{arch}"),
-                    }
-                })?;
+                    })?;
                 let size = self.size_of(entry, &top_digest)?;
                 let want = entry.digest.as_str();
                 // The host that resolved first, then the other pull hosts.
@@ -286,20 +286,11 @@ impl Remote {
 
     /// The size a descriptor promises, refused when negative.
     pub(crate) fn size_of(&self, d: &Descriptor, parent: &str) -> Result<u64, Error> {
-        u64::try_from(d.size).map_err(|_| {
-            Error::bad(
-                &self.reference,
-                parent,
-                format!("negative size for {}", d.digest),
-            )
-        })
+        parse::size(d).map_err(|m| Error::bad(&self.reference, parent, m))
     }
 
     fn parse(&self, digest: &str, bytes: &[u8]) -> Result<ManifestKind, Error> {
-        let raw: RawManifest = serde_json::from_slice(bytes)
-            .map_err(|e| Error::bad(&self.reference, digest, format!("bad manifest: {e}")))?;
-        raw.kind()
-            .map_err(|m| Error::bad(&self.reference, digest, m))
+        parse::manifest(bytes).map_err(|m| Error::bad(&self.reference, digest, m))
     }
 
     /// Fetches a manifest from `host`; checks its digest (when known) and

@@ -28,8 +28,9 @@ use crate::client::ClientCache;
 use crate::config::RegistryConfig;
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
-use crate::image::{self, ConfigFile, Image, Layer};
+use crate::image::{self, Image};
 use crate::layer::{self, Active, ChannelReader, LayerJob, Msg, Progress};
+use crate::parse;
 use crate::reference::{self, Reference};
 use crate::remote::{self, Remote};
 
@@ -375,7 +376,7 @@ impl Inner {
             }
             let parsed = std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Image>(&b).map_err(|e| e.to_string()));
+                .and_then(|b| parse::image_record(&b));
             match parsed {
                 Ok(image) => {
                     state.generation = state.generation.max(image.generation);
@@ -594,48 +595,21 @@ impl Inner {
                 &progress,
             )
             .await?;
-        let config: ConfigFile = serde_json::from_slice(&config_bytes)
-            .map_err(|e| bad(&config_desc.digest, format!("bad image config: {e}")))?;
+        let config =
+            parse::config(&config_bytes).map_err(|reason| bad(&config_desc.digest, reason))?;
         let config_path = self.paths.blob(&config_desc.digest);
         content::store_blob(&self.paths, &config_desc.digest, &config_bytes)
             .map_err(|e| Error::io("store blob", &config_path, e))?;
 
-        let diff_ids = &config.rootfs.diff_ids;
-        if diff_ids.len() != resolved.layers.len() {
-            return Err(bad(
-                &config_desc.digest,
-                format!(
-                    "config lists {} diff ids, the manifest {} layers",
-                    diff_ids.len(),
-                    resolved.layers.len()
-                ),
-            ));
-        }
-        for d in diff_ids {
-            check(d)?;
-        }
-        let chain_ids = image::chain_ids(diff_ids);
-        let mut layers = Vec::with_capacity(resolved.layers.len());
-        for ((desc, diff_id), chain_id) in resolved.layers.iter().zip(diff_ids).zip(&chain_ids) {
-            check(&desc.digest)?;
-            if !desc.media_type.is_empty()
-                && (!desc.media_type.contains("tar") || desc.media_type.contains("encrypted"))
-            {
-                return Err(bad(
-                    &desc.digest,
-                    format!("unsupported layer media type {:?}", desc.media_type),
-                ));
-            }
-            layers.push(Layer {
-                digest: desc.digest.clone(),
-                media_type: desc.media_type.clone(),
-                size: remote.size_of(desc, &resolved.manifest_digest)?,
-                diff_id: diff_id.clone(),
-                chain_id: chain_id.clone(),
-            });
-        }
+        let layers = parse::layers(
+            &config,
+            &config_desc.digest,
+            &resolved.manifest_digest,
+            &resolved.layers,
+        )
+        .map_err(|r| bad(&r.digest, r.reason))?;
         let mut keys: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
-        keys.extend(chain_ids.iter().cloned());
+        keys.extend(layers.iter().map(|l| l.chain_id.clone()));
         let _layer_lease = self.lease(keys);
 
         let downloads = Semaphore::new(self.cfg.max_concurrent_downloads);
@@ -825,4 +799,45 @@ fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, Error> {
     std::fs::read_dir(dir)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| Error::io("read dir", dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An image record whose id is a path (a damaged or planted file): the
+    /// store sets it aside at start instead of making paths of it, so
+    /// removing the image by its tag deletes nothing outside the store.
+    #[tokio::test]
+    async fn an_image_record_with_a_path_for_an_id_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("store");
+        let paths = Paths::new(&root);
+        paths.create_dirs().unwrap();
+        let victim = dir.path().join("victim.json");
+        std::fs::write(&victim, b"keep").unwrap();
+        let image = Image {
+            id: "sha256:../../victim".into(),
+            repo_tags: vec!["docker.io/library/x:1".into()],
+            repo_digests: vec![],
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: Default::default(),
+            layers: vec![],
+            manifests: vec![],
+            generation: 1,
+        };
+        let record = paths.images.join(format!("{}.json", "a".repeat(64)));
+        std::fs::write(&record, serde_json::to_vec(&image).unwrap()).unwrap();
+
+        let store = ImageStore::open(&root, RegistryConfig::default())
+            .await
+            .unwrap();
+        assert!(store.list().is_empty());
+        assert!(!store.remove("x:1").await.unwrap());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(record.with_extension("json.corrupt").exists());
+    }
 }

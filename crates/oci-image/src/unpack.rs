@@ -195,7 +195,7 @@ pub(crate) fn show_bytes(n: u64) -> String {
 
 /// Why a layer could not be applied.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum UnpackError {
+pub enum UnpackError {
     /// The layer is malformed or hostile.
     #[error("entry {}: {reason}", entry.display())]
     Hostile { entry: PathBuf, reason: String },

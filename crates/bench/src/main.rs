@@ -107,10 +107,11 @@ struct RunArgs {
     /// Pods started at once, comma separated [full: 20,50, quick: 5,10].
     #[arg(long, value_delimiter = ',')]
     concurrency: Option<Vec<usize>>,
-    /// Running pods at which memory is read [full: 10,50,100, quick: 5,10].
+    /// Running pods at which memory is read [full: 10,50,100,250, quick: 5,10].
     #[arg(long, value_delimiter = ',')]
     density: Option<Vec<usize>>,
-    /// Containers present for the list timings [full: 100,300, quick: 10,30].
+    /// Containers present for the list timings (in the pods of the last
+    /// density) [full: 300,500, quick: 10,20].
     #[arg(long, value_delimiter = ',')]
     scale: Option<Vec<usize>>,
     /// Timed calls per list measurement [full: 100, quick: 20].
@@ -194,8 +195,9 @@ impl RunArgs {
             iterations: self.iterations.unwrap_or(if q { 10 } else { 100 }),
             warmup: self.warmup.unwrap_or(2),
             concurrency: pick(&self.concurrency, &[20, 50], &[5, 10]),
-            densities: pick(&self.density, &[10, 50, 100], &[5, 10]),
-            scales: pick(&self.scale, &[100, 300], &[10, 30]),
+            // Full: up to 250 pods, then 2 containers in each (#20's node).
+            densities: pick(&self.density, &[10, 50, 100, 250], &[5, 10]),
+            scales: pick(&self.scale, &[300, 500], &[10, 20]),
             list_iterations: self.list_iterations.unwrap_or(if q { 20 } else { 100 }),
             pull_runs: self.pull_runs.unwrap_or(if q { 1 } else { 3 }),
             settle: Duration::from_secs(self.settle_secs.unwrap_or(if q { 1 } else { 3 })),

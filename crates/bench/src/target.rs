@@ -260,6 +260,29 @@ impl Target {
     }
 
     /// Lists pods (all, or those with the given labels).
+    /// kubelet's relist: ListPodSandbox then ListContainers, unfiltered;
+    /// the encoded size of each answer, in bytes.
+    pub async fn relist(&self) -> Result<(usize, usize)> {
+        use prost::Message;
+        let pods = bounded(
+            "ListPodSandbox",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None }),
+        )
+        .await?;
+        let containers = bounded(
+            "ListContainers",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .list_containers(v1::ListContainersRequest { filter: None }),
+        )
+        .await?;
+        Ok((pods.encoded_len(), containers.encoded_len()))
+    }
+
     pub async fn list_pods(&self, labels: &[(&str, &str)]) -> Result<Vec<v1::PodSandbox>> {
         let filter = (!labels.is_empty()).then(|| v1::PodSandboxFilter {
             label_selector: labels

@@ -562,6 +562,8 @@ impl Workload {
             }
             let mut lists = vec![Vec::new(); n];
             let mut pod_lists = vec![Vec::new(); n];
+            let mut relists = vec![Vec::new(); n];
+            let mut largest = vec![None; n];
             for i in 0..s.list_iterations {
                 for ti in order(i, n) {
                     if broken[ti] {
@@ -578,6 +580,16 @@ impl Workload {
                         Ok(_) => pod_lists[ti].push(start.elapsed()),
                         Err(e) => report.error(t.name(), "ListPodSandbox", &e),
                     }
+                    // kubelet's relist: both, back to back.
+                    let start = Instant::now();
+                    match t.relist().await {
+                        Ok((pods, containers)) => {
+                            relists[ti].push(start.elapsed());
+                            let big = pods.max(containers) as f64;
+                            largest[ti] = Some(largest[ti].unwrap_or(0.0f64).max(big));
+                        }
+                        Err(e) => report.error(t.name(), "relist", &e),
+                    }
                 }
             }
             let running = pods.iter().map(Vec::len).max().unwrap_or(0);
@@ -592,6 +604,21 @@ impl Workload {
                     );
                 }
             }
+            for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+                let values = relists.iter().map(|v| stat_ms(v, p)).collect();
+                report.add(
+                    "scale",
+                    &format!("relist (ListPodSandbox + ListContainers), {want} containers in {running} pods, {stat}"),
+                    "ms",
+                    values,
+                );
+            }
+            report.add(
+                "scale",
+                &format!("largest list answer, {want} containers in {running} pods"),
+                "KiB",
+                largest.iter().map(|b| b.map(|b| b / 1024.0)).collect(),
+            );
             eprintln!("scale: {want} containers done");
         }
 

@@ -338,26 +338,23 @@ impl Runtime {
 
     /// `create --bundle B --pid-file P [--console-socket S] ID`.
     pub fn create(&self, id: &str, opts: CreateOptions<'_>) -> Result<(), RuncError> {
-        let CreateOptions {
-            bundle,
-            pid_file,
-            console_socket,
-            log_file,
-            io,
-        } = opts;
-        let args = vec!["--bundle".into(), bundle.into()];
-        let launch = Launch {
-            pid_file,
-            console_socket,
-            log_file,
-            io,
-        };
-        self.launch("create", id, args, launch)
+        self.launch_bundle("create", &[], id, opts)
     }
 
     /// `run --detach --bundle B --pid-file P [--console-socket S] ID`:
     /// `create` and `start` in one exec.
     pub fn run_detached(&self, id: &str, opts: CreateOptions<'_>) -> Result<(), RuncError> {
+        self.launch_bundle("run", &["--detach"], id, opts)
+    }
+
+    /// `command [flags] --bundle B` plus the launch options of `opts`.
+    fn launch_bundle(
+        &self,
+        command: &'static str,
+        flags: &[&str],
+        id: &str,
+        opts: CreateOptions<'_>,
+    ) -> Result<(), RuncError> {
         let CreateOptions {
             bundle,
             pid_file,
@@ -365,14 +362,15 @@ impl Runtime {
             log_file,
             io,
         } = opts;
-        let args = vec!["--detach".into(), "--bundle".into(), bundle.into()];
+        let mut args: Vec<OsString> = flags.iter().map(OsString::from).collect();
+        args.extend(["--bundle".into(), bundle.into()]);
         let launch = Launch {
             pid_file,
             console_socket,
             log_file,
             io,
         };
-        self.launch("run", id, args, launch)
+        self.launch(command, id, args, launch)
     }
 
     /// `start ID`.

@@ -8,7 +8,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The profile's text.
 pub const PROFILE: &str = include_str!("../packaging/apparmor/berth-default");
@@ -70,40 +70,17 @@ fn load(parser: &Path, scratch: &Path) -> Result<(), String> {
 }
 
 fn run_bounded(parser: &Path, file: &Path, timeout: Duration) -> Result<(), String> {
-    let spawn = || {
-        std::process::Command::new(parser)
-            .arg("-Kr")
-            .arg(file)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-    };
-    // ETXTBSY: a just-written parser still open in a forking sibling.
-    let mut child = (0..20)
-        .map(|_| spawn())
-        .find(|r| {
-            let busy = matches!(r, Err(e) if e.raw_os_error() == Some(libc::ETXTBSY));
-            if busy {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            !busy
-        })
-        .unwrap_or_else(spawn)
+    let mut child = std::process::Command::new(parser)
+        .arg("-Kr")
+        .arg(file)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("running {}: {e}", parser.display()))?;
-    let until = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("{} timed out after {timeout:?}", parser.display()));
-            }
-            Err(e) => return Err(format!("waiting for {}: {e}", parser.display())),
-        }
-    };
+    let status = crate::process::wait_or_kill(&mut child, timeout)
+        .map_err(|e| format!("waiting for {}: {e}", parser.display()))?
+        .ok_or_else(|| format!("{} timed out after {timeout:?}", parser.display()))?;
     if status.success() {
         return Ok(());
     }
@@ -122,18 +99,26 @@ fn run_bounded(parser: &Path, file: &Path, timeout: Duration) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in parser: records its arguments and the profile it was
     /// given, then exits with `code`.
     fn stand_in(dir: &Path, code: i32) -> PathBuf {
         let script = dir.join("apparmor_parser");
+        let source = dir.join("apparmor_parser.txt");
         let text = format!(
             "#!/bin/sh\necho \"$@\" > {0}/args\ncat \"$2\" > {0}/profile\necho 'parse error' >&2\nexit {code}\n",
             dir.display()
         );
-        std::fs::write(&script, text).unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&source, text).unwrap();
+        // Installed by another process: a sibling test's fork never holds
+        // the executable open for writing (ETXTBSY at exec).
+        let ok = std::process::Command::new("install")
+            .args(["-m", "0755"])
+            .arg(&source)
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert!(ok.success());
         script
     }
 

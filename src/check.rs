@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::config::{CgroupDriver, Config};
 
@@ -668,24 +668,14 @@ fn run_version(binary: &Path) -> Result<String, String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if start.elapsed() < VERSION_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "`--version` did not answer in {}s",
-                    VERSION_TIMEOUT.as_secs()
-                ));
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    };
+    let status = crate::process::wait_or_kill(&mut child, VERSION_TIMEOUT)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "`--version` did not answer in {}s",
+                VERSION_TIMEOUT.as_secs()
+            )
+        })?;
     let mut out = String::new();
     if let Some(stdout) = child.stdout.take() {
         let _ = stdout.take(MAX_READ).read_to_string(&mut out);

@@ -13,6 +13,7 @@ mod failpoint;
 mod logging;
 mod metrics;
 mod objects;
+mod process;
 mod sandbox;
 mod sd_notify;
 mod server;

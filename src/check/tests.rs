@@ -2,6 +2,7 @@
 
 use super::*;
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 /// A host made of maps: files, executables and their versions.
 #[derive(Default)]

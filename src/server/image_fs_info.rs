@@ -23,17 +23,9 @@ impl Cri {
             // The writable layers (overlay upper dirs) of every container.
             let mut layers = berth_cgroup_stats::DiskUsage::default();
             for container in core.containers.list() {
-                let upper = core.layout.container_dirs(&container.meta.id).upper();
-                match berth_cgroup_stats::disk_usage(&upper) {
-                    Ok(u) => {
-                        layers.bytes += u.bytes;
-                        layers.inodes += u.inodes;
-                    }
-                    // Not made yet, or removed while we walk.
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => {
-                        tracing::warn!(container = %container.meta.id, error = %e, "measuring the writable layer")
-                    }
+                if let Some(u) = super::stats::writable_layer(&core.layout, &container.meta.id) {
+                    layers.bytes += u.bytes;
+                    layers.inodes += u.inodes;
                 }
             }
             (image, layers)

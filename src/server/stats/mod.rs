@@ -207,14 +207,7 @@ impl Cri {
                 })
                 .ok()
         });
-        let upper = self.core.layout.container_dirs(&container.meta.id).upper();
-        let layer = disk_usage(&upper)
-            .map_err(|e| {
-                if !e.is_not_found() {
-                    tracing::warn!(container = %container.meta.id, error = %e, "measuring the writable layer");
-                }
-            })
-            .ok();
+        let layer = writable_layer(&self.core.layout, &container.meta.id);
         ContainerReading { stats, layer }
     }
 
@@ -278,4 +271,17 @@ fn full_reading() -> ContainerReading {
             inodes: 2,
         }),
     }
+}
+
+/// What container `id`'s writable layer (its overlay upper dir) uses; none
+/// while it is not made or after it is gone (blocking walk).
+pub(super) fn writable_layer(layout: &crate::core::Layout, id: &str) -> Option<DiskUsage> {
+    let upper = layout.container_dirs(id).upper();
+    disk_usage(&upper)
+        .map_err(|e| {
+            if !e.is_not_found() {
+                tracing::warn!(container = %id, error = %e, "measuring the writable layer");
+            }
+        })
+        .ok()
 }

@@ -458,6 +458,11 @@ pub struct RuntimeConfig {
     pub shim_binary: String,
     /// Where CDI device specs are, lowest priority first.
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// Run pods without a pause process where none is needed (their UTS and
+    /// IPC namespaces pinned on files, as CRI-O's `drop_infra_ctr`); a pod
+    /// that shares one PID namespace, or has its own user namespace, keeps
+    /// one. `false`: every pod gets a pause.
+    pub drop_infra_ctr: bool,
 }
 
 /// One OCI runtime handler.
@@ -549,6 +554,7 @@ impl Default for RuntimeConfig {
                 .iter()
                 .map(PathBuf::from)
                 .collect(),
+            drop_infra_ctr: true,
         }
     }
 }

@@ -48,7 +48,7 @@ async fn create_ctr(
 ) -> Result<String, tonic::Status> {
     let mut req = tonic::Request::new(v1::CreateContainerRequest {
         pod_sandbox_id: pod.into(),
-        config: Some(config.clone()),
+        config: Some(common::cri::as_kubelet_sends(pod_config, config.clone())),
         sandbox_config: Some(pod_config.clone()),
     });
     req.set_timeout(deadline);

@@ -77,10 +77,17 @@ async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
     let out = in_netns(&netns_a, &["ping", "-c", "1", "-W", "2", &ip_b]);
     assert!(out.status.success(), "pod a cannot ping pod b: {out:?}");
 
-    // The pause process runs with the pod's hostname.
-    let pid = verbose_info(&sa)["pid"].as_u64().unwrap();
+    // No pause (kubelet's namespaces: nothing needs one): the pod's UTS
+    // namespace is pinned, with the pod's hostname.
+    let info = verbose_info(&sa);
+    assert!(info["pid"].is_null(), "a pause runs: {info}");
+    let uts = info["pinnedNamespaces"]["uts"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let out = Command::new("nsenter")
-        .args(["--uts", "--target", &pid.to_string(), "hostname"])
+        .arg(format!("--uts={uts}"))
+        .arg("hostname")
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pod-a");
@@ -141,8 +148,8 @@ async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
         "IPAM lease left behind"
     );
     assert!(
-        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
-        "pause process still running"
+        !std::path::Path::new(&uts).exists(),
+        "pinned UTS namespace left behind"
     );
     let not_ready = rt
         .list_pod_sandbox(v1::ListPodSandboxRequest {
@@ -175,7 +182,7 @@ async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(&a), "a mount of the sandbox is left");
     assert!(!mountinfo.contains(&b), "a mount of the sandbox is left");
-    for leftover in ["state/netns", "state/sandboxes"] {
+    for leftover in ["state/netns", "state/sandboxes", "state/podns"] {
         let dir = daemon.sandbox.path(leftover);
         let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
         assert_eq!(n, 0, "{} is not empty", dir.display());
@@ -363,6 +370,7 @@ async fn cni_failure_leaves_nothing_and_frees_the_name() {
     assert!(listed.is_empty(), "a failed sandbox is listed");
     for leftover in [
         "state/netns",
+        "state/podns",
         "state/sandboxes",
         "root/records/sandboxes",
         "root/sandboxes",

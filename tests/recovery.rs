@@ -139,7 +139,10 @@ async fn containers_outlive_a_killed_daemon() {
         let id = rt
             .create_container(v1::CreateContainerRequest {
                 pod_sandbox_id: pod.clone(),
-                config: Some(common::cri::container(name, &["sh", "-c", cmd])),
+                config: Some(common::cri::as_kubelet_sends(
+                    &pod_cfg,
+                    common::cri::container(name, &["sh", "-c", cmd]),
+                )),
                 sandbox_config: Some(pod_cfg.clone()),
             })
             .await
@@ -218,7 +221,10 @@ async fn create_container_killed_midway_is_rolled_back() {
         common::cri::pull(&daemon, &registry().busybox()).await;
         let request = v1::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
-            config: Some(common::cri::container("c", &["sleep", "100"])),
+            config: Some(common::cri::as_kubelet_sends(
+                &pod_cfg,
+                common::cri::container("c", &["sleep", "100"]),
+            )),
             sandbox_config: Some(pod_cfg.clone()),
         };
         assert!(daemon
@@ -263,7 +269,10 @@ async fn start_container_and_remove_pod_killed_midway() {
     let id = rt
         .create_container(v1::CreateContainerRequest {
             pod_sandbox_id: pod.clone(),
-            config: Some(common::cri::container("c", &["sleep", "1000"])),
+            config: Some(common::cri::as_kubelet_sends(
+                &pod_cfg,
+                common::cri::container("c", &["sleep", "1000"]),
+            )),
             sandbox_config: Some(pod_cfg.clone()),
         })
         .await
@@ -414,7 +423,10 @@ async fn soak_with_random_kills_ends_without_leaks() {
         let created = rt
             .create_container(v1::CreateContainerRequest {
                 pod_sandbox_id: pod.clone(),
-                config: Some(common::cri::container("c", &["sleep", "1000"])),
+                config: Some(common::cri::as_kubelet_sends(
+                    &pod_cfg,
+                    common::cri::container("c", &["sleep", "1000"]),
+                )),
                 sandbox_config: Some(pod_cfg.clone()),
             })
             .await;

@@ -134,7 +134,10 @@ async fn create_and_start(
 ) -> Result<String, Code> {
     let req = v1::CreateContainerRequest {
         pod_sandbox_id: pod.into(),
-        config: Some(common::cri::container(name, &["sleep", "1000"])),
+        config: Some(common::cri::as_kubelet_sends(
+            pod_cfg,
+            common::cri::container(name, &["sleep", "1000"]),
+        )),
         sandbox_config: Some(pod_cfg.clone()),
     };
     let id = call(counts, socket, |mut rt| async move {

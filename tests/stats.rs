@@ -262,7 +262,8 @@ async fn container_and_pod_stats() {
     assert!(pod_cpu >= second, "pod {pod_cpu} < burner {second}");
     let pod_ws = val(stats.memory.as_ref().expect("pod memory").working_set_bytes);
     assert!(pod_ws >= ws1, "pod working set {pod_ws} < sleeper's {ws1}");
-    assert!(val(stats.process.as_ref().expect("processes").process_count) >= 3);
+    // The two containers (the pod has no pause: nothing needs one).
+    assert!(val(stats.process.as_ref().expect("processes").process_count) >= 2);
 
     // Network: pinging the pod's IP from the host shows on its eth0.
     let ip = pod_status(&daemon, &pod)
@@ -582,7 +583,8 @@ async fn oom_killed_container_reports_oomkilled() {
     assert_eq!(st.exit_code, 137, "{st:?}");
 
     // A container that exits on its own with 137 is not OOM killed.
-    let killer = container("self-kill", &["sh", "-c", "kill -9 $$"]);
+    // (`kill -9 $$` would not do: sh is PID 1 of its own PID namespace.)
+    let killer = container("self-kill", &["sh", "-c", "exit 137"]);
     let id = run_container(&daemon, &pod, &config, killer).await;
     let st = wait_exited(&daemon, &id, Duration::from_secs(30)).await;
     assert_eq!(st.exit_code, 137, "{st:?}");

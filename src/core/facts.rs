@@ -25,6 +25,11 @@ pub struct PodFacts {
     /// `None`: the host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub userns: Option<berth_spec::UserNamespace>,
+    /// The pod runs without a pause process: its UTS and IPC namespaces
+    /// are pinned on files (see [`super::layout::Layout::pod_ns`]). Records
+    /// from before had a pause.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pinned: bool,
 }
 
 impl PodFacts {
@@ -47,6 +52,14 @@ impl PodFacts {
             }
         }
         check_port_mappings(&config.port_mappings)?;
+        // The kernel's HOST_NAME_MAX; runc (or berth, pinning the UTS
+        // namespace) would fail later, with a less clear error.
+        if config.hostname.len() > 64 || config.hostname.contains('\0') {
+            return Err(Error::InvalidArgument(format!(
+                "hostname {:?} is longer than 64 bytes or holds a NUL",
+                config.hostname
+            )));
+        }
         bandwidth(&config.annotations)?;
         let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
         let userns = berth_spec::pod_user_namespace(name, config)?;
@@ -74,6 +87,25 @@ impl PodFacts {
                 .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_string()),
             hostname: config.hostname.clone(),
             userns: berth_spec::pod_user_namespace("pod", config).ok().flatten(),
+            pinned: false,
+        }
+    }
+
+    /// Whether a process must hold one of the pod's namespaces: a PID
+    /// namespace its containers share (mode POD), or its own user
+    /// namespace (the pause joins it, and its netns is owned by it).
+    pub fn needs_pause(&self, config: &v1::PodSandboxConfig) -> bool {
+        let shared_pid = namespace_options(config).pid == v1::NamespaceMode::Pod as i32;
+        shared_pid || self.userns.is_some()
+    }
+
+    /// What to pin for a pod without a pause: a UTS namespace with its
+    /// hostname when it has its own network (host network means the host's
+    /// UTS), an IPC namespace unless it uses the host's.
+    pub fn pins(&self) -> berth_netns::pin::PinRequest {
+        berth_netns::pin::PinRequest {
+            uts_hostname: (!self.host_network).then(|| self.hostname.clone()),
+            ipc: !self.host_ipc,
         }
     }
 }

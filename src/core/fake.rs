@@ -32,6 +32,8 @@ pub struct FakeContainer {
 #[derive(Debug, Default)]
 pub struct World {
     pub netns: BTreeSet<PathBuf>,
+    /// Dirs with a pod's pinned UTS/IPC namespaces.
+    pub pins: BTreeSet<PathBuf>,
     /// Sandbox ids with a CNI attachment.
     pub attached: BTreeSet<String>,
     pub pod_files: BTreeSet<String>,
@@ -230,6 +232,27 @@ impl Namespaces for Fake {
             world.binds.retain(|p, _| !p.starts_with(&tree.root));
         }
         Ok(())
+    }
+    async fn pin(
+        &self,
+        id: &str,
+        dir: &Path,
+        _req: super::mechanisms::PinRequest,
+    ) -> Result<(), Error> {
+        self.call("ns.pin", id).await?;
+        self.world.lock().unwrap().pins.insert(dir.to_path_buf());
+        Ok(())
+    }
+    async fn unpin(&self, id: &str, dir: &Path) -> Result<(), Error> {
+        self.call("ns.unpin", id).await?;
+        self.world.lock().unwrap().pins.remove(dir);
+        Ok(())
+    }
+    fn is_pinned(&self, dir: &Path, _req: &super::mechanisms::PinRequest) -> bool {
+        self.world.lock().unwrap().pins.contains(dir)
+    }
+    fn is_netns(&self, path: &Path) -> bool {
+        self.world.lock().unwrap().netns.contains(path)
     }
 }
 

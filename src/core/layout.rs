@@ -68,6 +68,16 @@ impl Layout {
         self.netns_dir().join(id)
     }
 
+    /// Where pods without a pause have their UTS and IPC namespaces pinned.
+    pub fn pod_ns_dir(&self) -> PathBuf {
+        self.state.join("podns")
+    }
+
+    /// The pinned UTS (`uts`) and IPC (`ipc`) namespaces of sandbox `id`.
+    pub fn pod_ns(&self, id: &str) -> PathBuf {
+        self.pod_ns_dir().join(id)
+    }
+
     /// The tree of what processes of pods in their own user namespace must
     /// reach by path (their root cannot search the 0700 dirs of root and
     /// state: host root is not mapped in their namespace). Mode 0711 down
@@ -180,6 +190,7 @@ impl Layout {
             self.sandboxes_root(),
             self.containers_root(),
             self.netns_dir(),
+            self.pod_ns_dir(),
             self.runtime_root(),
             self.shim_dirs(),
             self.sandboxes_state(),
@@ -192,10 +203,11 @@ impl Layout {
     /// state first so an orphan container is killed before its files go.
     /// The userns trees of pods and containers come last: removing one
     /// unmounts what is below it first (see `real::Host::remove_dir`).
-    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 9] {
+    pub fn owned_dirs(&self) -> [(PathBuf, Owner); 10] {
         [
             (self.runtime_root(), Owner::Id),
             (self.netns_dir(), Owner::Id),
+            (self.pod_ns_dir(), Owner::Id),
             (self.sandboxes_state(), Owner::Id),
             (self.sandboxes_root(), Owner::Id),
             (self.containers_state(), Owner::Id),

@@ -47,7 +47,8 @@ pub struct RootfsIdmap {
     pub gid: u32,
 }
 
-/// Network namespaces, pinned by bind mounts.
+/// A pod's namespaces (network; UTS and IPC without a pause), pinned by
+/// bind mounts.
 #[async_trait]
 pub trait Namespaces: Send + Sync {
     /// A new network namespace at `path`; with `userns`, owned by a new
@@ -61,7 +62,18 @@ pub trait Namespaces: Send + Sync {
     /// Idempotent: an absent namespace is fine. Removes the pod's userns
     /// tree too (see [`super::layout::Layout::pod_userns`]).
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
+    /// Pins a pod's new UTS (with its hostname) and IPC namespaces as
+    /// `req` asks, in `dir`: a pod without a pause process.
+    async fn pin(&self, id: &str, dir: &Path, req: PinRequest) -> Result<(), Error>;
+    /// Idempotent: removes whatever pins are in `dir`, and `dir`.
+    async fn unpin(&self, id: &str, dir: &Path) -> Result<(), Error>;
+    /// Whether the pins `req` asked for in `dir` are all still there.
+    fn is_pinned(&self, dir: &Path, req: &PinRequest) -> bool;
+    /// Whether `path` is a network namespace.
+    fn is_netns(&self, path: &Path) -> bool;
 }
+
+pub use berth_netns::pin::PinRequest;
 
 /// What a pod's shared files hold.
 #[derive(Debug, Clone, Default)]

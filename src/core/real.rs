@@ -13,7 +13,8 @@ use tonic::async_trait;
 
 use super::layout::{self, Layout};
 use super::mechanisms::{
-    HostFiles, Images, Namespaces, Network, PodFileContent, RootfsIdmap, Runtime, Task, UsernsPin,
+    HostFiles, Images, Namespaces, Network, PinRequest, PodFileContent, RootfsIdmap, Runtime, Task,
+    UsernsPin,
 };
 use crate::container::rootfs::ContainerDirs;
 use crate::error::Error;
@@ -121,6 +122,43 @@ impl Namespaces for NetNs {
             }
         })
         .await
+    }
+
+    async fn pin(&self, id: &str, dir: &Path, req: PinRequest) -> Result<(), Error> {
+        let (id, dir) = (id.to_string(), dir.to_path_buf());
+        blocking(move || {
+            berth_netns::pin::pin(&dir, &req).map(|_| ()).map_err(|e| {
+                Error::io(&id, "pinning the pod's namespaces in", &dir)(std::io::Error::other(e))
+            })
+        })
+        .await
+    }
+
+    async fn unpin(&self, id: &str, dir: &Path) -> Result<(), Error> {
+        let (id, dir) = (id.to_string(), dir.to_path_buf());
+        blocking(move || {
+            berth_netns::pin::unpin(&dir).map_err(|e| {
+                Error::io(&id, "removing the pod's pinned namespaces in", &dir)(
+                    std::io::Error::other(e),
+                )
+            })
+        })
+        .await
+    }
+
+    fn is_pinned(&self, dir: &Path, req: &PinRequest) -> bool {
+        let pinned = berth_netns::pin::Pinned {
+            uts: req
+                .uts_hostname
+                .as_ref()
+                .map(|_| berth_netns::pin::uts_path(dir)),
+            ipc: req.ipc.then(|| berth_netns::pin::ipc_path(dir)),
+        };
+        berth_netns::pin::is_pinned(&pinned).unwrap_or(false)
+    }
+
+    fn is_netns(&self, path: &Path) -> bool {
+        berth_netns::is_namespace(path).unwrap_or(false)
     }
 }
 

@@ -29,7 +29,7 @@ use super::{now_nanos, Core};
 use crate::container::ContainerState;
 use crate::error::Error;
 use crate::objects::{self, StoreExt};
-use crate::sandbox::SandboxState;
+use crate::sandbox::{Sandbox, SandboxState};
 
 /// Time one item of recovery may take.
 const ITEM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -41,7 +41,7 @@ pub enum Action {
     Quarantine { id: String, problem: String },
     /// A sandbox cut short during RunPodSandbox: tear down and forget.
     RollBackSandbox(String),
-    /// A ready sandbox whose pause is gone.
+    /// A ready sandbox whose pause (or pinned namespaces) is gone.
     SandboxNotReady(String),
     /// A container cut short during CreateContainer: remove.
     RollBackContainer(String),
@@ -79,7 +79,10 @@ impl std::fmt::Display for Action {
             }
             Action::RollBackSandbox(id) => write!(f, "roll back half-made pod sandbox {id}"),
             Action::SandboxNotReady(id) => {
-                write!(f, "mark pod sandbox {id} not ready (pause gone)")
+                write!(
+                    f,
+                    "mark pod sandbox {id} not ready (its pause or namespaces gone)"
+                )
             }
             Action::RollBackContainer(id) => write!(f, "roll back half-made container {id}"),
             Action::WatchContainer(id) => write!(f, "reconnect to running container {id}"),
@@ -117,6 +120,27 @@ impl Core {
         self.shim_of(id).await.is_ok()
     }
 
+    /// Whether a ready pod still holds its namespaces: its pause runs, or
+    /// (a pod without one) its pins and network namespace are there (a
+    /// reboot takes them).
+    async fn holds_namespaces(&self, sandbox: &Sandbox) -> bool {
+        let id = &sandbox.meta.id;
+        let facts = sandbox.meta.facts();
+        if !facts.pinned {
+            return self.shim_alive(id).await;
+        }
+        let netns = sandbox
+            .meta
+            .netns
+            .as_ref()
+            .is_none_or(|path| self.mech.namespaces.is_netns(path));
+        netns
+            && self
+                .mech
+                .namespaces
+                .is_pinned(&self.layout.pod_ns(id), &facts.pins())
+    }
+
     /// What recovery would change, changing nothing: from the records and
     /// what runs. Also what `berth recover --dry-run` prints.
     pub async fn plan(&self) -> Vec<Action> {
@@ -134,7 +158,7 @@ impl Core {
             let id = s.meta.id.clone();
             match s.status().state {
                 SandboxState::Unknown => plan.push(Action::RollBackSandbox(id)),
-                SandboxState::Ready if !self.shim_alive(&id).await => {
+                SandboxState::Ready if !self.holds_namespaces(s).await => {
                     plan.push(Action::SandboxNotReady(id))
                 }
                 _ => {}

@@ -1,4 +1,5 @@
-//! RunPodSandbox: a ready pod with its network, files and pause process, or
+//! RunPodSandbox: a ready pod with its network, files and either a pause
+//! process or (where nothing needs one) its UTS and IPC namespaces pinned, or
 //! an error with nothing left behind — except what a failed cleanup could
 //! not give back, which stays recorded for the next Stop/Remove to finish.
 
@@ -50,6 +51,7 @@ impl Core {
                 .map(|h| h.to_string_lossy().into_owned())
                 .unwrap_or_default()
         })?;
+        facts.pinned = self.config.runtime.drop_infra_ctr && !facts.needs_pause(&config);
         let id = new_id();
         facts.cgroup_parent = berth_spec::pod_cgroup_parent(&id, &config, &self.spec_options)?;
         let reserve = || self.sandboxes.reserve_name(&name, &id).map_err(|e| e.key);
@@ -200,6 +202,10 @@ impl Core {
             }
         }
 
+        if facts.pinned {
+            return self.pin_namespaces(undo, &sandbox).await;
+        }
+
         // The pause process.
         let shim_dir = self.layout.shim_dir(&id);
         {
@@ -238,6 +244,38 @@ impl Core {
             s.state = SandboxState::Ready;
             s.pid = Some(pid);
             s.shim_socket = Some(socket);
+            s.shm_mounted = shm;
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// A pod without a pause: its UTS and IPC namespaces pinned on files,
+    /// then it is ready.
+    async fn pin_namespaces(
+        self: &Arc<Self>,
+        undo: &mut Undo,
+        sandbox: &Arc<Sandbox>,
+    ) -> Result<(), Error> {
+        let id = sandbox.meta.id.clone();
+        let facts = sandbox.meta.facts();
+        let dir = self.layout.pod_ns(&id);
+        {
+            let core = self.clone();
+            let (id, dir) = (id.clone(), dir.clone());
+            undo.push("remove the pinned namespaces", async move {
+                core.mech
+                    .namespaces
+                    .unpin(&id, &dir)
+                    .await
+                    .map_err(|e| e.to_string())
+            });
+        }
+        self.mech.namespaces.pin(&id, &dir, facts.pins()).await?;
+        failpoint::hit("run_pod_sandbox:after_pause");
+        let shm = !facts.host_ipc;
+        objects::save(sandbox, move |s| {
+            s.state = SandboxState::Ready;
             s.shm_mounted = shm;
         })
         .await?;

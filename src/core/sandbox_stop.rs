@@ -64,7 +64,8 @@ impl Core {
         Ok(())
     }
 
-    /// Stops the containers and the pause, tears down the network and shm;
+    /// Stops the containers and the pause (or unpins the namespaces of a pod
+    /// without one), tears down the network and shm;
     /// each step is skipped when already done, so this can run any number
     /// of times.
     async fn stop_sandbox(self: &Arc<Self>, sandbox: &Arc<Sandbox>) -> Result<(), Error> {
@@ -79,7 +80,14 @@ impl Core {
             self.container_event(&container, EventKind::Stopped).await;
         }
         failpoint::hit("stop_pod_sandbox:after_containers");
-        self.destroy_pause(id, &runtime).await?;
+        if sandbox.meta.facts().pinned {
+            self.mech
+                .namespaces
+                .unpin(id, &self.layout.pod_ns(id))
+                .await?;
+        } else {
+            self.destroy_pause(id, &runtime).await?;
+        }
         failpoint::hit("stop_pod_sandbox:after_pause");
         if status.pid.is_some() || status.state == SandboxState::Ready {
             objects::save(sandbox, move |s| {

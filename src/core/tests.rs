@@ -105,6 +105,7 @@ impl Rig {
         );
         assert!(w.userns.is_empty(), "user namespaces left: {:?}", w.userns);
         assert!(w.binds.is_empty(), "bind mounts left: {:?}", w.binds);
+        assert!(w.pins.is_empty(), "pinned namespaces left: {:?}", w.pins);
         drop(w);
         assert!(
             self.core.sandboxes.list().is_empty(),
@@ -1043,5 +1044,160 @@ async fn bad_userns_requests_make_nothing() {
         steps,
         "{:?}",
         &r.fake.steps()[steps..]
+    );
+}
+
+/// A pod with kubelet's namespaces (pid CONTAINER): nothing needs a pause.
+fn kubelet_pod(name: &str) -> SandboxRequest {
+    let mut req = pod(name);
+    req.config.linux = Some(v1::LinuxPodSandboxConfig {
+        security_context: Some(v1::LinuxSandboxSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Container as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    req
+}
+
+const PINNED_RUN_STEPS: [&str; 4] = ["netns.create", "cni.add", "files.pod", "ns.pin"];
+
+#[tokio::test]
+async fn a_pod_that_needs_no_pause_gets_its_namespaces_pinned() {
+    let r = rig();
+    let id = r.core.run_pod_sandbox(kubelet_pod("web")).await.unwrap();
+    let sandbox = r.core.sandboxes.get(&id).unwrap();
+    assert!(sandbox.meta.facts().pinned);
+    assert_eq!(sandbox.status().state, SandboxState::Ready);
+    assert!(sandbox.status().pid.is_none());
+    assert_eq!(r.fake.steps(), PINNED_RUN_STEPS);
+    assert!(r
+        .fake
+        .world
+        .lock()
+        .unwrap()
+        .pins
+        .contains(&r.core.layout.pod_ns(&id)));
+    // Its containers run; Stop unpins after they are down; Remove leaves
+    // nothing.
+    let mut req = container(&id, "c");
+    req.config.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            namespace_options: Some(v1::NamespaceOption {
+                pid: v1::NamespaceMode::Container as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let c = r.core.create_container(req).await.unwrap();
+    r.core.start_container(&c).await.unwrap();
+    // A container asking to share a PID namespace the pod does not have:
+    // refused, not given one of its own in silence.
+    let e = r
+        .core
+        .create_container(container(&id, "shares-pid"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("pid"), "{e}");
+    r.core.stop_pod_sandbox(&id).await.unwrap();
+    let steps = r.fake.steps();
+    let kill = steps.iter().position(|s| s == "task.kill").unwrap();
+    let unpin = steps.iter().position(|s| s == "ns.unpin").unwrap();
+    assert!(kill < unpin, "{steps:?}");
+    assert!(r.fake.world.lock().unwrap().pins.is_empty());
+    r.core.remove_pod_sandbox(&id).await.unwrap();
+    r.assert_empty();
+}
+
+#[tokio::test]
+async fn each_failing_step_of_a_pod_without_a_pause_leaves_nothing() {
+    for step in PINNED_RUN_STEPS {
+        let r = rig();
+        r.fake.fail(step);
+        let e = r
+            .core
+            .run_pod_sandbox(kubelet_pod("web"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(step), "{step}: {e}");
+        r.assert_empty();
+        r.fake.heal(step);
+        r.core
+            .run_pod_sandbox(kubelet_pod("web"))
+            .await
+            .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn a_shared_pid_namespace_or_the_switch_keeps_the_pause() {
+    // pid POD: the pod's containers share one PID namespace, which a
+    // process must hold.
+    let r = rig();
+    let id = r.core.run_pod_sandbox(pod("shared")).await.unwrap();
+    assert!(!r.core.sandboxes.get(&id).unwrap().meta.facts().pinned);
+    assert_eq!(r.fake.steps()[..RUN_STEPS.len()], RUN_STEPS);
+    // drop_infra_ctr = false: a pause in every pod.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new();
+    let mut config = Config {
+        root: dir.path().join("root"),
+        state: dir.path().join("state"),
+        ..Config::default()
+    };
+    config.runtime.drop_infra_ctr = false;
+    let core = Core::open(config, Fake::mechanisms(&fake), Default::default()).unwrap();
+    let id = core.run_pod_sandbox(kubelet_pod("web")).await.unwrap();
+    assert!(!core.sandboxes.get(&id).unwrap().meta.facts().pinned);
+    assert!(fake.steps().contains(&"runtime.create".to_string()));
+    assert!(fake.world.lock().unwrap().pins.is_empty());
+}
+
+#[tokio::test]
+async fn recovery_marks_a_pod_whose_pins_are_gone_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new();
+    let core = open(&dir, &fake);
+    let kept = core.run_pod_sandbox(kubelet_pod("kept")).await.unwrap();
+    let lost = core.run_pod_sandbox(kubelet_pod("lost")).await.unwrap();
+    // As after a reboot, for one pod: its pins are gone.
+    fake.world
+        .lock()
+        .unwrap()
+        .pins
+        .remove(&core.layout.pod_ns(&lost));
+    {
+        let mut w = fake.world.lock().unwrap();
+        w.entries.insert(
+            core.layout.pod_ns_dir(),
+            vec![kept.clone(), lost.clone(), "orphan".into()],
+        );
+    }
+    let core = open(&dir, &fake);
+    let plan = core.plan().await;
+    assert!(
+        plan.contains(&Action::SandboxNotReady(lost.clone())),
+        "{plan:#?}"
+    );
+    assert!(
+        !plan.contains(&Action::SandboxNotReady(kept.clone())),
+        "{plan:#?}"
+    );
+    assert!(plan.contains(&Action::RemoveOrphan(core.layout.pod_ns("orphan"))));
+    assert!(!plan.contains(&Action::RemoveOrphan(core.layout.pod_ns(&kept))));
+    core.recover().await;
+    assert_eq!(
+        core.sandboxes.get(&lost).unwrap().status().state,
+        SandboxState::NotReady
+    );
+    assert_eq!(
+        core.sandboxes.get(&kept).unwrap().status().state,
+        SandboxState::Ready
     );
 }

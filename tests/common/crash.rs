@@ -50,6 +50,7 @@ impl Daemon {
         for dir in [
             "state/runtime",
             "state/netns",
+            "state/podns",
             "state/sandboxes",
             "state/containers",
             "state/s",
@@ -66,12 +67,20 @@ impl Daemon {
         }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         let root = self.sandbox.dir.path().display().to_string();
-        // The netns dir itself is a shared mount point (as /run/netns is): not a leak.
-        let netns_dir = self.sandbox.path("state/netns").display().to_string();
+        // The dirs of pinned namespaces are shared mount points themselves
+        // (as /run/netns is): not a leak.
+        let shared: Vec<String> = ["state/netns", "state/podns"]
+            .iter()
+            .map(|d| self.sandbox.path(d).display().to_string())
+            .collect();
         let mounts: Vec<&str> = mountinfo
             .lines()
             .filter(|l| l.contains(&root))
-            .filter(|l| l.split(' ').nth(4) != Some(netns_dir.as_str()))
+            .filter(|l| {
+                !l.split(' ')
+                    .nth(4)
+                    .is_some_and(|p| shared.iter().any(|s| s == p))
+            })
             .collect();
         assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     }

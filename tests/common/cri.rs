@@ -44,12 +44,37 @@ pub fn container(name: &str, command: &[&str]) -> v1::ContainerConfig {
     }
 }
 
+/// `config` with the namespace options kubelet gives a container of a pod
+/// with `pod_config` (the pod's own) when it names none.
+pub fn as_kubelet_sends(
+    pod_config: &v1::PodSandboxConfig,
+    mut config: v1::ContainerConfig,
+) -> v1::ContainerConfig {
+    let pod_ns = pod_config
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|s| s.namespace_options.clone());
+    if let Some(pod_ns) = pod_ns {
+        let linux = config.linux.get_or_insert_with(Default::default);
+        let sc = linux.security_context.get_or_insert_with(Default::default);
+        if sc.namespace_options.is_none() {
+            sc.namespace_options = Some(v1::NamespaceOption {
+                userns_options: None,
+                ..pod_ns
+            });
+        }
+    }
+    config
+}
+
 pub async fn create(
     daemon: &Daemon,
     pod: &str,
     pod_config: &v1::PodSandboxConfig,
     config: v1::ContainerConfig,
 ) -> Result<String, tonic::Status> {
+    let config = as_kubelet_sends(pod_config, config);
     daemon
         .runtime()
         .await

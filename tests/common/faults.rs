@@ -304,6 +304,7 @@ pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Pat
     for dir in [
         "state/runtime",
         "state/netns",
+        "state/podns",
         "state/sandboxes",
         "state/containers",
         "state/s",
@@ -319,15 +320,18 @@ pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Pat
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let root = daemon.sandbox.dir.path().display().to_string();
-    let netns_dir = daemon.sandbox.path("state/netns").display().to_string();
+    let shared: Vec<String> = ["state/netns", "state/podns"]
+        .iter()
+        .map(|d| daemon.sandbox.path(d).display().to_string())
+        .collect();
     let own: Vec<String> = own_mounts.iter().map(|p| p.display().to_string()).collect();
     let mounts: Vec<&str> = mountinfo
         .lines()
         .filter(|l| l.contains(&root))
         .filter(|l| {
             let point = l.split(' ').nth(4).unwrap_or_default();
-            // The netns dir itself is a shared mount point (as /run/netns is).
-            point != netns_dir && !own.iter().any(|o| o == point)
+            // The namespace dirs are shared mount points (as /run/netns is).
+            !shared.iter().any(|s| s == point) && !own.iter().any(|o| o == point)
         })
         .collect();
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");

@@ -83,9 +83,11 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        // berth makes its netns dir a shared mount point; undo it so the
-        // temp dir can go.
-        let _ = nix::mount::umount2(&self.path("state/netns"), nix::mount::MntFlags::MNT_DETACH);
+        // berth makes its netns and podns dirs shared mount points; undo it
+        // so the temp dir can go.
+        for dir in ["state/netns", "state/podns"] {
+            let _ = nix::mount::umount2(&self.path(dir), nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 

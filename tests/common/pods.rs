@@ -78,10 +78,39 @@ pub fn pod_config(name: &str) -> v1::PodSandboxConfig {
         labels: [("app".to_string(), name.to_string())].into(),
         linux: Some(v1::LinuxPodSandboxConfig {
             cgroup_parent: "/berth-test".into(),
+            security_context: Some(v1::LinuxSandboxSecurityContext {
+                namespace_options: Some(kubelet_namespaces()),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         ..Default::default()
     }
+}
+
+/// What kubelet sends for a pod that does not share its process namespace:
+/// network and IPC of the pod, a PID namespace per container. Such a pod
+/// runs without a pause (its UTS and IPC namespaces pinned).
+pub fn kubelet_namespaces() -> v1::NamespaceOption {
+    v1::NamespaceOption {
+        network: v1::NamespaceMode::Pod as i32,
+        pid: v1::NamespaceMode::Container as i32,
+        ipc: v1::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+/// `pod_config(name)` with one PID namespace shared by its containers
+/// (`shareProcessNamespace`): a pod with a pause process.
+pub fn pod_config_with_pause(name: &str) -> v1::PodSandboxConfig {
+    let mut config = pod_config(name);
+    let linux = config.linux.get_or_insert_with(Default::default);
+    let sc = linux.security_context.get_or_insert_with(Default::default);
+    sc.namespace_options = Some(v1::NamespaceOption {
+        pid: v1::NamespaceMode::Pod as i32,
+        ..kubelet_namespaces()
+    });
+    config
 }
 
 pub async fn run(daemon: &Daemon, config: v1::PodSandboxConfig) -> Result<String, tonic::Status> {

@@ -25,6 +25,9 @@
 //! user namespace file pins the namespace until the pod's pause has joined
 //! it; the network namespace holds its owner alive for as long as it lives.
 //!
+//! Pods without a pause process also get their UTS and IPC namespaces
+//! pinned on files ([`pin`]).
+//!
 //! Everything here is blocking; async callers use `tokio::task::spawn_blocking`.
 
 use std::fs::File;
@@ -39,20 +42,22 @@ use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 use nix::sys::statfs::{statfs, NSFS_MAGIC};
 
-/// What can go wrong with a network namespace. Every variant names the path.
+pub mod pin;
+
+/// What can go wrong with a namespace. Every variant names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The name cannot be used as a file name in the namespace directory.
     #[error("invalid network namespace name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
     /// A file already exists where the namespace would be mounted.
-    #[error("network namespace {} already exists", path.display())]
+    #[error("namespace {} already exists", path.display())]
     AlreadyExists { path: PathBuf },
     /// The path exists but is not a network namespace.
     #[error("{} is not a network namespace", path.display())]
     NotANamespace { path: PathBuf },
     /// A system call failed.
-    #[error("network namespace {}: {op}: {source}", path.display())]
+    #[error("namespace {}: {op}: {source}", path.display())]
     Os {
         path: PathBuf,
         op: &'static str,
@@ -60,7 +65,7 @@ pub enum Error {
         source: io::Error,
     },
     /// The thread that works inside the namespace panicked.
-    #[error("network namespace {}: the {what} thread panicked", path.display())]
+    #[error("namespace {}: the {what} thread panicked", path.display())]
     Panicked { path: PathBuf, what: &'static str },
     /// An operation failed, and undoing what it had done failed too.
     #[error("{error}; cleanup also failed: {cleanup}")]
@@ -268,20 +273,30 @@ pub fn remove_path(path: &Path) -> Result<(), Error> {
 /// Whether `path` is a network namespace (an nsfs file of type net). A path
 /// that does not exist is not one.
 pub fn is_namespace(path: &Path) -> Result<bool, Error> {
+    // 0: a kernel before 4.11, which cannot tell the type; an nsfs file is
+    // the best we know.
+    Ok(matches!(
+        namespace_type(path)?,
+        Some(libc::CLONE_NEWNET) | Some(0)
+    ))
+}
+
+/// The `CLONE_NEW*` type of the namespace at `path`; `None` when it is not
+/// an nsfs file (or does not exist); `Some(0)` when the kernel cannot tell.
+pub(crate) fn namespace_type(path: &Path) -> Result<Option<i32>, Error> {
     match statfs(path) {
         Ok(fs) if fs.filesystem_type() == NSFS_MAGIC => {}
-        Ok(_) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(false),
+        Ok(_) | Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => return Ok(None),
         Err(e) => return Err(os(path, "statfs", e)),
     }
     let ns = File::open(path).map_err(|e| os(path, "open", e))?;
     // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd.
     let kind = unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_NSTYPE) };
     if kind >= 0 {
-        return Ok(kind == libc::CLONE_NEWNET);
+        return Ok(Some(kind));
     }
     match io::Error::last_os_error() {
-        // Kernels before 4.11 cannot tell the type: an nsfs file is the best we know.
-        e if e.raw_os_error() == Some(libc::ENOTTY) => Ok(true),
+        e if e.raw_os_error() == Some(libc::ENOTTY) => Ok(Some(0)),
         e => Err(os(path, "ioctl(NS_GET_NSTYPE)", e)),
     }
 }

@@ -208,3 +208,78 @@ fn run_in_survives_a_panic_and_bad_paths() {
     ));
     ns.remove().unwrap();
 }
+
+/// The hostname and IPC namespace seen by a thread that joins the pins.
+fn seen_from(pinned: &berth_netns::pin::Pinned) -> (String, PathBuf) {
+    let (uts, ipc) = (pinned.uts.clone().unwrap(), pinned.ipc.clone().unwrap());
+    std::thread::spawn(move || {
+        use nix::sched::{setns, CloneFlags};
+        let u = std::fs::File::open(&uts).unwrap();
+        let i = std::fs::File::open(&ipc).unwrap();
+        setns(&u, CloneFlags::CLONE_NEWUTS).unwrap();
+        setns(&i, CloneFlags::CLONE_NEWIPC).unwrap();
+        (
+            nix::unistd::gethostname()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+            std::fs::read_link("/proc/thread-self/ns/ipc").unwrap(),
+        )
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn pinned_uts_and_ipc_namespaces() {
+    use berth_netns::pin::{is_pinned, pin, unpin, PinRequest};
+    skip_unless_root!();
+    let root = NsDir::new();
+    let dir = root.path().join("podns").join("pod-1");
+    let host = nix::unistd::gethostname().unwrap();
+    let own_ipc = std::fs::read_link("/proc/thread-self/ns/ipc").unwrap();
+    let req = PinRequest {
+        uts_hostname: Some("web-0".into()),
+        ipc: true,
+    };
+    let pinned = pin(&dir, &req).unwrap();
+    assert!(is_pinned(&pinned).unwrap());
+    assert!(is_mounted(pinned.uts.as_ref().unwrap()));
+    let (name, ipc) = seen_from(&pinned);
+    assert_eq!(name, "web-0");
+    assert_ne!(ipc, own_ipc, "the pinned IPC namespace is the host's");
+    // The host is untouched.
+    assert_eq!(nix::unistd::gethostname().unwrap(), host);
+    // Pinning again into the same dir is refused, and leaves the first.
+    assert!(matches!(pin(&dir, &req), Err(Error::AlreadyExists { .. })));
+    assert!(is_pinned(&pinned).unwrap());
+    // A pin that is not a namespace any more (a reboot, a stray umount).
+    unpin(&dir).unwrap();
+    assert!(!dir.exists());
+    assert!(!is_pinned(&pinned).unwrap());
+    unpin(&dir).unwrap();
+    // The parent was made a shared mount point.
+    let parent = root.path().join("podns");
+    assert!(mounts()
+        .iter()
+        .any(|(p, opts)| *p == parent && opts.contains("shared:")));
+    let _ = nix::mount::umount2(&parent, nix::mount::MntFlags::MNT_DETACH);
+}
+
+#[test]
+fn pinned_ipc_only_for_host_network_pods() {
+    use berth_netns::pin::{pin, unpin, PinRequest};
+    skip_unless_root!();
+    let root = NsDir::new();
+    let dir = root.path().join("podns").join("pod-2");
+    let req = PinRequest {
+        uts_hostname: None,
+        ipc: true,
+    };
+    let pinned = pin(&dir, &req).unwrap();
+    assert!(pinned.uts.is_none() && pinned.ipc.is_some());
+    assert!(!dir.join("uts").exists());
+    unpin(&dir).unwrap();
+    assert!(!dir.exists());
+    let _ = nix::mount::umount2(&root.path().join("podns"), nix::mount::MntFlags::MNT_DETACH);
+}

@@ -117,8 +117,12 @@ pub struct ImageInfo {
 pub struct SandboxInfo {
     pub id: String,
     /// The pause process, whose IPC, UTS and PID namespaces are joined
-    /// through /proc/<pid>/ns/*.
+    /// through /proc/<pid>/ns/*; 0 for a pod without one.
     pub pid: u32,
+    /// The pod's pinned UTS and IPC namespaces (a pod without a pause):
+    /// joined by path instead of through the pause.
+    pub uts_ns: Option<PathBuf>,
+    pub ipc_ns: Option<PathBuf>,
     /// The pod's network namespace; `None` for host network (then the UTS
     /// namespace is the host's too).
     pub netns: Option<PathBuf>,

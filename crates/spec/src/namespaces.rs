@@ -1,5 +1,6 @@
 //! The namespaces of a container: a new mount namespace; the pod's network,
-//! IPC and UTS namespaces joined through the pause process (or the host's);
+//! IPC and UTS namespaces joined by path (pinned, for a pod without a pause)
+//! or through the pause process (or the host's);
 //! the PID namespace by the container's `NamespaceOption.pid`; a new cgroup
 //! namespace on cgroup v2 (not privileged); the pod's user namespace (see
 //! [`crate::userns`]), joined through the pause like the others.
@@ -56,16 +57,18 @@ pub(crate) fn namespaces(
     if let Some(netns) = &sandbox.netns {
         out.push(ns(LinuxNamespaceType::Network, Some(netns.clone())));
         // The pod has its own UTS namespace only with its own network.
-        out.push(ns(
-            LinuxNamespaceType::Uts,
-            Some(proc_ns(id, sandbox.pid, "uts", "sandbox pid")?),
-        ));
+        let uts = match &sandbox.uts_ns {
+            Some(pinned) => pinned.clone(),
+            None => proc_ns(id, sandbox.pid, "uts", "sandbox pid")?,
+        };
+        out.push(ns(LinuxNamespaceType::Uts, Some(uts)));
     }
     if !sandbox.host_ipc {
-        out.push(ns(
-            LinuxNamespaceType::Ipc,
-            Some(proc_ns(id, sandbox.pid, "ipc", "sandbox pid")?),
-        ));
+        let ipc = match &sandbox.ipc_ns {
+            Some(pinned) => pinned.clone(),
+            None => proc_ns(id, sandbox.pid, "ipc", "sandbox pid")?,
+        };
+        out.push(ns(LinuxNamespaceType::Ipc, Some(ipc)));
     }
 
     let mode = options.map(|o| o.pid).unwrap_or_default();
@@ -290,6 +293,30 @@ mod tests {
             ..sandbox()
         };
         assert!(namespaces("c", &sb, None, None, false, None).is_err());
+    }
+
+    #[test]
+    fn a_pod_without_a_pause_is_joined_by_its_pins() {
+        let sb = SandboxInfo {
+            pid: 0,
+            uts_ns: Some("/run/berth/podns/pod/uts".into()),
+            ipc_ns: Some("/run/berth/podns/pod/ipc".into()),
+            ..sandbox()
+        };
+        let o = pid_mode(v1::NamespaceMode::Container);
+        let nss = namespaces("c", &sb, Some(&o), None, false, None).unwrap();
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Uts),
+            Some(Some("/run/berth/podns/pod/uts".into()))
+        );
+        assert_eq!(
+            find(&nss, LinuxNamespaceType::Ipc),
+            Some(Some("/run/berth/podns/pod/ipc".into()))
+        );
+        assert_eq!(find(&nss, LinuxNamespaceType::Pid), Some(None));
+        // A shared PID namespace needs a process: refused, not guessed.
+        let o = pid_mode(v1::NamespaceMode::Pod);
+        assert!(namespaces("c", &sb, Some(&o), None, false, None).is_err());
     }
 
     #[test]

@@ -46,6 +46,7 @@ impl Fixture {
             resolv_conf: pod.path().join("resolv.conf"),
             shm: pod.path().join("shm"),
             cgroup_parent: "/kubepods/besteffort/podabc".into(),
+            ..Default::default()
         };
         let sandbox_config = v1::PodSandboxConfig {
             metadata: Some(v1::PodSandboxMetadata {

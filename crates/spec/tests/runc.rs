@@ -144,6 +144,7 @@ impl Setup {
             resolv_conf: pod.join("resolv.conf"),
             shm: pod.join("shm"),
             cgroup_parent: CGROUP_PARENT.into(),
+            ..Default::default()
         };
         let image = berth_spec::ImageInfo {
             name: "busybox".into(),

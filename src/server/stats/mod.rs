@@ -7,11 +7,13 @@
 //! table is `descriptors.rs`.
 //!
 //! A container's cgroup is found from its pid. A pod's cgroup is the parent
-//! of its pause's cgroup when the pod has a cgroup parent of its own (as
-//! kubelet always gives); pods without one share berth's default parent, so
-//! their usage is the sum of the pause's and their containers' cgroups. A
-//! pod's network counters are those of the pause's network namespace, read
-//! from `/proc/<pause pid>/net/dev`.
+//! of its pause's (or, for a pod without a pause, a running container's)
+//! cgroup when the pod has a cgroup parent of its own (as kubelet always
+//! gives); pods without one share berth's default parent, so their usage is
+//! the sum of the pause's and their containers' cgroups. A pod's network
+//! counters are those of its network namespace, read from
+//! `/proc/<pid>/net/dev` of the pause or a running container, else from a
+//! thread inside the namespace.
 
 mod container_stats;
 mod convert;
@@ -87,17 +89,39 @@ pub(super) enum PodCgroup {
     Members(Vec<Cgroup>),
 }
 
-/// A pod's interfaces without loopback.
-pub(super) fn pod_interfaces(pause_pid: u32) -> Vec<InterfaceStats> {
-    match interfaces_of_pid(pause_pid) {
-        Ok(all) => all.into_iter().filter(|i| i.name != "lo").collect(),
+/// A pod's interfaces without loopback, read through a process in its
+/// network namespace (the pause, else a running container).
+pub(super) fn pod_interfaces(pid: u32) -> Vec<InterfaceStats> {
+    match interfaces_of_pid(pid) {
+        Ok(all) => without_loopback(all),
         Err(e) => {
             if !e.is_not_found() {
-                tracing::debug!(pid = pause_pid, error = %e, "reading network counters");
+                tracing::debug!(pid, error = %e, "reading network counters");
             }
             Vec::new()
         }
     }
+}
+
+/// A pod's interfaces without loopback, read from inside its network
+/// namespace at `netns` (a pod without a pause and nothing running).
+pub(super) fn netns_interfaces(netns: &std::path::Path) -> Vec<InterfaceStats> {
+    let read = || std::fs::read_to_string("/proc/thread-self/net/dev");
+    match berth_netns::run_in(netns, read) {
+        Ok(Ok(text)) => without_loopback(berth_cgroup_stats::net::parse_net_dev(&text)),
+        Ok(Err(e)) => {
+            tracing::debug!(netns = %netns.display(), error = %e, "reading network counters");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::debug!(netns = %netns.display(), error = %e, "reading network counters");
+            Vec::new()
+        }
+    }
+}
+
+fn without_loopback(all: Vec<InterfaceStats>) -> Vec<InterfaceStats> {
+    all.into_iter().filter(|i| i.name != "lo").collect()
 }
 
 /// What one container has used, read now.
@@ -174,26 +198,56 @@ impl Cri {
         if status.state != SandboxState::Ready {
             return None;
         }
-        let pause = self.stats.cgroup_of(status.pid?)?;
         let own_parent = sandbox
             .meta
             .config()
             .linux
             .as_ref()
             .is_some_and(|l| !l.cgroup_parent.is_empty());
+        let running = || {
+            self.core
+                .sandbox_containers(&sandbox.meta.id)
+                .iter()
+                .filter_map(|c| self.container_cgroup(c))
+                .collect::<Vec<_>>()
+        };
+        let Some(pid) = status.pid else {
+            // A pod without a pause: its containers' cgroups (their parent,
+            // when the pod has a cgroup of its own).
+            let members = running();
+            if own_parent {
+                return members.first()?.parent().map(PodCgroup::Own);
+            }
+            return Some(PodCgroup::Members(members));
+        };
+        let pause = self.stats.cgroup_of(pid)?;
         if own_parent {
             return pause.parent().map(PodCgroup::Own);
         }
         let mut members = vec![pause];
-        members.extend(
-            self.core
-                .containers
-                .list()
-                .iter()
-                .filter(|c| c.meta.sandbox_id == sandbox.meta.id)
-                .filter_map(|c| self.container_cgroup(c)),
-        );
+        members.extend(running());
         Some(PodCgroup::Members(members))
+    }
+
+    /// A ready pod's network counters (none for host network: the node's
+    /// are not the pod's).
+    pub(super) fn pod_network(&self, sandbox: &Sandbox) -> Vec<InterfaceStats> {
+        let Some(netns) = &sandbox.meta.netns else {
+            return Vec::new();
+        };
+        if let Some(pid) = sandbox.status().pid {
+            return pod_interfaces(pid);
+        }
+        let running = self
+            .core
+            .sandbox_containers(&sandbox.meta.id)
+            .iter()
+            .find_map(|c| self.core.container_pid(&c.meta.id));
+        match running {
+            Some(pid) => pod_interfaces(pid),
+            None if sandbox.status().state == SandboxState::Ready => netns_interfaces(netns),
+            None => Vec::new(),
+        }
     }
 
     /// Reads a container's cgroup and writable layer (blocking file reads).
@@ -220,12 +274,7 @@ impl Cri {
                 Some(Stats::sum(&all))
             }
         });
-        let pid = sandbox.status().pid;
-        let interfaces = match (&sandbox.meta.netns, pid) {
-            (Some(_), Some(pid)) => pod_interfaces(pid),
-            // Host network: the node's counters are not the pod's.
-            _ => Vec::new(),
-        };
+        let interfaces = self.pod_network(sandbox);
         PodReading { stats, interfaces }
     }
 

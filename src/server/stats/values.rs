@@ -6,7 +6,7 @@ use berth_cgroup_stats::net::InterfaceStats;
 use cri_api::v1;
 
 use super::convert::u64_value;
-use super::{pod_interfaces, ContainerReading, Cri};
+use super::{ContainerReading, Cri};
 use crate::container::ContainerState;
 use crate::sandbox::Sandbox;
 
@@ -16,11 +16,7 @@ impl Cri {
     pub(super) fn pod_metrics_now(&self, sandbox: &Sandbox) -> v1::PodSandboxMetrics {
         let pod = sandbox.meta.config().metadata.clone().unwrap_or_default();
         let pod_labels = [sandbox.meta.id.clone(), pod.name.clone(), String::new()];
-        let pid = sandbox.status().pid;
-        let interfaces = match (&sandbox.meta.netns, pid) {
-            (Some(_), Some(pid)) => pod_interfaces(pid),
-            _ => Vec::new(),
-        };
+        let interfaces = self.pod_network(sandbox);
         let container_metrics = self
             .core
             .sandbox_containers(&sandbox.meta.id)

@@ -1,0 +1,222 @@
+//! The UTS and IPC namespaces of a pod without a pause process, pinned on
+//! files as CRI-O's `pinns` does for `drop_infra_ctr`: a throw-away thread
+//! unshares them, sets the pod's hostname in the new UTS namespace, and
+//! bind-mounts its `/proc/self/task/<tid>/ns/{uts,ipc}` onto `dir/uts` and
+//! `dir/ipc`. The containers of the pod join them by path, as they join the
+//! network namespace. The parent of `dir` is made a shared mount point (as
+//! the network namespace directory is), so that unpinning propagates.
+//!
+//! The pod's sysctls are not written here: every container of the pod sets
+//! them when it joins (they are in its spec), before any process of the pod
+//! runs.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+
+use crate::{make_shared_mount, namespace_type, os, remove_path, Error};
+
+/// What to pin for a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinRequest {
+    /// Pin a new UTS namespace with this hostname (`None`: the pod uses the
+    /// host's UTS namespace; `Some("")` keeps the host's name in the new one).
+    pub uts_hostname: Option<String>,
+    /// Pin a new IPC namespace.
+    pub ipc: bool,
+}
+
+/// Pinned namespace files of one pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pinned {
+    pub uts: Option<PathBuf>,
+    pub ipc: Option<PathBuf>,
+}
+
+/// The file of the pinned UTS namespace in `dir`.
+pub fn uts_path(dir: &Path) -> PathBuf {
+    dir.join("uts")
+}
+
+/// The file of the pinned IPC namespace in `dir`.
+pub fn ipc_path(dir: &Path) -> PathBuf {
+    dir.join("ipc")
+}
+
+/// Longest hostname the kernel takes (`HOST_NAME_MAX`).
+const MAX_HOSTNAME: usize = 64;
+
+/// Pins new namespaces as `req` asks into `dir` (made 0700; it must not
+/// hold pins already). On any failure nothing is left behind.
+pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
+    if let Some(h) = &req.uts_hostname {
+        if h.len() > MAX_HOSTNAME || h.contains('\0') {
+            return Err(os(
+                dir,
+                "set the hostname",
+                io::Error::new(io::ErrorKind::InvalidInput, "hostname too long or with NUL"),
+            ));
+        }
+    }
+    let mut flags = CloneFlags::empty();
+    let mut pinned = Pinned::default();
+    if req.uts_hostname.is_some() {
+        flags |= CloneFlags::CLONE_NEWUTS;
+        pinned.uts = Some(uts_path(dir));
+    }
+    if req.ipc {
+        flags |= CloneFlags::CLONE_NEWIPC;
+        pinned.ipc = Some(ipc_path(dir));
+    }
+    if flags.is_empty() {
+        return Ok(pinned);
+    }
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(parent).map_err(|e| os(parent, "create directory", e))?;
+    make_shared_mount(parent)?;
+    let made_dir = match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(os(dir, "create directory", e)),
+    };
+    // Only what this call made is undone: a pin already there stays.
+    let mut made: Vec<&Path> = Vec::new();
+    let result = (|| {
+        for f in pinned.uts.iter().chain(pinned.ipc.iter()) {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o444)
+                .open(f)
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+                        path: f.to_path_buf(),
+                    },
+                    _ => os(f, "create mount point file", e),
+                })?;
+            made.push(f);
+        }
+        pin_on_thread(dir, flags, req.uts_hostname.as_deref(), &pinned)
+    })();
+    let Err(error) = result else {
+        return Ok(pinned);
+    };
+    let cleanup = made.iter().try_for_each(|f| remove_path(f)).and_then(|()| {
+        if made_dir {
+            std::fs::remove_dir(dir).map_err(|e| os(dir, "remove directory", e))
+        } else {
+            Ok(())
+        }
+    });
+    match cleanup {
+        Ok(()) => Err(error),
+        Err(cleanup) => Err(Error::Cleanup {
+            error: Box::new(error),
+            cleanup: Box::new(cleanup),
+        }),
+    }
+}
+
+/// Unmounts and removes the pins in `dir`, then `dir`. Idempotent.
+pub fn unpin(dir: &Path) -> Result<(), Error> {
+    remove_path(&uts_path(dir))?;
+    remove_path(&ipc_path(dir))?;
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(os(dir, "remove directory", e)),
+    }
+}
+
+/// Whether every pin in `pinned` is still a namespace of its kind.
+pub fn is_pinned(pinned: &Pinned) -> Result<bool, Error> {
+    for (path, kind) in [
+        (&pinned.uts, libc::CLONE_NEWUTS),
+        (&pinned.ipc, libc::CLONE_NEWIPC),
+    ] {
+        if let Some(path) = path {
+            match namespace_type(path)? {
+                Some(k) if k == kind || k == 0 => {}
+                _ => return Ok(false),
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// On a dedicated thread: unshare `flags`, set the hostname, bind-mount the
+/// thread's new namespaces onto the files. The thread then exits.
+fn pin_on_thread(
+    dir: &Path,
+    flags: CloneFlags,
+    hostname: Option<&str>,
+    pinned: &Pinned,
+) -> Result<(), Error> {
+    std::thread::scope(|scope| {
+        let handle = std::thread::Builder::new()
+            .name("berth-pinns".into())
+            .spawn_scoped(scope, || -> Result<(), Error> {
+                unshare(flags).map_err(|e| os(dir, "unshare(UTS|IPC)", e))?;
+                if let Some(h) = hostname.filter(|h| !h.is_empty()) {
+                    nix::unistd::sethostname(h).map_err(|e| os(dir, "sethostname", e))?;
+                }
+                let tid = nix::unistd::gettid();
+                for (name, target) in [("uts", &pinned.uts), ("ipc", &pinned.ipc)] {
+                    let Some(target) = target else { continue };
+                    let source = format!("/proc/self/task/{tid}/ns/{name}");
+                    mount(
+                        Some(source.as_str()),
+                        target.as_path(),
+                        None::<&str>,
+                        MsFlags::MS_BIND,
+                        None::<&str>,
+                    )
+                    .map_err(|e| os(target, "bind-mount the new namespace", e))?;
+                }
+                Ok(())
+            })
+            .map_err(|e| os(dir, "spawn thread", e))?;
+        handle.join().map_err(|_| Error::Panicked {
+            path: dir.to_owned(),
+            what: "pin",
+        })?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_asked_pins_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("ns").join("pod");
+        let req = PinRequest {
+            uts_hostname: None,
+            ipc: false,
+        };
+        assert_eq!(pin(&sub, &req).unwrap(), Pinned::default());
+        assert!(!sub.exists());
+    }
+
+    #[test]
+    fn a_hostname_too_long_is_refused_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("ns").join("pod");
+        let req = PinRequest {
+            uts_hostname: Some("x".repeat(65)),
+            ipc: true,
+        };
+        assert!(pin(&sub, &req).is_err());
+        assert!(!sub.exists());
+    }
+
+    #[test]
+    fn unpin_of_nothing_is_fine() {
+        let dir = tempfile::tempdir().unwrap();
+        unpin(&dir.path().join("gone")).unwrap();
+    }
+}

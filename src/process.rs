@@ -1,6 +1,8 @@
 //! Bounded waits for the few programs the daemon runs itself (a runtime's
-//! `--version` in `berth check`, `apparmor_parser` at start-up).
+//! `--version` in `berth check`, `apparmor_parser` at start-up), and where
+//! a program is.
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,25 @@ pub fn wait_or_kill(child: &mut Child, timeout: Duration) -> std::io::Result<Opt
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// An absolute path, or a name looked up in `PATH`, that is an executable file.
+pub fn find_executable(binary: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let is_exec = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if binary.contains('/') {
+        let p = PathBuf::from(binary);
+        return is_exec(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|p| is_exec(p))
 }
 
 #[cfg(test)]

@@ -138,14 +138,16 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 /// dir itself), netns files, userns trees, sandbox and container dirs.
 fn leftovers(daemon: &Daemon) -> Vec<String> {
     let state = daemon.sandbox.path("state");
-    let netns_dir = state.join("netns").display().to_string();
+    // The namespace dirs are shared mount points themselves.
+    let shared = [state.join("netns"), state.join("podns")].map(|d| d.display().to_string());
     let mut left: Vec<String> = mounts_under(daemon.sandbox.dir.path())
         .into_iter()
-        .filter(|p| *p != netns_dir)
+        .filter(|p| !shared.contains(p))
         .map(|p| format!("mount {p}"))
         .collect();
     for dir in [
         state.join("netns"),
+        state.join("podns"),
         state.join("userns/p"),
         state.join("userns/c"),
         state.join("sandboxes"),

@@ -580,6 +580,9 @@ impl Runtime for Arc<Fake> {
     fn exit_file(&self, _shim_dir: &Path) -> Option<ExitInfo> {
         None
     }
+    fn check(&self, _id: &str, _runtime: &str) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 #[async_trait]

@@ -195,6 +195,9 @@ pub trait Runtime: Send + Sync {
     async fn delete(&self, id: &str, shim_dir: &Path, runtime: &str) -> Result<(), Error>;
     /// The exit the shim recorded, if any.
     fn exit_file(&self, shim_dir: &Path) -> Option<ExitInfo>;
+    /// Whether the runtime binary `runtime` (a path, or a name in PATH) can
+    /// be run, for pod `id`.
+    fn check(&self, id: &str, runtime: &str) -> Result<(), Error>;
 }
 
 /// The images containers are made from.

@@ -669,6 +669,16 @@ impl Runtime for Shims {
             .ok()
             .flatten()
     }
+
+    fn check(&self, id: &str, runtime: &str) -> Result<(), Error> {
+        match crate::process::find_executable(runtime) {
+            Some(_) => Ok(()),
+            // Internal, as a runtime that cannot run is at create (containerd: Unknown).
+            None => Err(Error::Internal(format!(
+                "pod {id}: runtime {runtime}: cannot run: no such executable (as a path or in PATH)"
+            ))),
+        }
+    }
 }
 
 #[async_trait]

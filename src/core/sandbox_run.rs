@@ -87,7 +87,13 @@ impl Core {
             decoded: config.into(),
             derived: Default::default(),
         };
-        let built = match self.pause_spec(&meta) {
+        // A pod without a pause runs no runtime yet: a handler whose binary
+        // cannot run is refused now, not at its first container.
+        let runnable = match meta.facts().pinned {
+            true => self.mech.runtime.check(&id, &handler.binary),
+            false => Ok(()),
+        };
+        let built = match runnable.and_then(|()| self.pause_spec(&meta)) {
             Ok(spec) => {
                 self.build_sandbox(&mut undo, meta, spec, &handler.binary)
                     .await

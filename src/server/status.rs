@@ -1,12 +1,13 @@
 //! RuntimeService.Status: whether the runtime and the network are ready.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cri_api::v1;
 
 use super::Cri;
 use crate::error::Error;
+use crate::process::find_executable;
 
 const RUNTIME_READY: &str = "RuntimeReady";
 const NETWORK_READY: &str = "NetworkReady";
@@ -259,25 +260,6 @@ fn runtime_condition(config: &crate::config::Config) -> v1::RuntimeCondition {
         }
     }
     condition(RUNTIME_READY, None)
-}
-
-/// An absolute path, or a name looked up in `PATH`, that is an executable file.
-pub fn find_executable(binary: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let is_exec = |p: &Path| {
-        std::fs::metadata(p)
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if binary.contains('/') {
-        let p = PathBuf::from(binary);
-        return is_exec(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into());
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(binary))
-        .find(|p| is_exec(p))
 }
 
 fn probe_writable(dir: &Path) -> std::io::Result<()> {

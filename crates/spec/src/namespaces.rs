@@ -76,6 +76,14 @@ pub(crate) fn namespaces(
         .map_err(|_| invalid(id, format!("{FIELD}.pid"), format!("unknown mode {mode}")))?;
     match mode {
         v1::NamespaceMode::Pod if sandbox.host_pid => {}
+        v1::NamespaceMode::Pod if sandbox.pid == 0 => {
+            return Err(invalid(
+                id,
+                format!("{FIELD}.pid"),
+                "POD, but the pod shares no PID namespace (its own pid mode is CONTAINER, \
+                 so it runs without a pause): ask for CONTAINER",
+            ))
+        }
         v1::NamespaceMode::Pod => out.push(ns(
             LinuxNamespaceType::Pid,
             Some(proc_ns(id, sandbox.pid, "pid", "sandbox pid")?),

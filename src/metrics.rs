@@ -10,7 +10,10 @@
 //! - `berth_image_pulls_total{result}` and `berth_image_pulled_bytes_total`
 //!   (content bytes of the pulled images: config and compressed layers);
 //! - `berth_container_event_subscribers` and
-//!   `berth_container_event_subscribers_dropped_total`.
+//!   `berth_container_event_subscribers_dropped_total`;
+//! - `berth_step_duration_seconds{step}`: the steps of the pod and
+//!   container life cycle (a CNI ADD, a record write, the shim running the
+//!   container...), where berth's time goes.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -47,7 +50,14 @@ struct Metrics {
     shims: IntGauge,
     subscribers: IntGauge,
     subscribers_dropped: IntCounter,
+    steps: HistogramVec,
 }
+
+/// Step latency buckets, in seconds: from a record write to a slow plugin.
+const STEP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+    30.0,
+];
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 
@@ -144,6 +154,18 @@ impl Metrics {
                 ))
                 .expect("valid metric"),
             ),
+            steps: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "berth_step_duration_seconds",
+                        "Time the steps of the pod and container life cycle took, by step.",
+                    )
+                    .buckets(STEP_BUCKETS.to_vec()),
+                    &["step"],
+                )
+                .expect("valid metric"),
+            ),
             registry,
         }
     }
@@ -180,6 +202,14 @@ pub fn rpc_done(method: &str, code: tonic::Code, elapsed: Duration) {
     METRICS
         .rpc_seconds
         .with_label_values(&labels)
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Records how long lifecycle step `step` took.
+pub fn step_done(step: &str, elapsed: Duration) {
+    METRICS
+        .steps
+        .with_label_values(&[step])
         .observe(elapsed.as_secs_f64());
 }
 

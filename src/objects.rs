@@ -43,10 +43,13 @@ where
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let object = object.clone();
-    tokio::task::spawn_blocking(move || object.update(change))
-        .await
-        .map_err(Error::join)?
-        .map_err(Error::from)
+    crate::core::timed(
+        "record.save",
+        tokio::task::spawn_blocking(move || object.update(change)),
+    )
+    .await
+    .map_err(Error::join)?
+    .map_err(Error::from)
 }
 
 /// [`Store::create_locked`] on a blocking thread.
@@ -59,7 +62,8 @@ where
     M: Meta + Send + Sync + 'static,
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
-    tokio::task::spawn_blocking(move || store.create_locked(meta, status))
+    let create = tokio::task::spawn_blocking(move || store.create_locked(meta, status));
+    crate::core::timed("record.create", create)
         .await
         .map_err(Error::join)?
         .map_err(Error::from)
@@ -72,8 +76,11 @@ where
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let object = object.clone();
-    tokio::task::spawn_blocking(move || store.delete(&object))
-        .await
-        .map_err(Error::join)?
-        .map_err(Error::from)
+    crate::core::timed(
+        "record.delete",
+        tokio::task::spawn_blocking(move || store.delete(&object)),
+    )
+    .await
+    .map_err(Error::join)?
+    .map_err(Error::from)
 }

@@ -814,3 +814,46 @@ fn prometheus_reader_accepts_good_and_refuses_bad_text() {
         "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n";
     assert!(prom::parse(not_cumulative).is_err());
 }
+
+#[tokio::test]
+async fn step_timings_show_where_a_pod_start_goes() {
+    require_root!();
+    let net = TestNet::new();
+    let sandbox = common::Sandbox::new();
+    let cni = sandbox.cni_dir();
+    let text = format!(
+        "{}conf_dir = {cni:?}\n",
+        net.config("[metrics]\naddress = \"127.0.0.1:0\"\n")
+    );
+    let config_file = sandbox.write_config(&text);
+    let daemon = Daemon::start_in(sandbox, &config_file).await;
+    let addr = metrics_address(&daemon).await;
+    pull(&daemon, &registry().busybox()).await;
+    let config = common::pods::pod_config("steps");
+    let pod = run(&daemon, config.clone()).await.unwrap();
+    run_container(&daemon, &pod, &config, container("c", &["sleep", "1000"])).await;
+    let (_, _, body) = prom::http_get(&addr, "/metrics").await;
+    let exp = prom::parse(&body).unwrap();
+    assert_eq!(exp.types["berth_step_duration_seconds"], "histogram");
+    let count = |step: &str| {
+        exp.value("berth_step_duration_seconds_count", &[("step", step)])
+            .unwrap_or(0.0)
+    };
+    for step in [
+        "record.create",
+        "record.save",
+        "netns.create",
+        "cni.add",
+        "pod.files",
+        "ns.pin",
+        "container.rootfs",
+        "container.spec",
+        "container.shim",
+        "container.start",
+    ] {
+        assert!(count(step) >= 1.0, "{step} not timed:\n{body}");
+    }
+    // The pod runs no pause (kubelet's namespaces need none).
+    assert_eq!(count("pause.shim"), 0.0);
+    remove_pod(&daemon, &pod).await;
+}

@@ -9,7 +9,7 @@ use cri_api::v1;
 use prost::Message;
 
 use super::mechanisms::{chain_ids, EventKind};
-use super::{new_id, now_nanos, retry, Core};
+use super::{new_id, now_nanos, retry, timed, Core};
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
 use crate::error::Error;
 use crate::failpoint;
@@ -241,7 +241,11 @@ impl Core {
             .container_spec(&container, sandbox, info, image_mounts)
             .await?;
         failpoint::hit("create_container:after_rootfs");
-        self.mech.files.write_spec(&id, &dirs.spec(), &spec).await?;
+        timed(
+            "container.spec",
+            self.mech.files.write_spec(&id, &dirs.spec(), &spec),
+        )
+        .await?;
         let user = spec.process().as_ref().map(|p| crate::container::RunAs {
             uid: p.user().uid(),
             gid: p.user().gid(),
@@ -269,7 +273,11 @@ impl Core {
         let dirs = self.layout.container_dirs(id);
         let lowerdirs = self.mech.images.snapshot_dirs(rootfs_snapshots);
         let Some(u) = sandbox.meta.facts().userns else {
-            return self.mech.files.mount_rootfs(id, &dirs, lowerdirs).await;
+            return timed(
+                "container.rootfs",
+                self.mech.files.mount_rootfs(id, &dirs, lowerdirs),
+            )
+            .await;
         };
         let idmap = super::mechanisms::RootfsIdmap {
             userns: self.layout.pod_userns(&sandbox.meta.id).ns(),
@@ -395,7 +403,7 @@ impl Core {
         // directories, as containerd and CRI-O do for hostPath type "".
         let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
         create.extend(berth_spec::host_paths_to_create(&config));
-        self.mech.files.create_dirs(&id, create).await?;
+        timed("container.dirs", self.mech.files.create_dirs(&id, create)).await?;
         if facts.userns.is_some() {
             // The container's own volumes live under berth's 0700 dirs:
             // idmapped views of them where the pod's root reaches them

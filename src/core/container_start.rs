@@ -5,7 +5,7 @@ use std::sync::Arc;
 use berth_shim::{ExitInfo, ShimOptions};
 
 use super::mechanisms::{EventKind, Task};
-use super::{now_nanos, Core};
+use super::{now_nanos, timed, Core};
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::failpoint;
@@ -103,8 +103,8 @@ impl Core {
         // container runs as its shim comes up; Start only reports it.
         opts.run_detached = true;
         let started_at = now_nanos();
-        let task = self.mech.runtime.create(opts).await?;
-        let pid = task.start().await?;
+        let task = timed("container.shim", self.mech.runtime.create(opts)).await?;
+        let pid = timed("container.start", task.start()).await?;
         Ok((task, pid, started_at))
     }
 

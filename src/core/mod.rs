@@ -28,7 +28,7 @@ mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
 use crate::container::{Container, ContainerState, ContainerStore};
@@ -225,4 +225,13 @@ pub fn now_nanos() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or_default()
+}
+
+/// Awaits `work`, one step of the life cycle, and records how long it took
+/// (`berth_step_duration_seconds{step}`): where berth's time goes.
+pub(crate) async fn timed<T>(step: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = work.await;
+    crate::metrics::step_done(step, started.elapsed());
+    out
 }

@@ -12,7 +12,7 @@ use prost::Message;
 
 use super::facts::{sandbox_name, PodFacts};
 use super::mechanisms::{EventKind, PodFileContent, UsernsPin};
-use super::{new_id, now_nanos, retry, Core};
+use super::{new_id, now_nanos, retry, timed, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
@@ -175,10 +175,11 @@ impl Core {
             dns: config.dns_config.clone(),
             shm: !facts.host_ipc,
         };
-        self.mech
-            .files
-            .write_pod_files(&id, &files, content)
-            .await?;
+        timed(
+            "pod.files",
+            self.mech.files.write_pod_files(&id, &files, content),
+        )
+        .await?;
         // A userns pod's processes cannot search berth's 0700 dirs: what
         // they reach by path is bound into the pod's userns tree, the pod's
         // files idmapped (so they show owned by root inside, and nothing is
@@ -223,10 +224,13 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        self.mech
-            .files
-            .write_pause_bundle(&id, &files.bundle(), &spec)
-            .await?;
+        timed(
+            "pause.bundle",
+            self.mech
+                .files
+                .write_pause_bundle(&id, &files.bundle(), &spec),
+        )
+        .await?;
         if facts.userns.is_some() {
             self.mech
                 .files
@@ -239,8 +243,8 @@ impl Core {
         opts.systemd_cgroup = self.spec_options.cgroup_driver_systemd;
         // One runtime exec: `run --detach`.
         opts.run_detached = true;
-        let task = self.mech.runtime.create(opts).await?;
-        let pid = task.start().await?;
+        let task = timed("pause.shim", self.mech.runtime.create(opts)).await?;
+        let pid = timed("pause.start", task.start()).await?;
         failpoint::hit("run_pod_sandbox:after_pause");
         let (socket, shm) = (
             berth_shim::ShimPaths::new(&shim_dir).socket(),
@@ -277,7 +281,7 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        self.mech.namespaces.pin(&id, &dir, facts.pins()).await?;
+        timed("ns.pin", self.mech.namespaces.pin(&id, &dir, facts.pins())).await?;
         failpoint::hit("run_pod_sandbox:after_pause");
         let shm = !facts.host_ipc;
         objects::save(sandbox, move |s| {
@@ -313,10 +317,13 @@ impl Core {
             path: self.layout.pod_userns(&id).ns(),
             mapping,
         });
-        self.mech
-            .namespaces
-            .create_netns(&id, &path, userns.as_ref())
-            .await?;
+        timed(
+            "netns.create",
+            self.mech
+                .namespaces
+                .create_netns(&id, &path, userns.as_ref()),
+        )
+        .await?;
         failpoint::hit("run_pod_sandbox:after_netns");
 
         let attachment = attachment(&id, &path, config);
@@ -337,7 +344,7 @@ impl Core {
         }
         // Recorded before ADD: a crash or a failure during ADD still DELs.
         objects::save(sandbox, move |s| s.network_attached = true).await?;
-        let ips = self.mech.network.add(&id, &attachment).await?;
+        let ips = timed("cni.add", self.mech.network.add(&id, &attachment)).await?;
         objects::save(sandbox, move |s| s.ips = ips).await?;
         failpoint::hit("run_pod_sandbox:after_cni");
         Ok(())

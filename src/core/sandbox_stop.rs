@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::mechanisms::EventKind;
 use super::sandbox_run::attachment;
-use super::Core;
+use super::{timed, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
@@ -81,12 +81,13 @@ impl Core {
         }
         failpoint::hit("stop_pod_sandbox:after_containers");
         if sandbox.meta.facts().pinned {
-            self.mech
-                .namespaces
-                .unpin(id, &self.layout.pod_ns(id))
-                .await?;
+            timed(
+                "ns.unpin",
+                self.mech.namespaces.unpin(id, &self.layout.pod_ns(id)),
+            )
+            .await?;
         } else {
-            self.destroy_pause(id, &runtime).await?;
+            timed("pause.destroy", self.destroy_pause(id, &runtime)).await?;
         }
         failpoint::hit("stop_pod_sandbox:after_pause");
         if status.pid.is_some() || status.state == SandboxState::Ready {
@@ -104,11 +105,11 @@ impl Core {
             if status.network_attached {
                 // DEL runs even when the netns is already gone.
                 let attachment = attachment(id, netns, sandbox.meta.config());
-                self.mech.network.del(id, &attachment).await?;
+                timed("cni.del", self.mech.network.del(id, &attachment)).await?;
                 objects::save(sandbox, move |s| s.network_attached = false).await?;
                 failpoint::hit("stop_pod_sandbox:after_cni");
             }
-            self.mech.namespaces.remove_netns(id, netns).await?;
+            timed("netns.remove", self.mech.namespaces.remove_netns(id, netns)).await?;
         }
 
         self.mech

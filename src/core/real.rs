@@ -405,7 +405,8 @@ impl HostFiles for Host {
                 &rootfs,
             ))?;
             let path = bundle.join("config.json");
-            berth_atomic_file::write(&path, &data, 0o600).map_err(Error::io(&id, "writing", &path))
+            berth_atomic_file::write_volatile(&path, &data, 0o600)
+                .map_err(Error::io(&id, "writing", &path))
         })
         .await
     }
@@ -542,8 +543,11 @@ impl HostFiles for Host {
         let (id, path) = (id.to_string(), path.to_path_buf());
         let data = serde_json::to_vec(spec)
             .map_err(|e| Error::Internal(format!("{id}: encoding the spec: {e}")))?;
+        // The bundle is under the state dir, which a reboot takes: atomic,
+        // not fsynced (as runc's and containerd's bundles).
         blocking(move || {
-            berth_atomic_file::write(&path, &data, 0o600).map_err(Error::io(&id, "writing", &path))
+            berth_atomic_file::write_volatile(&path, &data, 0o600)
+                .map_err(Error::io(&id, "writing", &path))
         })
         .await
     }

@@ -136,8 +136,14 @@ impl Core {
         // Persist before creating anything, so a crash leaves a record to clean up from.
         // Locked from the moment it is visible: a Stop or Remove racing this
         // call waits until it has finished or rolled back.
-        let (sandbox, _lifecycle) =
-            objects::create(self.sandboxes.clone(), meta, SandboxStatus::default()).await?;
+        // A pod with its own network is recorded as attached from the start:
+        // a crash or a failure from here on runs CNI DEL (idempotent, also
+        // before any ADD), and ADD needs no record write of its own.
+        let status = SandboxStatus {
+            network_attached: meta.netns.is_some(),
+            ..Default::default()
+        };
+        let (sandbox, _lifecycle) = objects::create(self.sandboxes.clone(), meta, status).await?;
         failpoint::hit("run_pod_sandbox:after_record");
         {
             let core = self.clone();
@@ -152,9 +158,10 @@ impl Core {
         let facts = sandbox.meta.facts();
 
         // Network namespace and CNI.
-        if let Some(path) = sandbox.meta.netns.clone() {
-            self.attach_network(undo, &sandbox, &path).await?;
-        }
+        let ips = match sandbox.meta.netns.clone() {
+            Some(path) => self.attach_network(undo, &sandbox, &path).await?,
+            None => Vec::new(),
+        };
 
         // Files shared by the pod's containers.
         let files = self.layout.sandbox_files(&id);
@@ -210,7 +217,7 @@ impl Core {
         }
 
         if facts.pinned {
-            return self.pin_namespaces(undo, &sandbox).await;
+            return self.pin_namespaces(undo, &sandbox, ips).await;
         }
 
         // The pause process.
@@ -252,6 +259,7 @@ impl Core {
         );
         objects::save(&sandbox, move |s| {
             s.state = SandboxState::Ready;
+            s.ips = ips;
             s.pid = Some(pid);
             s.shim_socket = Some(socket);
             s.shm_mounted = shm;
@@ -266,6 +274,7 @@ impl Core {
         self: &Arc<Self>,
         undo: &mut Undo,
         sandbox: &Arc<Sandbox>,
+        ips: Vec<String>,
     ) -> Result<(), Error> {
         let id = sandbox.meta.id.clone();
         let facts = sandbox.meta.facts();
@@ -286,19 +295,21 @@ impl Core {
         let shm = !facts.host_ipc;
         objects::save(sandbox, move |s| {
             s.state = SandboxState::Ready;
+            s.ips = ips;
             s.shm_mounted = shm;
         })
         .await?;
         Ok(())
     }
 
-    /// The pod's network namespace and its CNI attachment; each undo first.
+    /// The pod's network namespace and its CNI attachment, each undo first;
+    /// the pod's IPs (recorded with the ready state).
     async fn attach_network(
         self: &Arc<Self>,
         undo: &mut Undo,
         sandbox: &Arc<Sandbox>,
         path: &Path,
-    ) -> Result<(), Error> {
+    ) -> Result<Vec<String>, Error> {
         let id = sandbox.meta.id.clone();
         let config = sandbox.meta.config();
         let path = path.to_path_buf();
@@ -342,12 +353,11 @@ impl Core {
                     .map_err(|e| e.to_string())
             });
         }
-        // Recorded before ADD: a crash or a failure during ADD still DELs.
-        objects::save(sandbox, move |s| s.network_attached = true).await?;
+        // Recorded as attached when the record was made: a crash or a
+        // failure during ADD still DELs.
         let ips = timed("cni.add", self.mech.network.add(&id, &attachment)).await?;
-        objects::save(sandbox, move |s| s.ips = ips).await?;
         failpoint::hit("run_pod_sandbox:after_cni");
-        Ok(())
+        Ok(ips)
     }
 
     /// The pause container's spec, from the one generator of specs; built

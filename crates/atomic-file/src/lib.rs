@@ -4,6 +4,11 @@
 //! over the target, and the directory is fsynced. A crash at any point
 //! leaves the old content or the new one, never a torn file. No
 //! dependencies, so the static shim uses it too.
+//!
+//! [`write_volatile`] is the same without the fsyncs, for files in a
+//! directory that does not outlive the machine's power (the daemon's state
+//! dir, a tmpfs on a node: bundles' `config.json`): still never torn for a
+//! reader or after a crashed process, as runc and containerd write them.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -15,6 +20,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Replaces `path` with `data`, the file getting `mode` (less the umask).
 /// The directory must exist.
 pub fn write(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, mode, true)
+}
+
+/// [`write`] without the fsyncs: atomic for readers and against a crashed
+/// process, not against a power cut (for files under a volatile dir).
+pub fn write_volatile(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, mode, false)
+}
+
+fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()
@@ -40,9 +55,14 @@ pub fn write(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
             .mode(mode)
             .open(&tmp)?;
         file.write_all(data)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        if durable {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -54,6 +74,16 @@ pub fn write(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_volatile_write_replaces_content_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        write_volatile(&path, b"one", 0o600).unwrap();
+        write_volatile(&path, b"two", 0o600).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 
     #[test]
     fn replaces_content_and_leaves_no_temp() {

@@ -34,7 +34,8 @@ pub fn write_pause_rootfs(dir: &Path) -> io::Result<()> {
     }
     std::fs::set_permissions(dir.join("tmp"), std::fs::Permissions::from_mode(0o1777))?;
     let target = dir.join(PAUSE_PATH.trim_start_matches('/'));
-    berth_atomic_file::write(&target, PAUSE, 0o755)?;
+    // Under the state dir (a reboot takes it): atomic, not fsynced.
+    berth_atomic_file::write_volatile(&target, PAUSE, 0o755)?;
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755))
 }
 

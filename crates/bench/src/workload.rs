@@ -341,7 +341,8 @@ impl Workload {
         }
     }
 
-    /// The six calls kubelet makes most, answered from memory: each timed
+    /// The six calls kubelet makes most, answered from memory (and Version,
+    /// the floor of any call): each timed
     /// from the client, and (where the runtime exposes berth's histogram)
     /// its server-side median, from the histogram scraped before and after
     /// the timed calls. One pod with a running container on each runtime.
@@ -675,6 +676,7 @@ impl Workload {
             let mut pod_lists = vec![Vec::new(); n];
             let mut relists = vec![Vec::new(); n];
             let mut largest = vec![None; n];
+            let before = self.scrape_all(targets).await;
             for i in 0..s.list_iterations {
                 for ti in order(i, n) {
                     if broken[ti] {
@@ -703,7 +705,27 @@ impl Workload {
                     }
                 }
             }
+            let after = self.scrape_all(targets).await;
             let running = pods.iter().map(Vec::len).max().unwrap_or(0);
+            for what in ["ListContainers", "ListPodSandbox"] {
+                let values = before
+                    .iter()
+                    .zip(&after)
+                    .map(|(b, a)| match (b, a) {
+                        (Some(b), Some(a)) => {
+                            histogram_quantile(&rpc_buckets(b, what), &rpc_buckets(a, what), 0.5)
+                                .map(|secs| secs * 1e6)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                report.add_partial(
+                    "scale",
+                    &format!("{what}, {want} containers in {running} pods, server-side median (metrics histogram)"),
+                    "µs",
+                    values,
+                );
+            }
             for (what, samples) in [("ListContainers", &lists), ("ListPodSandbox", &pod_lists)] {
                 for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
                     let values = samples.iter().map(|v| stat_ms(v, p)).collect();
@@ -734,6 +756,23 @@ impl Workload {
                 self.answer_fields(targets, &broken, want, running, report)
                     .await;
             }
+            // The daemon with all of them (kubelet's node at full size).
+            let rss: Vec<Option<f64>> = targets
+                .iter()
+                .enumerate()
+                .map(|(ti, t)| {
+                    (!broken[ti])
+                        .then(|| memory::of_pid(t.pid).ok())
+                        .flatten()
+                        .map(|m| mib(m.rss_kib))
+                })
+                .collect();
+            report.add(
+                "scale",
+                &format!("daemon RSS, {want} containers in {running} pods"),
+                "MiB",
+                rss,
+            );
             eprintln!("scale: {want} containers done");
         }
 
@@ -742,6 +781,19 @@ impl Workload {
                 report.error(t.name(), "density teardown", &e);
             }
         }
+    }
+
+    /// The metrics page of every target that has an endpoint (`None`:
+    /// none, or it did not answer).
+    async fn scrape_all(&self, targets: &[Target]) -> Vec<Option<String>> {
+        let mut pages = Vec::new();
+        for t in targets {
+            pages.push(match self.metrics.get(t.name()) {
+                Some(addr) => scrape(addr).await.ok(),
+                None => None,
+            });
+        }
+        pages
     }
 
     /// What the relist answers are made of on each runtime, field by field
@@ -967,8 +1019,11 @@ async fn pull_once(t: &Target, image: &str) -> Result<(Duration, u64, u64)> {
     Ok((wall, base, peak))
 }
 
-/// The status calls the `status` group times, by their gRPC method names.
-const STATUS_CALLS: [&str; 6] = [
+/// The status calls the `status` group times, by their gRPC method names;
+/// Version, answered from constants, is the floor of a CRI call (the two
+/// gRPC stacks and the socket).
+const STATUS_CALLS: [&str; 7] = [
+    "Version",
     "ContainerStatus",
     "PodSandboxStatus",
     "ListContainers",
@@ -1032,6 +1087,13 @@ impl Clients {
     /// unfiltered for the lists, not verbose; checks that it found its object.
     async fn call(&self, call: &str, pod: &str, container: &str, image: &str) -> Result<()> {
         let found = match call {
+            "Version" => {
+                let req = v1::VersionRequest {
+                    version: "v1".into(),
+                };
+                let r = bounded(self.runtime.clone().version(req)).await?;
+                !r.runtime_name.is_empty()
+            }
             "ContainerStatus" => {
                 let req = v1::ContainerStatusRequest {
                     container_id: container.to_string(),

@@ -10,6 +10,7 @@
 #   --no-build use the binaries already built (for development)
 #   --json F   where the JSON goes (default: bench.json in the work dir, kept)
 #   --keep     keep the work dir (configs, daemon logs) afterwards
+#   --berth-only  run berth alone (no containerd), e.g. for its memory at scale
 #   -- ARGS    passed to `berth-bench run`, e.g. -- --iterations 50
 #
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
@@ -24,7 +25,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() {
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -36,12 +37,14 @@ log() { echo "bench.sh: $*" >&2; }
 quick=0
 build=1
 keep=0
+berth_only=0
 json=""
 extra=()
 while (($#)); do
   case $1 in
   --quick) quick=1; shift ;;
   --keep) keep=1; shift ;;
+  --berth-only) berth_only=1; shift ;;
   --no-build) build=0; shift ;;
   --json) json=${2:?--json needs a file}; shift 2 ;;
   --) shift; extra=("$@"); break ;;
@@ -210,26 +213,43 @@ fill hack/bench/cni.conflist.in "$berth_dir/net.d/10-${BERTH_NET[0]}.conflist" \
   NETWORK="${BERTH_NET[0]}" BRIDGE="${BERTH_NET[1]}" SUBNET="${BERTH_NET[2]}"
 fill hack/bench/berth.toml.in "$berth_dir/config.toml" \
   DIR="$berth_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
+# berth's Prometheus endpoint on a free loopback port (a drop-in beside the
+# config): the status group reads the server-side time of each call there.
+metrics_addr=""
+for _ in $(seq 1 20); do
+  port=$((20000 + RANDOM % 40000))
+  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . || { metrics_addr=127.0.0.1:$port; break; }
+done
+[[ -n $metrics_addr ]] || die "no free port for berth's metrics"
+mkdir -p "$berth_dir/config.d"
+printf '[metrics]\naddress = "%s"\n' "$metrics_addr" >"$berth_dir/config.d/90-bench-metrics.toml"
 "$berth" --config "$berth_dir/config.toml" </dev/null >/dev/null 2>"$berth_dir/berth.log" &
 berth_pid=$!
 
-log "starting containerd"
-mkdir -p "$ctrd_dir/net.d"
-fill hack/bench/cni.conflist.in "$ctrd_dir/net.d/10-${CTRD_NET[0]}.conflist" \
-  NETWORK="${CTRD_NET[0]}" BRIDGE="${CTRD_NET[1]}" SUBNET="${CTRD_NET[2]}"
-fill hack/bench/containerd.toml.in "$ctrd_dir/config.toml" \
-  DIR="$ctrd_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN" REGISTRY="$addr" PAUSE_IMAGE="$pause_image"
-containerd --config "$ctrd_dir/config.toml" </dev/null >/dev/null 2>"$ctrd_dir/containerd.log" &
-ctrd_pid=$!
+if ((!berth_only)); then
+  log "starting containerd"
+  mkdir -p "$ctrd_dir/net.d"
+  fill hack/bench/cni.conflist.in "$ctrd_dir/net.d/10-${CTRD_NET[0]}.conflist" \
+    NETWORK="${CTRD_NET[0]}" BRIDGE="${CTRD_NET[1]}" SUBNET="${CTRD_NET[2]}"
+  fill hack/bench/containerd.toml.in "$ctrd_dir/config.toml" \
+    DIR="$ctrd_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN" REGISTRY="$addr" PAUSE_IMAGE="$pause_image"
+  containerd --config "$ctrd_dir/config.toml" </dev/null >/dev/null 2>"$ctrd_dir/containerd.log" &
+  ctrd_pid=$!
+fi
 
 wait_socket "$berth_dir/berth.sock" "$berth_pid" "$berth_dir/berth.log"
-wait_socket "$ctrd_dir/containerd.sock" "$ctrd_pid" "$ctrd_dir/containerd.log"
+targets=(--target "$berth_target")
+if ((!berth_only)); then
+  wait_socket "$ctrd_dir/containerd.sock" "$ctrd_pid" "$ctrd_dir/containerd.log"
+  targets+=(--target "$ctrd_target")
+fi
 
-args=(run --target "$berth_target" --target "$ctrd_target"
+args=(run "${targets[@]}"
   --image "$addr/berth-test/busybox:latest" --prepull "$pause_image"
   --big-image "$big_image" --big-image-desc "4 × 50 MiB layers (gzip)"
   --runc "$RUNC" --json "$json"
-  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN")
+  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN"
+  --metrics "berth=$metrics_addr")
 ((quick)) && args+=(--quick)
 log "running berth-bench (started $(date -u +%FT%TZ))"
 start=$SECONDS

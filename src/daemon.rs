@@ -23,8 +23,49 @@ const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
 /// How long in-flight calls may run on after SIGTERM or SIGINT.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// glibc malloc settings for the daemon, as `(mallopt parameter, value,
+/// the environment variable that overrides it)`. berth's allocations are
+/// small and short-lived, but spread over the tokio workers and many
+/// blocking threads (record writes, runtime execs): glibc gives each thread
+/// that allocates its own arena (up to 8 per core) and keeps what each has
+/// freed, so the RSS grows with the number of threads that ever ran, not
+/// with what is in use. Two arenas hold berth's working set; a fixed mmap
+/// threshold sends large buffers (manifests, layer I/O) to mmap, returned
+/// at free, instead of raising the threshold on each large free as glibc
+/// does by default.
+const MALLOC_SETTINGS: &[(i32, i32, &str)] = &[
+    (M_ARENA_MAX, 2, "MALLOC_ARENA_MAX"),
+    (M_MMAP_THRESHOLD, 256 * 1024, "MALLOC_MMAP_THRESHOLD_"),
+    (M_TRIM_THRESHOLD, 1024 * 1024, "MALLOC_TRIM_THRESHOLD_"),
+];
+const M_ARENA_MAX: i32 = -8;
+const M_MMAP_THRESHOLD: i32 = -3;
+const M_TRIM_THRESHOLD: i32 = -1;
+
+/// The [`MALLOC_SETTINGS`] whose variable `env` does not name (an operator's
+/// `MALLOC_ARENA_MAX=…` wins, as glibc reads it itself).
+fn malloc_settings(env: impl Fn(&str) -> bool) -> Vec<(i32, i32)> {
+    MALLOC_SETTINGS
+        .iter()
+        .filter(|(_, _, var)| !env(var))
+        .map(|&(param, value, _)| (param, value))
+        .collect()
+}
+
+/// Applies [`malloc_settings`] (glibc only; other C libraries have their own).
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    for (param, value) in malloc_settings(|var| std::env::var_os(var).is_some()) {
+        // SAFETY: mallopt only sets allocator parameters; 0 means refused.
+        if unsafe { libc::mallopt(param, value) } == 0 {
+            tracing::warn!(param, value, "mallopt refused a setting");
+        }
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    tune_malloc();
     // Local users may cross root and state (the socket may live in state)
     // but read nothing in them: every subtree is 0700, set explicitly, not
     // left to the umask (records and bundles hold the pods' secrets; writable
@@ -223,5 +264,34 @@ fn remove_socket(path: &Path) {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!(socket = %path.display(), error = %e, "removing socket");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malloc_settings_leave_what_the_operator_set() {
+        let all = malloc_settings(|_| false);
+        assert_eq!(
+            all,
+            vec![
+                (M_ARENA_MAX, 2),
+                (M_MMAP_THRESHOLD, 256 * 1024),
+                (M_TRIM_THRESHOLD, 1024 * 1024)
+            ]
+        );
+        let some = malloc_settings(|var| var == "MALLOC_ARENA_MAX");
+        assert!(!some.iter().any(|(p, _)| *p == M_ARENA_MAX), "{some:?}");
+        assert_eq!(some.len(), 2);
+    }
+
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[test]
+    fn malloc_parameters_are_glibcs() {
+        assert_eq!(M_ARENA_MAX, libc::M_ARENA_MAX);
+        assert_eq!(M_MMAP_THRESHOLD, libc::M_MMAP_THRESHOLD);
+        assert_eq!(M_TRIM_THRESHOLD, libc::M_TRIM_THRESHOLD);
     }
 }

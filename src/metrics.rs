@@ -34,9 +34,12 @@ use crate::container::ContainerState;
 use crate::sandbox::SandboxState;
 use crate::server::Cri;
 
-/// RPC latency buckets, in seconds: from a status lookup to a slow pull.
+/// RPC latency buckets, in seconds: from a status lookup answered from
+/// memory (tens of microseconds, so the low end is fine enough to tell a
+/// 100 µs median) to a slow pull.
 const RPC_BUCKETS: &[f64] = &[
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
 struct Metrics {
@@ -373,6 +376,40 @@ mod tests {
             r#"berth_grpc_request_duration_seconds_bucket{code="OK",method="UnitTestCall",le="0.005"} 1"#
         ));
         assert!(text.contains("# TYPE berth_grpc_request_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn microsecond_calls_land_in_their_own_buckets() {
+        rpc_done(
+            "UnitTestFastCall",
+            tonic::Code::Ok,
+            Duration::from_micros(40),
+        );
+        rpc_done(
+            "UnitTestFastCall",
+            tonic::Code::Ok,
+            Duration::from_micros(180),
+        );
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&METRICS.registry.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let bucket = |le: &str| {
+            let line = format!(
+                r#"berth_grpc_request_duration_seconds_bucket{{code="OK",method="UnitTestFastCall",le="{le}"}} "#
+            );
+            let rest = text
+                .lines()
+                .find_map(|l| l.strip_prefix(line.as_str()))
+                .unwrap_or_else(|| panic!("no bucket {le} in {text}"));
+            rest.parse::<u64>().unwrap()
+        };
+        assert_eq!(bucket("0.000025"), 0);
+        assert_eq!(bucket("0.00005"), 1);
+        assert_eq!(bucket("0.0001"), 1);
+        assert_eq!(bucket("0.00025"), 2);
+        assert_eq!(bucket("0.001"), 2);
     }
 
     #[test]

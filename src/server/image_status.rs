@@ -14,21 +14,26 @@ impl Cri {
         req: v1::ImageStatusRequest,
     ) -> Result<v1::ImageStatusResponse, Error> {
         let name = image_name(req.image.as_ref())?;
+        if !req.verbose {
+            // Under the store's lock, the CRI fields only: the stored image
+            // (config, layers, manifests) is not copied.
+            return Ok(v1::ImageStatusResponse {
+                image: self.images.with(name, encode::image),
+                info: HashMap::new(),
+            });
+        }
         // An absent image is an empty answer, not an error.
         let Some(image) = self.images.get(name) else {
             return Ok(v1::ImageStatusResponse::default());
         };
-        let mut info = HashMap::new();
-        if req.verbose {
-            let details = serde_json::json!({
-                "id": image.id,
-                "chainIDs": image.chain_ids(),
-                "layers": image.layers,
-                "config": image.config,
-                "lowerdirs": self.images.lowerdirs(&image),
-            });
-            info.insert("info".to_string(), details.to_string());
-        }
+        let details = serde_json::json!({
+            "id": image.id,
+            "chainIDs": image.chain_ids(),
+            "layers": image.layers,
+            "config": image.config,
+            "lowerdirs": self.images.lowerdirs(&image),
+        });
+        let info = HashMap::from([("info".to_string(), details.to_string())]);
         Ok(v1::ImageStatusResponse {
             image: Some(encode::image(&image)),
             info,

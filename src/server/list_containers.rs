@@ -30,15 +30,21 @@ impl Cri {
                 Err(_) => return Ok(v1::ListContainersResponse::default()),
             }
         };
+        // Filtered on the records, so that only what is answered is encoded.
         let mut containers: Vec<v1::Container> = candidates
             .iter()
             .filter(|c| sandbox_id.as_ref().is_none_or(|s| &c.meta.sandbox_id == s))
+            .filter(|c| labels_match(&filter.label_selector, &c.meta.config().labels))
             .map(|c| (c, c.status()))
             // One being created is not listed until it is (as containerd).
             .filter(|(_, status)| status.state != crate::container::ContainerState::Unknown)
+            .filter(|(_, status)| {
+                filter
+                    .state
+                    .as_ref()
+                    .is_none_or(|s| s.state == encode::container_state(status.state) as i32)
+            })
             .map(|(c, status)| encode::container(&c.meta, &status))
-            .filter(|c| filter.state.as_ref().is_none_or(|s| s.state == c.state))
-            .filter(|c| labels_match(&filter.label_selector, &c.labels))
             .collect();
         containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
         Ok(v1::ListContainersResponse { containers })

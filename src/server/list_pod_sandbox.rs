@@ -29,15 +29,21 @@ impl Cri {
                 .map(|s| vec![s])
                 .unwrap_or_default()
         };
+        // Filtered on the records, so that only what is answered is encoded.
         let mut items: Vec<v1::PodSandbox> = candidates
             .iter()
+            .filter(|s| labels_match(&filter.label_selector, &s.meta.config().labels))
             .map(|s| (s, s.status()))
             // One being created is not listed until it is (as containerd): a
             // kubelet GC pass never sees, nor removes, a pod half made.
             .filter(|(_, status)| status.state != crate::sandbox::SandboxState::Unknown)
+            .filter(|(_, status)| {
+                filter
+                    .state
+                    .as_ref()
+                    .is_none_or(|st| st.state == encode::sandbox_state(status.state) as i32)
+            })
             .map(|(s, status)| encode::sandbox(&s.meta, &status))
-            .filter(|s| filter.state.as_ref().is_none_or(|st| st.state == s.state))
-            .filter(|s| labels_match(&filter.label_selector, &s.labels))
             .collect();
         items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
         Ok(v1::ListPodSandboxResponse { items })

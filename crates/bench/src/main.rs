@@ -142,6 +142,35 @@ struct RunArgs {
     /// Where the CNI plugins are, for the floor.
     #[arg(long, default_value = "/usr/lib/cni")]
     cni_bin: PathBuf,
+    /// A target's Prometheus endpoint, NAME=HOST:PORT (berth's
+    /// `[metrics] address`): the status group reads the server-side time
+    /// of each call from its RPC histogram.
+    #[arg(long = "metrics", value_parser = parse_metrics)]
+    metrics: Vec<(String, String)>,
+    /// Run only these groups, comma separated: lifecycle, status, floor,
+    /// concurrency, density (with scale), image [all; the floor and the
+    /// image group need --floor-cni and --big-image].
+    #[arg(long, value_delimiter = ',')]
+    only: Option<Vec<String>>,
+}
+
+/// `NAME=HOST:PORT` of `--metrics`.
+fn parse_metrics(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, addr)) if !name.is_empty() && addr.contains(':') => {
+            Ok((name.to_string(), addr.to_string()))
+        }
+        _ => Err(format!("--metrics {s:?}: want NAME=HOST:PORT")),
+    }
+}
+
+impl RunArgs {
+    /// Whether `group` is to run (`--only`).
+    fn runs(&self, group: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|g| g == group))
+    }
 }
 
 #[derive(Args)]
@@ -213,7 +242,14 @@ async fn connect_all(specs: &[TargetSpec]) -> Result<Vec<Target>> {
     Ok(targets)
 }
 
-async fn run(a: RunArgs) -> Result<()> {
+async fn run(mut a: RunArgs) -> Result<()> {
+    // `--only` without them: no floor, no image group.
+    if !a.runs("floor") {
+        a.floor_cni = None;
+    }
+    if !a.runs("image") {
+        a.big_image = None;
+    }
     let settings = a.settings();
     let targets = connect_all(&a.targets).await?;
     let (log_dir, _log_tmp) = match &a.log_dir {
@@ -239,6 +275,7 @@ async fn run(a: RunArgs) -> Result<()> {
         cgroup_parent: a.cgroup_parent.clone(),
         log_dir,
         run_id,
+        metrics: a.metrics.iter().cloned().collect(),
     });
     let mut report = Report {
         targets: targets.iter().map(|t| t.name().to_string()).collect(),
@@ -262,7 +299,12 @@ async fn run(a: RunArgs) -> Result<()> {
     }
 
     eprintln!("berth-bench: {settings:?}");
-    workload.lifecycle(&targets, &settings, &mut report).await;
+    if a.runs("lifecycle") {
+        workload.lifecycle(&targets, &settings, &mut report).await;
+    }
+    if a.runs("status") {
+        workload.status(&targets, &settings, &mut report).await;
+    }
     if let Some(conflist) = &a.floor_cni {
         let floor = floor::Floor {
             conflist: conflist.clone(),
@@ -277,10 +319,14 @@ async fn run(a: RunArgs) -> Result<()> {
             Err(e) => report.error("floor", "measuring", &e),
         }
     }
-    workload.concurrency(&targets, &settings, &mut report).await;
-    workload
-        .density_and_scale(&targets, &settings, &mut report)
-        .await;
+    if a.runs("concurrency") {
+        workload.concurrency(&targets, &settings, &mut report).await;
+    }
+    if a.runs("density") {
+        workload
+            .density_and_scale(&targets, &settings, &mut report)
+            .await;
+    }
     workload.image(&targets, &settings, &mut report).await;
     for t in &targets {
         if let Err(e) = workload.teardown(t, None).await {

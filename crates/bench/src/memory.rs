@@ -48,6 +48,27 @@ pub fn of_pid(pid: i32) -> Result<Mem> {
     })
 }
 
+/// Where one process's resident memory is: anonymous (heap, stacks) or
+/// file-backed (its executable's pages, mostly), and how many threads it has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Breakdown {
+    pub anon_kib: u64,
+    pub file_kib: u64,
+    pub threads: u64,
+}
+
+/// [`Breakdown`] of `pid`, from `/proc/<pid>/status`.
+pub fn breakdown(pid: i32) -> Result<Breakdown> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let field = |key: &str| kib_field(&text, key).with_context(|| format!("{path}: no {key}"));
+    Ok(Breakdown {
+        anon_kib: field("RssAnon")?,
+        file_kib: field("RssFile")? + field("RssShmem")?,
+        threads: field("Threads")?,
+    })
+}
+
 /// The pids of processes whose executable is named `exe` and whose command
 /// line contains `needle` (when given).
 pub fn find_processes(exe: &str, needle: Option<&str>) -> Vec<i32> {
@@ -177,6 +198,8 @@ mod tests {
         let me = std::process::id() as i32;
         let m = of_pid(me).unwrap();
         assert!(m.rss_kib > 0 && m.pss_kib > 0 && m.pss_kib <= m.rss_kib);
+        let b = breakdown(me).unwrap();
+        assert!(b.threads >= 1 && b.anon_kib > 0 && b.file_kib > 0, "{b:?}");
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
         assert!(find_processes(name, None).contains(&me));

@@ -28,6 +28,75 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, n) - 1])
 }
 
+/// The cumulative buckets of one Prometheus histogram series in `text`
+/// (the text exposition format): `(upper bound in the metric's unit,
+/// count)` for the series `metric` whose labels include every `labels`
+/// pair, ascending; `+Inf` included. Empty when the series is absent.
+pub fn histogram_buckets(text: &str, metric: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    let prefix = format!("{metric}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&prefix)?;
+            let (inside, value) = rest.split_once("} ")?;
+            let pairs: Vec<(&str, &str)> = inside
+                .split(',')
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k, v.trim_matches('"')))
+                })
+                .collect();
+            if !labels.iter().all(|want| pairs.contains(want)) {
+                return None;
+            }
+            let le = pairs.iter().find(|(k, _)| *k == "le")?.1;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.trim().parse().ok()?))
+        })
+        .collect();
+    buckets.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+    buckets
+}
+
+/// The `q`-quantile (0.5: the median) of the observations made between two
+/// scrapes of one histogram (`before`, `after`: [`histogram_buckets`]),
+/// interpolated linearly inside its bucket as Prometheus'
+/// `histogram_quantile` does (the first bucket from 0). `None` without
+/// observations in between, or when it falls in `+Inf` (then the highest
+/// finite bound is all one knows).
+pub fn histogram_quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = after
+        .iter()
+        .map(|&(le, n)| {
+            let then = before
+                .iter()
+                .find(|(l, _)| *l == le)
+                .map_or(0.0, |(_, n)| *n);
+            (le, (n - then).max(0.0))
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, n) in &delta {
+        if n >= rank && n > below {
+            if le.is_infinite() {
+                return None;
+            }
+            return Some(lower + (le - lower) * (rank - below) / (n - below));
+        }
+        (lower, below) = (le, n);
+    }
+    None
+}
+
 /// One figure for every runtime.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -38,8 +107,13 @@ pub struct Row {
     /// `ms`, `s`, `MiB`, `count`.
     pub unit: String,
     /// One value per runtime, in the order of [`Report::targets`]; `None`
-    /// when that runtime failed the measurement.
+    /// when that runtime failed the measurement (or does not have the
+    /// figure: see `absent`).
     pub values: Vec<Option<f64>>,
+    /// What the table shows for `None`: `failed`, or `n/a` for a figure
+    /// only some runtimes have (berth's own metrics).
+    #[serde(skip)]
+    pub absent: &'static str,
 }
 
 impl Row {
@@ -90,7 +164,17 @@ impl Report {
             figure: figure.into(),
             unit: unit.into(),
             values,
+            absent: "failed",
         });
+    }
+
+    /// [`Report::add`] for a figure that some runtimes do not offer (`None`
+    /// is shown as `n/a`, not as a failure).
+    pub fn add_partial(&mut self, group: &str, figure: &str, unit: &str, values: Vec<Option<f64>>) {
+        self.add(group, figure, unit, values);
+        if let Some(row) = self.rows.last_mut() {
+            row.absent = "n/a";
+        }
     }
 
     /// Records a failure.
@@ -122,7 +206,7 @@ impl Report {
             let cells: Vec<String> = row
                 .values
                 .iter()
-                .map(|v| v.map(fmt_value).unwrap_or_else(|| "failed".into()))
+                .map(|v| v.map(fmt_value).unwrap_or_else(|| row.absent.into()))
                 .collect();
             let ratio = row
                 .ratio()
@@ -196,6 +280,72 @@ mod tests {
         assert_eq!(percentile(&hundred, 100.0), Some(100.0));
         assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
         assert_eq!(millis(&[Duration::from_micros(1500)]), vec![1.5]);
+    }
+
+    const SCRAPE: &str = r#"# TYPE berth_grpc_request_duration_seconds histogram
+berth_grpc_request_duration_seconds_bucket{code="OK",method="ListImages",le="0.000025"} 0
+berth_grpc_request_duration_seconds_bucket{code="OK",method="ListImages",le="0.00005"} 10
+berth_grpc_request_duration_seconds_bucket{code="OK",method="ListImages",le="0.0001"} 30
+berth_grpc_request_duration_seconds_bucket{code="OK",method="ListImages",le="+Inf"} 40
+berth_grpc_request_duration_seconds_bucket{code="NotFound",method="ListImages",le="0.0001"} 99
+berth_grpc_request_duration_seconds_bucket{code="OK",method="Version",le="0.0001"} 5
+berth_grpc_request_duration_seconds_sum{code="OK",method="ListImages"} 0.003
+"#;
+
+    #[test]
+    fn histogram_series_are_picked_by_label() {
+        let b = histogram_buckets(
+            SCRAPE,
+            "berth_grpc_request_duration_seconds",
+            &[("method", "ListImages"), ("code", "OK")],
+        );
+        assert_eq!(
+            b,
+            vec![
+                (0.000025, 0.0),
+                (0.00005, 10.0),
+                (0.0001, 30.0),
+                (f64::INFINITY, 40.0)
+            ]
+        );
+        let none = histogram_buckets(
+            SCRAPE,
+            "berth_grpc_request_duration_seconds",
+            &[("method", "X")],
+        );
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn quantiles_are_interpolated_between_two_scrapes() {
+        let after = histogram_buckets(
+            SCRAPE,
+            "berth_grpc_request_duration_seconds",
+            &[("method", "ListImages"), ("code", "OK")],
+        );
+        // From nothing: 40 calls, the 20th in (50, 100] µs, half way in.
+        let median = histogram_quantile(&[], &after, 0.5).unwrap();
+        assert!((median - 0.000075).abs() < 1e-12, "{median}");
+        // Only what happened in between counts: 10 calls before, all in
+        // the first 50 µs, leave 30, the 15th again in (50, 100] µs.
+        let before = vec![
+            (0.000025, 0.0),
+            (0.00005, 10.0),
+            (0.0001, 10.0),
+            (f64::INFINITY, 10.0),
+        ];
+        let median = histogram_quantile(&before, &after, 0.5).unwrap();
+        assert!(
+            (median - 0.00005 - 0.00005 * 15.0 / 20.0).abs() < 1e-12,
+            "{median}"
+        );
+        // Nothing in between; and a quantile in +Inf.
+        assert_eq!(histogram_quantile(&after, &after, 0.5), None);
+        assert_eq!(histogram_quantile(&[], &after, 0.99), None);
+        // The first bucket is interpolated from 0.
+        let first = vec![(0.000025, 4.0), (f64::INFINITY, 4.0)];
+        let q = histogram_quantile(&[], &first, 0.5).unwrap();
+        assert!((q - 0.0000125).abs() < 1e-12, "{q}");
     }
 
     #[test]

@@ -4,9 +4,11 @@
 # kind of network (each its own bridge and subnet), images from one local
 # registry. Prints the table (Markdown) and writes it as JSON.
 #
-#   hack/bench.sh [--quick] [--no-build] [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
+#   hack/bench.sh [--quick] [--big-pull] [--no-build] [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
 #
-#   --quick    fewer iterations and smaller sizes (for development)
+#   --quick    fewer iterations and smaller sizes (for development); pulls
+#              only the 200 MiB image unless --big-pull
+#   --big-pull also pull the 1 GiB image in 10 gzip layers (full runs always do)
 #   --no-build use the binaries already built (for development)
 #   --json F   where the JSON goes (default: bench.json in the work dir, kept)
 #   --keep     keep the work dir (configs, daemon logs) afterwards
@@ -16,7 +18,8 @@
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
 # static berth-shim and berth-bench, starts a registry (hack/registry.sh) with
 # the test images and the benchmark's own (a pause image for containerd and a
-# 4 × 50 MiB image), then berth and containerd, each with its own config,
+# 4 × 50 MiB image, and, unless --quick, a 1 GiB image in 10 gzip layers),
+# then berth and containerd, each with its own config,
 # root, state and socket in a temp dir (containerd's system service is never
 # touched), runs berth-bench, and stops and removes everything it started.
 # Run as root.
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -35,6 +38,7 @@ die() {
 log() { echo "bench.sh: $*" >&2; }
 
 quick=0
+big_pull=0
 build=1
 keep=0
 berth_only=0
@@ -43,6 +47,7 @@ extra=()
 while (($#)); do
   case $1 in
   --quick) quick=1; shift ;;
+  --big-pull) big_pull=1; shift ;;
   --keep) keep=1; shift ;;
   --berth-only) berth_only=1; shift ;;
   --no-build) build=0; shift ;;
@@ -197,9 +202,12 @@ wait_socket() {
 log "registry and images"
 addr=$(bash hack/registry.sh start "$work/registry" --max-lifetime 7200)
 bash hack/build-test-images.sh "$addr" >/dev/null
-pushed=$("$bench" push-images --registry "$addr") || die "push-images failed"
+((quick)) || big_pull=1
+push_args=(--registry "$addr")
+((big_pull)) && push_args+=(--huge)
+pushed=$("$bench" push-images "${push_args[@]}") || die "push-images failed"
 mapfile -t pushed <<<"$pushed"
-((${#pushed[@]} == 2)) || die "push-images printed ${pushed[*]}"
+((${#pushed[@]} == 2 + big_pull)) || die "push-images printed ${pushed[*]}"
 pause_image=${pushed[0]}
 big_image=${pushed[1]}
 
@@ -250,6 +258,7 @@ args=(run "${targets[@]}"
   --runc "$RUNC" --json "$json"
   --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN"
   --metrics "berth=$metrics_addr")
+((big_pull)) && args+=(--big-image "${pushed[2]}" --big-image-desc "1 GiB in 10 gzip layers")
 ((quick)) && args+=(--quick)
 log "running berth-bench (started $(date -u +%FT%TZ))"
 start=$SECONDS

@@ -3,8 +3,8 @@
 //! second for every figure; also as JSON. Memory and time are measured,
 //! never asserted.
 //!
-//! - `berth-bench push-images --registry ADDR`: builds and pushes the pause
-//!   image and the large image the run needs.
+//! - `berth-bench push-images --registry ADDR [--huge]`: builds and pushes
+//!   the pause image and the large image the run needs (and the 1 GiB one).
 //! - `berth-bench run --target NAME=SOCKET[,shim=EXE][,match=TEXT] ...`: the
 //!   benchmark (see `hack/bench.sh`, which starts berth and containerd for it),
 //!   with the floor (`floor.rs`: the same CNI and runc work done directly)
@@ -74,6 +74,15 @@ struct PushArgs {
     /// MiB of random data in each layer.
     #[arg(long, default_value_t = 50)]
     big_layer_mib: usize,
+    /// Also the 1 GiB image (printed third).
+    #[arg(long)]
+    huge: bool,
+    /// Layers of the 1 GiB image.
+    #[arg(long, default_value_t = 10)]
+    huge_layers: usize,
+    /// MiB of files in the 1 GiB image, shared by its layers.
+    #[arg(long, default_value_t = 1024)]
+    huge_mib: usize,
 }
 
 #[derive(Args)]
@@ -89,12 +98,13 @@ struct RunArgs {
     /// Images every target pulls before the run (e.g. a pause image).
     #[arg(long)]
     prepull: Vec<String>,
-    /// The large image for the pull benchmark (none: no image figures).
+    /// A large image for the pull benchmark, once per image (none: no image
+    /// figures).
     #[arg(long)]
-    big_image: Option<String>,
-    /// How the large image is described in the table.
-    #[arg(long, default_value = "large image")]
-    big_image_desc: String,
+    big_image: Vec<String>,
+    /// How each --big-image is described in the table, in the same order.
+    #[arg(long)]
+    big_image_desc: Vec<String>,
     /// Fewer iterations and smaller sizes, for development.
     #[arg(long)]
     quick: bool,
@@ -192,6 +202,12 @@ async fn main() -> Result<()> {
                 "{}",
                 push::push_big(&a.registry, a.big_layers, a.big_layer_mib).await?
             );
+            if a.huge {
+                println!(
+                    "{}",
+                    push::push_huge(&a.registry, a.huge_layers, a.huge_mib).await?
+                );
+            }
             Ok(())
         }
         Command::Run(a) => run(*a).await,
@@ -269,9 +285,13 @@ async fn run(mut a: RunArgs) -> Result<()> {
             .unwrap_or_default()
             .as_millis()
     );
+    let mut big_images = a.big_image.iter().enumerate().map(|(i, image)| {
+        let desc = a.big_image_desc.get(i).cloned();
+        (image.clone(), desc.unwrap_or_else(|| "large image".into()))
+    });
     let workload = Arc::new(Workload {
         image: a.image.clone(),
-        big_image: a.big_image.clone().map(|i| (i, a.big_image_desc.clone())),
+        big_image: big_images.next(),
         cgroup_parent: a.cgroup_parent.clone(),
         log_dir,
         run_id,
@@ -328,6 +348,16 @@ async fn run(mut a: RunArgs) -> Result<()> {
             .await;
     }
     workload.image(&targets, &settings, &mut report).await;
+    for big in big_images {
+        let w = Workload {
+            image: workload.image.clone(),
+            big_image: Some(big),
+            cgroup_parent: workload.cgroup_parent.clone(),
+            log_dir: workload.log_dir.clone(),
+            run_id: workload.run_id.clone(),
+        };
+        w.image(&targets, &settings, &mut report).await;
+    }
     for t in &targets {
         if let Err(e) = workload.teardown(t, None).await {
             report.error(t.name(), "final teardown", &e);

@@ -1,11 +1,18 @@
 //! The images the benchmark needs, built here and pushed to the local
 //! registry: a pause image for runtimes that want one (containerd's
 //! `sandbox_image`), made of the static pause program that berth-shim embeds,
-//! and a large multi-layer image of incompressible, deterministic random
-//! data for the pull benchmark. The same digests every run.
+//! and two large multi-layer images of deterministic pseudo-random data for
+//! the pull benchmark: the 200 MiB one (4 layers of incompressible data, one
+//! file each) and the 1 GiB one (#20: 10 layers of files that gzip to about
+//! half their size, so that decompressing costs what it costs on real images).
+//! The same digests every run.
 
-use anyhow::{anyhow, Result};
+use std::io::Write;
+
+use anyhow::{anyhow, Context, Result};
 use serde_json::json;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinSet;
 
 #[path = "../../oci-image/tests/support/images.rs"]
 mod images;
@@ -19,6 +26,16 @@ const GZIP_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 pub const PAUSE_IMAGE: &str = "berth-bench/pause:latest";
 /// Repository and tag of the large image.
 pub const BIG_IMAGE: &str = "berth-bench/big:latest";
+/// Repository and tag of the 1 GiB image.
+pub const HUGE_IMAGE: &str = "berth-bench/huge:latest";
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+/// Files in the layers of the 1 GiB image are this large (the last of a
+/// layer shorter).
+const HUGE_FILE_BYTES: usize = 1 << 20;
+/// Fixed mtime of the entries (2024-01-01T00:00:00Z).
+const MTIME: u64 = 1_704_067_200;
 
 /// SplitMix64: a tiny, fast generator whose output no compressor shrinks.
 struct SplitMix64(u64);
@@ -114,10 +131,173 @@ pub async fn push_big(addr: &str, layers: usize, layer_mib: usize) -> Result<Str
     Ok(format!("{addr}/{BIG_IMAGE}"))
 }
 
+/// Fills `buf` with bytes of 4 random bits each (0..16): Huffman coding
+/// halves them, LZ77 finds next to nothing, as in binaries and packed data.
+fn nibbles(rng: &mut SplitMix64, buf: &mut [u8]) {
+    for chunk in buf.chunks_mut(8) {
+        let v = (rng.next() & 0x0f0f_0f0f_0f0f_0f0f).to_le_bytes();
+        chunk.copy_from_slice(&v[..chunk.len()]);
+    }
+}
+
+/// Hashes what passes to the gzip encoder: the diff id.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Layer `index` of the 1 GiB image: `bytes` of nibble data in files of
+/// [`HUGE_FILE_BYTES`] under `data/<index>/`, tarred and gzipped (level 1,
+/// the fast one: building 1 GiB takes seconds, not minutes) in one pass,
+/// never holding the tar.
+fn huge_layer(index: usize, bytes: usize) -> std::io::Result<images::Layer> {
+    let gz = flate2::GzBuilder::new().mtime(0).write(
+        Vec::with_capacity(bytes / 16 * 9),
+        flate2::Compression::fast(),
+    );
+    let mut tar = tar::Builder::new(HashingWriter {
+        inner: gz,
+        hasher: Sha256::new(),
+    });
+    let header = |kind: tar::EntryType, mode: u32, size: u64| {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(MTIME);
+        h.set_size(size);
+        h
+    };
+    for dir in ["data".to_string(), format!("data/{index}")] {
+        tar.append_data(
+            &mut header(tar::EntryType::Directory, 0o755, 0),
+            dir,
+            std::io::empty(),
+        )?;
+    }
+    let mut rng = SplitMix64(0x4a6e_0000 + index as u64);
+    let mut buf = vec![0u8; HUGE_FILE_BYTES];
+    let (mut left, mut file) = (bytes, 0);
+    while left > 0 {
+        let n = left.min(HUGE_FILE_BYTES);
+        nibbles(&mut rng, &mut buf[..n]);
+        let mut h = header(tar::EntryType::Regular, 0o644, n as u64);
+        tar.append_data(&mut h, format!("data/{index}/{file:04}.bin"), &buf[..n])?;
+        left -= n;
+        file += 1;
+    }
+    let hashing = tar.into_inner()?;
+    let diff_id = format!("sha256:{}", hex::encode(hashing.hasher.finalize()));
+    Ok(images::Layer {
+        diff_id,
+        blob: hashing.inner.finish()?,
+        media_type: GZIP_LAYER,
+    })
+}
+
+/// Pushes the 1 GiB image: `layers` layers sharing `total_mib` MiB of
+/// files, built on every core while the finished ones are uploaded (at most
+/// one compressed layer per core is held); returns `ADDR/repo:tag`.
+pub async fn push_huge(addr: &str, layers: usize, total_mib: usize) -> Result<String> {
+    if layers == 0 {
+        return Err(anyhow!("the 1 GiB image needs at least one layer"));
+    }
+    let pusher = Pusher::new(addr, None);
+    let (repo, tag) = repo_tag(HUGE_IMAGE);
+    let total = total_mib << 20;
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let mut descs = vec![serde_json::Value::Null; layers];
+    let mut diff_ids = vec![String::new(); layers];
+    let mut building = JoinSet::new();
+    let mut next = 0;
+    while next < layers || !building.is_empty() {
+        while next < layers && building.len() < workers {
+            let (i, bytes) = (
+                next,
+                total / layers
+                    + if next + 1 == layers {
+                        total % layers
+                    } else {
+                        0
+                    },
+            );
+            building.spawn_blocking(move || (i, huge_layer(i, bytes)));
+            next += 1;
+        }
+        let Some(done) = building.join_next().await else {
+            break;
+        };
+        let (i, built) = done.context("building a layer")?;
+        let built = built.with_context(|| format!("building layer {i} of {HUGE_IMAGE}"))?;
+        descs[i] = pusher
+            .blob(repo, GZIP_LAYER, &built.blob)
+            .await
+            .map_err(|e| anyhow!("pushing layer {i} of {HUGE_IMAGE} to {addr}: {e}"))?;
+        diff_ids[i] = built.diff_id;
+    }
+    let config = image_config(&["/bin/false"], diff_ids);
+    let config_desc = pusher
+        .blob(repo, OCI_CONFIG, &config)
+        .await
+        .map_err(|e| anyhow!("pushing the config of {HUGE_IMAGE} to {addr}: {e}"))?;
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": config_desc,
+        "layers": descs,
+    }))?;
+    pusher
+        .manifest(repo, tag, OCI_MANIFEST, &manifest)
+        .await
+        .map_err(|e| anyhow!("pushing {HUGE_IMAGE} to {addr}: {e}"))?;
+    Ok(format!("{addr}/{HUGE_IMAGE}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use std::io::Read;
+
+    #[test]
+    fn huge_layers_are_deterministic_and_gzip_to_about_half() {
+        let bytes = (3 << 20) + 12345;
+        let a = huge_layer(3, bytes).unwrap();
+        let b = huge_layer(3, bytes).unwrap();
+        assert_eq!((&a.blob, &a.diff_id), (&b.blob, &b.diff_id));
+        assert_ne!(a.diff_id, huge_layer(4, bytes).unwrap().diff_id);
+        let ratio = a.blob.len() as f64 / bytes as f64;
+        assert!((0.4..0.7).contains(&ratio), "ratio {ratio}");
+        // A tar of the files, whose hash is the diff id.
+        let mut tar = Vec::new();
+        flate2::read::GzDecoder::new(&a.blob[..])
+            .read_to_end(&mut tar)
+            .unwrap();
+        assert_eq!(images::digest(&tar), a.diff_id);
+        let mut archive = tar::Archive::new(&tar[..]);
+        let sizes: Vec<(String, u64)> = archive
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.path().unwrap().display().to_string(), e.size())
+            })
+            .collect();
+        assert_eq!(sizes.len(), 2 + 4);
+        assert_eq!(sizes[2], ("data/3/0000.bin".to_string(), 1 << 20));
+        assert_eq!(sizes[5], ("data/3/0003.bin".to_string(), 12345));
+    }
 
     #[test]
     fn random_data_is_deterministic_and_incompressible() {

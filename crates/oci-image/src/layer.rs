@@ -29,7 +29,10 @@ use tokio::sync::mpsc;
 
 use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
-use crate::unpack::{check_free_space, show_bytes, Applier, UnpackError, UnpackLimits};
+use crate::unpack::{
+    check_free_space, show_bytes, start_writeback, Applier, UnpackError, UnpackLimits,
+    WRITEBACK_EVERY,
+};
 
 /// What one layer must turn out to be.
 #[derive(Debug, Clone)]
@@ -234,6 +237,8 @@ struct BlobReader<'a, R> {
     limits: &'a UnpackLimits,
     /// Bytes stored since the free space was last checked.
     written: std::cell::Cell<u64>,
+    /// Bytes stored since the blob's writeback was last started.
+    unflushed: u64,
     /// The free-space reserve was reached while storing the blob.
     no_space: Option<String>,
 }
@@ -271,6 +276,11 @@ impl<R: Read> Read for BlobReader<'_, R> {
                 }
             }
             sink.write_all(&buf[..n])?;
+            self.unflushed += n as u64;
+            if self.unflushed >= WRITEBACK_EVERY {
+                start_writeback(sink.as_fd());
+                self.unflushed = 0;
+            }
         }
         self.progress.touch();
         Ok(n)
@@ -351,6 +361,7 @@ pub(crate) fn run_limited(
         cancelled: &cancelled,
         limits,
         written: std::cell::Cell::new(u64::MAX),
+        unflushed: 0,
         no_space: None,
     };
     let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner, limits, &cancelled);

@@ -613,6 +613,7 @@ impl Inner {
         let _layer_lease = self.lease(keys);
 
         let downloads = Semaphore::new(self.cfg.max_concurrent_downloads);
+        let unpacks = Semaphore::new(max_unpacks(self.cfg.max_concurrent_downloads));
         let jobs = layers.iter().map(|l| {
             let job = LayerJob {
                 reference: name.clone(),
@@ -622,7 +623,7 @@ impl Inner {
                 chain_id: l.chain_id.clone(),
                 same_owner: self.same_owner,
             };
-            self.ensure_layer(&remote, job, &progress, &active, &downloads)
+            self.ensure_layer(&remote, job, &progress, &active, &downloads, &unpacks)
         });
         futures_util::future::try_join_all(jobs).await?;
 
@@ -685,7 +686,10 @@ impl Inner {
     }
 
     /// Makes sure snapshot `job.chain_id` exists: from the stored blob if
-    /// there is one, else downloaded and unpacked in one pass.
+    /// there is one, else downloaded and unpacked in one pass. A layer holds
+    /// one of `unpacks` while it is unpacked, and one of `downloads` only
+    /// while its bytes arrive: the next layer's download starts while this
+    /// one finishes (its last chunks, the syncfs that makes it durable).
     async fn ensure_layer(
         self: &Arc<Self>,
         remote: &Remote,
@@ -693,12 +697,17 @@ impl Inner {
         progress: &Arc<Progress>,
         active: &Arc<Active>,
         downloads: &Semaphore,
+        unpacks: &Semaphore,
     ) -> Result<(), Error> {
         let lock = self.key_lock(&job.chain_id);
         let _guard = lock.lock().await;
         if self.paths.snapshot(&job.chain_id).is_dir() {
             return Ok(());
         }
+        let _unpacking = unpacks
+            .acquire()
+            .await
+            .map_err(|_| Error::Internal("unpack semaphore closed".into()))?;
         let blob_path = self.paths.blob(&job.digest);
         if blob_path.is_file() {
             let (inner, progress, guard) = (self.clone(), progress.clone(), active.enter());
@@ -721,7 +730,7 @@ impl Inner {
             return Ok(());
         }
 
-        let _permit = downloads
+        let downloading = downloads
             .acquire()
             .await
             .map_err(|_| Error::Internal("download semaphore closed".into()))?;
@@ -773,6 +782,9 @@ impl Inner {
             }
         };
         drop(tx);
+        // What is left (at most the channel's chunks, then the syncfs) needs
+        // no download slot.
+        drop(downloading);
         let unpacked = unpack.await.map_err(join_err)?;
         download?;
         let usage = unpacked?;
@@ -780,6 +792,14 @@ impl Inner {
         self.lock().usage.insert(job.chain_id, usage);
         Ok(())
     }
+}
+
+/// Layers of one pull unpacked at once for `downloads` downloaded at once:
+/// as many again finishing (their last chunks, their syncfs) while the next
+/// ones download. Each holds bounded buffers (the channel, the decoder's and
+/// the copy buffer: about 2 MiB).
+fn max_unpacks(downloads: usize) -> usize {
+    downloads.saturating_mul(2)
 }
 
 /// How often a long layer download logs its progress (at debug).

@@ -304,6 +304,12 @@ pub const PASS: u8 = 0;
 pub const STALL: u8 = 1;
 /// Flips one byte at offset `after` of the answers.
 pub const CORRUPT: u8 = 2;
+/// Once `after` bytes went through, waits [`SLOW_PAUSE`] after every read of
+/// at most 16 KiB from the registry, on each connection: a slow link of
+/// under 16 KiB per pause per connection, however many connections.
+pub const SLOW: u8 = 3;
+/// The pause of [`SLOW`].
+pub const SLOW_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// A TCP proxy in front of a registry, on 127.0.0.1.
 pub struct Proxy {
@@ -353,6 +359,7 @@ impl Proxy {
                             CORRUPT if start <= after && after < end => {
                                 buf[(after - start) as usize] ^= 0xff;
                             }
+                            SLOW if end > after => tokio::time::sleep(SLOW_PAUSE).await,
                             _ => {}
                         }
                         if cw.write_all(&buf[..n]).await.is_err() {

@@ -27,16 +27,9 @@ macro_rules! require_root {
 }
 
 async fn verbose(daemon: &Daemon, id: &str) -> (v1::PodSandboxStatus, serde_json::Value) {
-    let resp = daemon
-        .runtime()
+    let resp = common::cri::pod_status_verbose(daemon, id)
         .await
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .expect("PodSandboxStatus")
-        .into_inner();
+        .expect("PodSandboxStatus");
     let info = serde_json::from_str(&resp.info["info"]).unwrap();
     (resp.status.unwrap(), info)
 }

@@ -14,15 +14,7 @@ use cri_api::v1;
 use tonic::Code;
 
 async fn status(daemon: &Daemon, id: &str) -> Result<v1::PodSandboxStatusResponse, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .map(|r| r.into_inner())
+    common::cri::pod_status_verbose(daemon, id).await
 }
 
 fn verbose_info(resp: &v1::PodSandboxStatusResponse) -> serde_json::Value {

@@ -16,6 +16,10 @@ impl Meta for ContainerMeta {
     fn name(&self) -> &str {
         &self.name
     }
+    /// Containers are grouped by their pod.
+    fn group(&self) -> Option<&str> {
+        Some(&self.sandbox_id)
+    }
 }
 
 impl Kind for ContainerMeta {

@@ -120,12 +120,7 @@ impl Core {
 
     /// A sandbox's containers, oldest first.
     pub fn sandbox_containers(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
-        let mut containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == sandbox_id)
-            .collect();
+        let mut containers = self.containers.in_group(sandbox_id);
         containers.sort_by(|a, b| {
             a.meta
                 .created_at

@@ -150,21 +150,27 @@ async fn run_pod_sandbox_makes_a_ready_pod() {
     );
 }
 
-#[tokio::test]
-async fn each_failing_step_of_run_pod_sandbox_leaves_nothing() {
-    for step in RUN_STEPS {
+/// Each of `steps` failing in turn makes RunPodSandbox of `request` fail
+/// naming it, leave nothing, and free the name for a retry.
+async fn each_failing_step_leaves_nothing(steps: &[&str], request: impl Fn() -> SandboxRequest) {
+    for &step in steps {
         let r = rig();
         r.fake.fail(step);
-        let e = r.core.run_pod_sandbox(pod("web")).await.unwrap_err();
+        let e = r.core.run_pod_sandbox(request()).await.unwrap_err();
         assert!(e.to_string().contains(step), "{step}: {e}");
         r.assert_empty();
         // The name is free again.
         r.fake.heal(step);
         r.core
-            .run_pod_sandbox(pod("web"))
+            .run_pod_sandbox(request())
             .await
             .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
     }
+}
+
+#[tokio::test]
+async fn each_failing_step_of_run_pod_sandbox_leaves_nothing() {
+    each_failing_step_leaves_nothing(&RUN_STEPS, || pod("web")).await;
 }
 
 #[tokio::test]
@@ -1117,22 +1123,7 @@ async fn a_pod_that_needs_no_pause_gets_its_namespaces_pinned() {
 
 #[tokio::test]
 async fn each_failing_step_of_a_pod_without_a_pause_leaves_nothing() {
-    for step in PINNED_RUN_STEPS {
-        let r = rig();
-        r.fake.fail(step);
-        let e = r
-            .core
-            .run_pod_sandbox(kubelet_pod("web"))
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains(step), "{step}: {e}");
-        r.assert_empty();
-        r.fake.heal(step);
-        r.core
-            .run_pod_sandbox(kubelet_pod("web"))
-            .await
-            .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
-    }
+    each_failing_step_leaves_nothing(&PINNED_RUN_STEPS, || kubelet_pod("web")).await;
 }
 
 #[tokio::test]

@@ -174,6 +174,22 @@ pub async fn exec(daemon: &Daemon, id: &str, cmd: &[&str]) -> v1::ExecSyncRespon
     resp
 }
 
+/// PodSandboxStatus with `verbose` (its `info` holds berth's JSON).
+pub async fn pod_status_verbose(
+    daemon: &Daemon,
+    id: &str,
+) -> Result<v1::PodSandboxStatusResponse, tonic::Status> {
+    daemon
+        .runtime()
+        .await
+        .pod_sandbox_status(v1::PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
 pub async fn pod_status(daemon: &Daemon, id: &str) -> v1::PodSandboxStatus {
     daemon
         .runtime()

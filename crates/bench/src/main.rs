@@ -264,7 +264,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
         a.floor_cni = None;
     }
     if !a.runs("image") {
-        a.big_image = None;
+        a.big_image.clear();
     }
     let settings = a.settings();
     let targets = connect_all(&a.targets).await?;
@@ -355,6 +355,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
             cgroup_parent: workload.cgroup_parent.clone(),
             log_dir: workload.log_dir.clone(),
             run_id: workload.run_id.clone(),
+            metrics: workload.metrics.clone(),
         };
         w.image(&targets, &settings, &mut report).await;
     }

@@ -28,6 +28,23 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, n) - 1])
 }
 
+/// Every series of `metric` (a histogram's `_count`, say) in `text` (the
+/// text exposition format): the value of its label `label`, and its value.
+pub fn series_by_label(text: &str, metric: &str, label: &str) -> Vec<(String, f64)> {
+    let prefix = format!("{metric}{{");
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&prefix)?;
+            let (inside, value) = rest.split_once("} ")?;
+            let key = inside.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once('=')?;
+                (k == label).then(|| v.trim_matches('"').to_string())
+            })?;
+            Some((key, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 /// The cumulative buckets of one Prometheus histogram series in `text`
 /// (the text exposition format): `(upper bound in the metric's unit,
 /// count)` for the series `metric` whose labels include every `labels`
@@ -268,6 +285,22 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn series_are_found_by_label() {
+        let page = "# TYPE berth_step_duration_seconds histogram\n\
+            berth_step_duration_seconds_bucket{step=\"cni.add\",le=\"0.1\"} 3\n\
+            berth_step_duration_seconds_sum{step=\"cni.add\"} 0.06\n\
+            berth_step_duration_seconds_count{step=\"cni.add\"} 3\n\
+            berth_step_duration_seconds_count{step=\"ns.pin\"} 2\n";
+        let counts = super::series_by_label(page, "berth_step_duration_seconds_count", "step");
+        assert_eq!(
+            counts,
+            [("cni.add".to_string(), 3.0), ("ns.pin".to_string(), 2.0)]
+        );
+        let sums = super::series_by_label(page, "berth_step_duration_seconds_sum", "step");
+        assert_eq!(sums, [("cni.add".to_string(), 0.06)]);
+    }
+
     use super::*;
 
     #[test]

@@ -18,7 +18,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::memory::{self, Mem, PeakRss};
-use crate::report::{histogram_buckets, histogram_quantile, millis, percentile, Report};
+use crate::report::{
+    histogram_buckets, histogram_quantile, millis, percentile, series_by_label, Report,
+};
 use crate::target::Target;
 
 /// Label on every pod and container this program makes; its value is the run id.
@@ -291,6 +293,7 @@ impl Workload {
         let mut samples = vec![vec![Vec::new(); LIFECYCLE_STEPS.len()]; n];
         let mut totals = vec![Vec::new(); n];
         let mut failures = vec![0usize; n];
+        let before = self.scrape_all(targets).await;
         for i in 0..s.warmup + s.iterations {
             for ti in order(i, n) {
                 let t = &targets[ti];
@@ -314,12 +317,14 @@ impl Workload {
                 eprintln!("lifecycle: {}/{}", i + 1, s.warmup + s.iterations);
             }
         }
+        let after = self.scrape_all(targets).await;
         for (k, step) in LIFECYCLE_STEPS.iter().enumerate() {
             for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
                 let values = (0..n).map(|ti| stat_ms(&samples[ti][k], p)).collect();
                 report.add("lifecycle", &format!("{step} {stat}"), "ms", values);
             }
         }
+        steps_profile(&before, &after, s.warmup + s.iterations, report);
         for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
             let values = (0..n).map(|ti| stat_ms(&totals[ti], p)).collect();
             report.add(
@@ -919,7 +924,7 @@ impl Workload {
         );
         report.add(
             "image",
-            "daemon RSS before the pull (median)",
+            &format!("{figure}, daemon RSS before (median)"),
             "MiB",
             before.iter().map(|b| percentile(b, 50.0)).collect(),
         );
@@ -1170,6 +1175,69 @@ async fn bounded<T>(
         Ok(Ok(r)) => Ok(r.into_inner()),
         Ok(Err(status)) => Err(anyhow!("{:?}: {}", status.code(), status.message())),
         Err(_) => Err(anyhow!("no answer in {STATUS_TIMEOUT:?}")),
+    }
+}
+
+/// Berth's steps histogram (`berth_step_duration_seconds`).
+const STEP_HISTOGRAM: &str = "berth_step_duration_seconds";
+
+/// Where the time of the life cycles went, per step, from the step
+/// histograms scraped before and after them (`cycles` life cycles): each
+/// step's mean and its share of one life cycle, for the targets that
+/// publish it.
+fn steps_profile(
+    before: &[Option<String>],
+    after: &[Option<String>],
+    cycles: usize,
+    report: &mut Report,
+) {
+    let delta = |ti: usize, series: &str| -> Vec<(String, f64)> {
+        let (Some(Some(b)), Some(Some(a))) = (before.get(ti), after.get(ti)) else {
+            return Vec::new();
+        };
+        let name = format!("{STEP_HISTOGRAM}_{series}");
+        let old = series_by_label(b, &name, "step");
+        series_by_label(a, &name, "step")
+            .into_iter()
+            .map(|(step, v)| {
+                let was = old.iter().find(|(s, _)| *s == step).map_or(0.0, |o| o.1);
+                (step, v - was)
+            })
+            .filter(|(_, v)| *v > 0.0)
+            .collect()
+    };
+    let n = after.len();
+    let mut steps: Vec<String> = (0..n)
+        .flat_map(|ti| delta(ti, "count").into_iter().map(|(s, _)| s))
+        .collect();
+    steps.sort();
+    steps.dedup();
+    for step in steps {
+        let per_cycle = (0..n)
+            .map(|ti| {
+                let sum = delta(ti, "sum").into_iter().find(|(s, _)| *s == step)?.1;
+                Some(sum * 1000.0 / cycles.max(1) as f64)
+            })
+            .collect();
+        let mean = (0..n)
+            .map(|ti| {
+                let sum = delta(ti, "sum").into_iter().find(|(s, _)| *s == step)?.1;
+                let count = delta(ti, "count").into_iter().find(|(s, _)| *s == step)?.1;
+                Some(sum * 1000.0 / count)
+            })
+            .collect();
+        report.add_partial(
+            "profile",
+            &format!("step {step}, ms per life cycle"),
+            "ms",
+            per_cycle,
+        );
+        report.add_partial(
+            "profile",
+            &format!("step {step}, mean per call"),
+            "ms",
+            mean,
+        );
     }
 }
 

@@ -1,24 +1,37 @@
 //! A status value behind its own lock, changed only through a closure whose
 //! result is persisted before it becomes visible in memory.
+//!
+//! Writers are serialised by a lock of their own, held while the new status
+//! is persisted (a record write and its fsyncs); the visible status sits
+//! behind another, held only to copy or replace it. A reader (ContainerStatus
+//! on an async worker) never waits for a writer's fsync: it sees the status
+//! before the update until the update is persisted, then the new one.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// Holds a status `S`.
 #[derive(Debug, Default)]
 pub struct StatusCell<S> {
-    inner: Mutex<S>,
+    /// Held by a writer from reading the current status to publishing the
+    /// next: updates (and [`StatusCell::exclusive`]) run one at a time.
+    writer: Mutex<()>,
+    current: RwLock<S>,
 }
 
 impl<S: Clone> StatusCell<S> {
     pub fn new(status: S) -> StatusCell<S> {
         StatusCell {
-            inner: Mutex::new(status),
+            writer: Mutex::new(()),
+            current: RwLock::new(status),
         }
     }
 
-    /// A copy of the current status.
+    /// A copy of the current status; never waits for a persist.
     pub fn get(&self) -> S {
-        self.lock().clone()
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Applies `change` to a copy, hands the copy to `persist`, and only if
@@ -28,21 +41,23 @@ impl<S: Clone> StatusCell<S> {
         change: impl FnOnce(&mut S) -> Result<(), E>,
         persist: impl FnOnce(&S) -> Result<(), E>,
     ) -> Result<S, E> {
-        let mut current = self.lock();
-        let mut next = current.clone();
+        let _writer = self.writer();
+        let mut next = self.get();
         change(&mut next)?;
         persist(&next)?;
-        *current = next.clone();
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
         Ok(next)
     }
 
-    /// Runs `f` under the status lock: no update persists while it runs.
+    /// Runs `f` on the current status while no update runs: none persists
+    /// until it returns.
     pub fn exclusive<R>(&self, f: impl FnOnce(&S) -> R) -> R {
-        f(&self.lock())
+        let _writer = self.writer();
+        f(&self.current.read().unwrap_or_else(|e| e.into_inner()))
     }
 
-    fn lock(&self) -> MutexGuard<'_, S> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -84,5 +99,43 @@ mod tests {
         let r: Result<u32, &str> = cell.update(|_| Err("refused"), |_| Ok(()));
         assert!(r.is_err());
         assert_eq!(cell.get(), 1);
+    }
+
+    #[test]
+    fn a_reader_does_not_wait_for_a_slow_persist() {
+        use std::sync::mpsc;
+        use std::time::{Duration, Instant};
+        let cell = std::sync::Arc::new(StatusCell::new(1u32));
+        let (persisting, started) = mpsc::channel();
+        let writer = {
+            let cell = cell.clone();
+            std::thread::spawn(move || {
+                cell.update(
+                    |s| {
+                        *s = 2;
+                        Ok::<(), ()>(())
+                    },
+                    |_| {
+                        persisting.send(()).unwrap();
+                        // A slow fsync.
+                        std::thread::sleep(Duration::from_millis(500));
+                        Ok(())
+                    },
+                )
+            })
+        };
+        started.recv().unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            cell.get(),
+            1,
+            "the update is visible before it is persisted"
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(250),
+            "get waited for the persist"
+        );
+        writer.join().unwrap().unwrap();
+        assert_eq!(cell.get(), 2);
     }
 }

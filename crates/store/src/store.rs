@@ -2,7 +2,7 @@
 //! status behind its own lock, every change persisted as one record before
 //! it is visible, names reserved, ids found by unique prefix.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +19,11 @@ pub trait Meta: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
     fn id(&self) -> &str;
     /// The name reserved for it.
     fn name(&self) -> &str;
+    /// The group it belongs to (a container's pod), listed by
+    /// [`Store::in_group`] without a walk over every object.
+    fn group(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// What is written to disk for one object.
@@ -95,6 +100,8 @@ pub struct Store<M, S> {
     objects: RwLock<HashMap<String, Arc<Object<M, S>>>>,
     names: Registrar,
     index: IdIndex,
+    /// Ids of the objects of each group.
+    groups: RwLock<HashMap<String, BTreeSet<String>>>,
 }
 
 impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
@@ -108,6 +115,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             objects: RwLock::default(),
             names: Registrar::default(),
             index: IdIndex::default(),
+            groups: RwLock::default(),
         };
         let mut broken = Vec::new();
         for loaded in store.records.load_all()? {
@@ -190,6 +198,14 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             .try_lock_owned()
             .expect("a new object's lock is free");
         self.index.add(&id);
+        if let Some(group) = object.meta.group() {
+            self.groups
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(group.to_string())
+                .or_default()
+                .insert(id.clone());
+        }
         self.objects
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -206,6 +222,18 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             .get(&full)
             .cloned()
             .ok_or(LookupError::NotFound(full))
+    }
+
+    /// The objects of `group`, by id.
+    pub fn in_group(&self, group: &str) -> Vec<Arc<Object<M, S>>> {
+        let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let Some(ids) = groups.get(group) else {
+            return Vec::new();
+        };
+        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        ids.iter()
+            .filter_map(|id| objects.get(id).cloned())
+            .collect()
     }
 
     /// Every object.
@@ -232,6 +260,15 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             .unwrap_or_else(|e| e.into_inner())
             .remove(id);
         self.index.remove(id);
+        if let Some(group) = object.meta.group() {
+            let mut groups = self.groups.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(ids) = groups.get_mut(group) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    groups.remove(group);
+                }
+            }
+        }
         self.names.release_if(object.meta.name(), id);
         Ok(())
     }
@@ -254,6 +291,37 @@ mod tests {
         fn name(&self) -> &str {
             &self.name
         }
+        fn group(&self) -> Option<&str> {
+            self.name.split_once('/').map(|(group, _)| group)
+        }
+    }
+
+    #[test]
+    fn groups_list_their_objects_and_forget_deleted_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+            let a1 = store.create(meta("a1", "pod-a/x"), 0).unwrap();
+            store.create(meta("a2", "pod-a/y"), 0).unwrap();
+            store.create(meta("b1", "pod-b/x"), 0).unwrap();
+            store.create(meta("n", "none"), 0).unwrap();
+            let ids = |g: &str| -> Vec<String> {
+                store
+                    .in_group(g)
+                    .iter()
+                    .map(|o| o.meta.id.clone())
+                    .collect()
+            };
+            assert_eq!(ids("pod-a"), ["a1", "a2"]);
+            assert_eq!(ids("pod-b"), ["b1"]);
+            assert!(ids("pod-c").is_empty());
+            store.delete(&a1).unwrap();
+            assert_eq!(ids("pod-a"), ["a2"]);
+        }
+        // Reloaded records are grouped too.
+        let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+        assert_eq!(store.in_group("pod-a").len(), 1);
+        assert_eq!(store.in_group("pod-b").len(), 1);
     }
 
     fn meta(id: &str, name: &str) -> M {

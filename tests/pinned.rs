@@ -239,3 +239,39 @@ async fn pins_lost_while_berth_was_down_make_the_pod_not_ready() {
     let dir = daemon.sandbox.path("state/podns");
     assert_eq!(std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0), 0);
 }
+
+#[tokio::test]
+async fn a_daemon_dropped_by_a_failed_test_takes_its_containers_with_it() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    pull(&daemon, &registry().busybox()).await;
+    let config = pod_config("dropped");
+    let pod = run(&daemon, config.clone()).await.unwrap();
+    let c = run_container(&daemon, &pod, &config, container("c", &["sleep", "1000"])).await;
+    let info = daemon
+        .runtime()
+        .await
+        .container_status(v1::ContainerStatusRequest {
+            container_id: c.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .info;
+    let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+    let pid = info["pid"].as_u64().expect("a pid");
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    // As a test that panics before its clean-up drops it.
+    drop(daemon);
+    let gone = (0..50).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    assert!(gone, "container process {pid} outlived its test");
+    assert!(
+        processes_naming(&c).is_empty(),
+        "its shim outlived its test"
+    );
+}

@@ -199,6 +199,52 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A test that failed half-way leaves its pods and containers
+        // running: they go with the daemon, so that no later test (and not
+        // the machine) keeps running them.
+        self.sandbox.sweep_runtime();
+    }
+}
+
+impl Sandbox {
+    /// Deletes, forcibly, every container the OCI runtime holds under this
+    /// sandbox's state (runc first, then crun, as they share the root), and
+    /// kills what shims of this sandbox are left.
+    pub fn sweep_runtime(&self) {
+        let root = self.path("state/runtime");
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return;
+        };
+        for id in entries.flatten().map(|e| e.file_name()) {
+            for runtime in ["runc", "crun"] {
+                let deleted = Command::new(runtime)
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["delete", "--force"])
+                    .arg(&id)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if deleted {
+                    break;
+                }
+            }
+        }
+        let marker = self.dir.path().display().to_string();
+        for pid in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = pid.file_name().to_str().and_then(|p| p.parse::<i32>().ok()) else {
+                continue;
+            };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains("berth-shim") && cmdline.contains(&marker) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::pods::{pod_config, TestNet};
+use common::pods::TestNet;
 use common::{Daemon, Sandbox};
 use cri_api::v1;
 
@@ -141,10 +141,12 @@ async fn ready_is_notified_once_serving_and_shims_do_not_get_notify_socket() {
         .expect("Status right after READY=1");
     assert!(status.into_inner().status.is_some());
 
-    // The pod's shim (started by berth after READY) did not inherit NOTIFY_SOCKET.
+    // The pod's shim (started by berth after READY) did not inherit
+    // NOTIFY_SOCKET: a pod with a pause (a shared PID namespace), so that it
+    // has a shim of its own.
     let id = rt
         .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(pod_config("notify")),
+            config: Some(common::pods::pod_config_with_pause("notify")),
             runtime_handler: String::new(),
         })
         .await

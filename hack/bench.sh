@@ -256,7 +256,7 @@ args=(run "${targets[@]}"
   --image "$addr/berth-test/busybox:latest" --prepull "$pause_image"
   --big-image "$big_image" --big-image-desc "4 × 50 MiB layers (gzip)"
   --runc "$RUNC" --json "$json"
-  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN"
+  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN" --pauseless berth
   --metrics "berth=$metrics_addr")
 ((big_pull)) && args+=(--big-image "${pushed[2]}" --big-image-desc "1 GiB in 10 gzip layers")
 ((quick)) && args+=(--quick)

@@ -149,6 +149,10 @@ struct RunArgs {
     /// networks, its own bridge and subnet); none: no floor figures.
     #[arg(long)]
     floor_cni: Option<PathBuf>,
+    /// Targets (by name) whose pods run without a pause and whose
+    /// StartContainer is one `runc run --detach`: the floor of their work.
+    #[arg(long)]
+    pauseless: Vec<String>,
     /// Where the CNI plugins are, for the floor.
     #[arg(long, default_value = "/usr/lib/cni")]
     cni_bin: PathBuf,
@@ -335,7 +339,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
         let iterations = settings.iterations;
         eprintln!("floor: {iterations} rounds");
         match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
-            Ok(figures) => floor::report(&mut report, &figures),
+            Ok(figures) => floor::report(&mut report, &figures, &a.pauseless),
             Err(e) => report.error("floor", "measuring", &e),
         }
     }

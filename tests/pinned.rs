@@ -14,7 +14,7 @@ use std::process::Command;
 
 use common::cri::{container, exec, pull, remove_pod, run_container};
 use common::pods::{daemon, pod_config, pod_config_with_pause, run, TestNet};
-use common::{registry, Daemon, Sandbox};
+use common::{registry, Daemon};
 use cri_api::v1;
 
 macro_rules! require_root {
@@ -201,14 +201,7 @@ async fn a_shared_pid_namespace_or_the_switch_keeps_a_pause() {
     drop(daemon);
 
     // drop_infra_ctr = false: a pause even where nothing needs one.
-    let sandbox = Sandbox::new();
-    let cni = sandbox.cni_dir();
-    let text = format!(
-        "{}conf_dir = {cni:?}\n",
-        net.config("[runtime]\ndrop_infra_ctr = false\n")
-    );
-    let config_file = sandbox.write_config(&text);
-    let daemon = Daemon::start_in(sandbox, &config_file).await;
+    let daemon = common::pods::daemon_with(&net, "[runtime]\ndrop_infra_ctr = false\n").await;
     let pod = run(&daemon, pod_config("always")).await.unwrap();
     let (_, info) = verbose(&daemon, &pod).await;
     assert!(info["pid"].as_u64().is_some(), "no pause: {info}");

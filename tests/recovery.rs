@@ -11,11 +11,6 @@ use common::pods::{pod_config, run, TestNet};
 use common::{registry, Daemon, Sandbox};
 use cri_api::v1;
 
-fn net_config(net: &TestNet, sandbox: &Sandbox) -> std::path::PathBuf {
-    let cni = sandbox.cni_dir();
-    sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config("")))
-}
-
 async fn pods(daemon: &Daemon) -> Vec<v1::PodSandbox> {
     daemon
         .runtime()
@@ -59,7 +54,7 @@ async fn run_pod_sandbox_killed_at_each_step_is_rolled_back() {
     for step in ["after_record", "after_netns", "after_cni", "after_pause"] {
         let net = TestNet::new();
         let sandbox = Sandbox::new();
-        let config = net_config(&net, &sandbox);
+        let config = common::pods::net_config(&sandbox, &net, "");
         let mut daemon =
             Daemon::start_with_failpoints(sandbox, &config, &format!("run_pod_sandbox:{step}"))
                 .await;
@@ -89,7 +84,7 @@ async fn stop_pod_sandbox_killed_midway_can_be_stopped_again() {
     for step in ["after_containers", "after_pause", "after_cni"] {
         let net = TestNet::new();
         let sandbox = Sandbox::new();
-        let config = net_config(&net, &sandbox);
+        let config = common::pods::net_config(&sandbox, &net, "");
         let mut daemon =
             Daemon::start_with_failpoints(sandbox, &config, &format!("stop_pod_sandbox:{step}"))
                 .await;
@@ -118,7 +113,7 @@ async fn containers_outlive_a_killed_daemon() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     let pod_cfg = pod_config("survivor");
     let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
@@ -212,7 +207,7 @@ async fn create_container_killed_midway_is_rolled_back() {
     for step in ["after_record", "after_rootfs"] {
         let net = TestNet::new();
         let sandbox = Sandbox::new();
-        let config = net_config(&net, &sandbox);
+        let config = common::pods::net_config(&sandbox, &net, "");
         let mut daemon =
             Daemon::start_with_failpoints(sandbox, &config, &format!("create_container:{step}"))
                 .await;
@@ -255,7 +250,7 @@ async fn start_container_and_remove_pod_killed_midway() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon = Daemon::start_with_failpoints(
         sandbox,
         &config,
@@ -344,7 +339,7 @@ async fn recover_dry_run_lists_orphans_and_changes_nothing() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let orphan = sandbox.path("state/containers/0123456789abcdef");
     std::fs::create_dir_all(&orphan).unwrap();
     let out = sandbox
@@ -400,7 +395,7 @@ async fn soak_with_random_kills_ends_without_leaks() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     common::cri::pull(&daemon, &registry().busybox()).await;
     let mut rng = Lcg(u64::from(std::process::id()));
@@ -481,7 +476,7 @@ async fn orphans_of_a_lost_record_are_cleaned_up() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     let id = run(&daemon, pod_config("orphan")).await.unwrap();
     assert_eq!(leases(&net).len(), 1);
@@ -532,7 +527,7 @@ async fn orphan_container_of_a_lost_record_is_killed_with_its_cgroup() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     let (pod, id) = pod_with_container(&daemon, "lostctr", "lost", &["sleep", "4243"]).await;
     let pid = common::cri::container_status(&daemon, &id).await;
@@ -603,7 +598,7 @@ async fn stop_container_killed_before_release_is_released_at_restart() {
     require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
-    let config = net_config(&net, &sandbox);
+    let config = common::pods::net_config(&sandbox, &net, "");
     let mut daemon =
         Daemon::start_with_failpoints(sandbox, &config, "stop_container:before_release").await;
     let (pod, id) = pod_with_container(&daemon, "releaser", "c", &["sleep", "1000"]).await;

@@ -819,14 +819,7 @@ fn prometheus_reader_accepts_good_and_refuses_bad_text() {
 async fn step_timings_show_where_a_pod_start_goes() {
     require_root!();
     let net = TestNet::new();
-    let sandbox = common::Sandbox::new();
-    let cni = sandbox.cni_dir();
-    let text = format!(
-        "{}conf_dir = {cni:?}\n",
-        net.config("[metrics]\naddress = \"127.0.0.1:0\"\n")
-    );
-    let config_file = sandbox.write_config(&text);
-    let daemon = Daemon::start_in(sandbox, &config_file).await;
+    let daemon = common::pods::daemon_with(&net, "[metrics]\naddress = \"127.0.0.1:0\"\n").await;
     let addr = metrics_address(&daemon).await;
     pull(&daemon, &registry().busybox()).await;
     let config = common::pods::pod_config("steps");

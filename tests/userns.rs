@@ -22,8 +22,7 @@ use tonic::Code;
 async fn daemon(net: &TestNet) -> Daemon {
     let sandbox = Sandbox::new();
     std::fs::set_permissions(sandbox.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let cni = sandbox.cni_dir();
-    let config = sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config("")));
+    let config = common::pods::net_config(&sandbox, net, "");
     Daemon::start_in(sandbox, &config).await
 }
 
@@ -138,8 +137,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 /// dir itself), netns files, userns trees, sandbox and container dirs.
 fn leftovers(daemon: &Daemon) -> Vec<String> {
     let state = daemon.sandbox.path("state");
-    // The namespace dirs are shared mount points themselves.
-    let shared = [state.join("netns"), state.join("podns")].map(|d| d.display().to_string());
+    let shared = daemon.sandbox.shared_mount_points();
     let mut left: Vec<String> = mounts_under(daemon.sandbox.dir.path())
         .into_iter()
         .filter(|p| !shared.contains(p))

@@ -365,13 +365,12 @@ impl Core {
             // The idmapped view of the pod's files, which its root reaches.
             files.root = self.layout.pod_userns(&sandbox.meta.id).files();
         }
+        let pins = self.pod_pins(sandbox);
         let sandbox_info = berth_spec::SandboxInfo {
             id: sandbox.meta.id.clone(),
             pid: sandbox.status().pid.unwrap_or_default(),
-            uts_ns: (facts.pinned && sandbox.meta.netns.is_some())
-                .then(|| berth_netns::pin::uts_path(&self.layout.pod_ns(&sandbox.meta.id))),
-            ipc_ns: (facts.pinned && !facts.host_ipc)
-                .then(|| berth_netns::pin::ipc_path(&self.layout.pod_ns(&sandbox.meta.id))),
+            uts_ns: pins.uts,
+            ipc_ns: pins.ipc,
             netns: sandbox.meta.netns.clone(),
             host_ipc: facts.host_ipc,
             host_pid: facts.host_pid,

@@ -54,9 +54,10 @@ impl PodFacts {
         check_port_mappings(&config.port_mappings)?;
         // The kernel's HOST_NAME_MAX; runc (or berth, pinning the UTS
         // namespace) would fail later, with a less clear error.
-        if config.hostname.len() > 64 || config.hostname.contains('\0') {
+        const MAX: usize = berth_netns::pin::MAX_HOSTNAME;
+        if config.hostname.len() > MAX || config.hostname.contains('\0') {
             return Err(Error::InvalidArgument(format!(
-                "hostname {:?} is longer than 64 bytes or holds a NUL",
+                "hostname {:?} is longer than {MAX} bytes or holds a NUL",
                 config.hostname
             )));
         }

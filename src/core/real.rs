@@ -147,14 +147,7 @@ impl Namespaces for NetNs {
     }
 
     fn is_pinned(&self, dir: &Path, req: &PinRequest) -> bool {
-        let pinned = berth_netns::pin::Pinned {
-            uts: req
-                .uts_hostname
-                .as_ref()
-                .map(|_| berth_netns::pin::uts_path(dir)),
-            ipc: req.ipc.then(|| berth_netns::pin::ipc_path(dir)),
-        };
-        berth_netns::pin::is_pinned(&pinned).unwrap_or(false)
+        berth_netns::pin::is_pinned(&req.files(dir)).unwrap_or(false)
     }
 
     fn is_netns(&self, path: &Path) -> bool {

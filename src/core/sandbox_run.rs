@@ -385,6 +385,16 @@ impl Core {
         )?)
     }
 
+    /// The pinned namespace files of a pod without a pause (none for a pod
+    /// with one).
+    pub fn pod_pins(&self, sandbox: &Sandbox) -> berth_netns::pin::Pinned {
+        let facts = sandbox.meta.facts();
+        match facts.pinned {
+            true => facts.pins().files(&self.layout.pod_ns(&sandbox.meta.id)),
+            false => Default::default(),
+        }
+    }
+
     /// The pod's /dev/shm: its own tmpfs, or the host's for host IPC.
     pub fn pod_shm(&self, sandbox: &Sandbox) -> PathBuf {
         self.shm_of(&sandbox.meta.id, sandbox.meta.facts())

@@ -33,11 +33,21 @@ fn rig() -> Rig {
 }
 
 fn open(dir: &tempfile::TempDir, fake: &Arc<Fake>) -> Arc<Core> {
-    let config = Config {
+    open_with(dir, fake, |_| {})
+}
+
+/// [`open`] with `change` made to the config first.
+fn open_with(
+    dir: &tempfile::TempDir,
+    fake: &Arc<Fake>,
+    change: impl FnOnce(&mut Config),
+) -> Arc<Core> {
+    let mut config = Config {
         root: dir.path().join("root"),
         state: dir.path().join("state"),
         ..Config::default()
     };
+    change(&mut config);
     let options = berth_spec::SpecOptions {
         oom_score_adj_floor: Some(-1000),
         all_capabilities: Some(Vec::new()),
@@ -1137,13 +1147,7 @@ async fn a_shared_pid_namespace_or_the_switch_keeps_the_pause() {
     // drop_infra_ctr = false: a pause in every pod.
     let dir = tempfile::tempdir().unwrap();
     let fake = Fake::new();
-    let mut config = Config {
-        root: dir.path().join("root"),
-        state: dir.path().join("state"),
-        ..Config::default()
-    };
-    config.runtime.drop_infra_ctr = false;
-    let core = Core::open(config, Fake::mechanisms(&fake), Default::default()).unwrap();
+    let core = open_with(&dir, &fake, |c| c.runtime.drop_infra_ctr = false);
     let id = core.run_pod_sandbox(kubelet_pod("web")).await.unwrap();
     assert!(!core.sandboxes.get(&id).unwrap().meta.facts().pinned);
     assert!(fake.steps().contains(&"runtime.create".to_string()));

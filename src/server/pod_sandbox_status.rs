@@ -27,12 +27,8 @@ impl Cri {
                 "netns": sandbox.meta.netns,
                 // A pod without a pause: its pinned UTS and IPC namespaces.
                 "pinnedNamespaces": sandbox.meta.facts().pinned.then(|| {
-                    let pins = sandbox.meta.facts().pins();
-                    let dir = self.core.layout.pod_ns(&sandbox.meta.id);
-                    serde_json::json!({
-                        "uts": pins.uts_hostname.map(|_| berth_netns::pin::uts_path(&dir)),
-                        "ipc": pins.ipc.then(|| berth_netns::pin::ipc_path(&dir)),
-                    })
+                    let pins = self.core.pod_pins(&sandbox);
+                    serde_json::json!({ "uts": pins.uts, "ipc": pins.ipc })
                 }),
                 "ips": status.ips,
                 "runtimeHandler": sandbox.meta.runtime_handler,

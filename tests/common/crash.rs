@@ -67,12 +67,7 @@ impl Daemon {
         }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         let root = self.sandbox.dir.path().display().to_string();
-        // The dirs of pinned namespaces are shared mount points themselves
-        // (as /run/netns is): not a leak.
-        let shared: Vec<String> = ["state/netns", "state/podns"]
-            .iter()
-            .map(|d| self.sandbox.path(d).display().to_string())
-            .collect();
+        let shared = self.sandbox.shared_mount_points();
         let mounts: Vec<&str> = mountinfo
             .lines()
             .filter(|l| l.contains(&root))

@@ -320,10 +320,7 @@ pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Pat
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let root = daemon.sandbox.dir.path().display().to_string();
-    let shared: Vec<String> = ["state/netns", "state/podns"]
-        .iter()
-        .map(|d| daemon.sandbox.path(d).display().to_string())
-        .collect();
+    let shared = daemon.sandbox.shared_mount_points();
     let own: Vec<String> = own_mounts.iter().map(|p| p.display().to_string()).collect();
     let mounts: Vec<&str> = mountinfo
         .lines()

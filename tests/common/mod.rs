@@ -81,12 +81,22 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// The dirs berth makes shared mount points of (the netns and pinned
+    /// namespace dirs, as /run/netns is): mount points, but not leaks.
+    pub fn shared_mount_points(&self) -> Vec<String> {
+        ["state/netns", "state/podns"]
+            .iter()
+            .map(|d| self.path(d).display().to_string())
+            .collect()
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        // berth makes its netns and podns dirs shared mount points; undo it
-        // so the temp dir can go.
-        for dir in ["state/netns", "state/podns"] {
-            let _ = nix::mount::umount2(&self.path(dir), nix::mount::MntFlags::MNT_DETACH);
+        // Undone so the temp dir can go.
+        for dir in self.shared_mount_points() {
+            let _ = nix::mount::umount2(dir.as_str(), nix::mount::MntFlags::MNT_DETACH);
         }
     }
 }

@@ -58,11 +58,22 @@ impl Drop for TestNet {
     }
 }
 
+/// Writes into `sandbox` the config of a daemon on `net`, with `extra`
+/// (TOML sections) before its CNI section; the config file.
+pub fn net_config(sandbox: &super::Sandbox, net: &TestNet, extra: &str) -> std::path::PathBuf {
+    let cni = sandbox.cni_dir();
+    sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config(extra)))
+}
+
 /// Starts a daemon with the default network on `net`.
 pub async fn daemon(net: &TestNet) -> Daemon {
+    daemon_with(net, "").await
+}
+
+/// [`daemon`] with `extra` config sections.
+pub async fn daemon_with(net: &TestNet, extra: &str) -> Daemon {
     let sandbox = super::Sandbox::new();
-    let cni = sandbox.cni_dir();
-    let config = sandbox.write_config(&format!("{}conf_dir = {cni:?}\n", net.config("")));
+    let config = net_config(&sandbox, net, extra);
     Daemon::start_in(sandbox, &config).await
 }
 

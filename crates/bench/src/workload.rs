@@ -6,7 +6,7 @@
 //! Every pod carries the label `berth-bench=<run id>` (and the phase it
 //! belongs to), so that clean-up removes only what this program made.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -1191,40 +1191,42 @@ fn steps_profile(
     cycles: usize,
     report: &mut Report,
 ) {
-    let delta = |ti: usize, series: &str| -> Vec<(String, f64)> {
-        let (Some(Some(b)), Some(Some(a))) = (before.get(ti), after.get(ti)) else {
-            return Vec::new();
-        };
-        let name = format!("{STEP_HISTOGRAM}_{series}");
-        let old = series_by_label(b, &name, "step");
-        series_by_label(a, &name, "step")
-            .into_iter()
-            .map(|(step, v)| {
-                let was = old.iter().find(|(s, _)| *s == step).map_or(0.0, |o| o.1);
-                (step, v - was)
-            })
-            .filter(|(_, v)| *v > 0.0)
-            .collect()
-    };
-    let n = after.len();
-    let mut steps: Vec<String> = (0..n)
-        .flat_map(|ti| delta(ti, "count").into_iter().map(|(s, _)| s))
+    // Per target: step → (seconds, calls) during the life cycles, each page
+    // parsed once.
+    let deltas: Vec<BTreeMap<String, (f64, f64)>> = before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| {
+            let (Some(b), Some(a)) = (b, a) else {
+                return BTreeMap::new();
+            };
+            let series = |page: &str, kind: &str| -> BTreeMap<String, f64> {
+                let name = format!("{STEP_HISTOGRAM}_{kind}");
+                series_by_label(page, &name, "step").into_iter().collect()
+            };
+            let (sum_b, count_b) = (series(b, "sum"), series(b, "count"));
+            let sum_a = series(a, "sum");
+            series(a, "count")
+                .into_iter()
+                .filter_map(|(step, count)| {
+                    let calls = count - count_b.get(&step).copied().unwrap_or(0.0);
+                    let secs =
+                        sum_a.get(&step).copied()? - sum_b.get(&step).copied().unwrap_or(0.0);
+                    (calls > 0.0).then_some((step, (secs, calls)))
+                })
+                .collect()
+        })
         .collect();
-    steps.sort();
-    steps.dedup();
+    let steps: BTreeSet<&String> = deltas.iter().flat_map(|d| d.keys()).collect();
     for step in steps {
-        let per_cycle = (0..n)
-            .map(|ti| {
-                let sum = delta(ti, "sum").into_iter().find(|(s, _)| *s == step)?.1;
-                Some(sum * 1000.0 / cycles.max(1) as f64)
-            })
+        let of = |d: &BTreeMap<String, (f64, f64)>| d.get(step).copied();
+        let per_cycle = deltas
+            .iter()
+            .map(|d| of(d).map(|(secs, _)| secs * 1000.0 / cycles.max(1) as f64))
             .collect();
-        let mean = (0..n)
-            .map(|ti| {
-                let sum = delta(ti, "sum").into_iter().find(|(s, _)| *s == step)?.1;
-                let count = delta(ti, "count").into_iter().find(|(s, _)| *s == step)?.1;
-                Some(sum * 1000.0 / count)
-            })
+        let mean = deltas
+            .iter()
+            .map(|d| of(d).map(|(secs, calls)| secs * 1000.0 / calls))
             .collect();
         report.add_partial(
             "profile",
@@ -1336,17 +1338,7 @@ pub fn container_field_bytes(list: &v1::ListContainersResponse) -> Vec<(&'static
             ..C::default()
         }),
     ];
-    let mut out: Vec<(&'static str, usize)> = fields
-        .iter()
-        .map(|(name, only)| {
-            (
-                *name,
-                list.containers.iter().map(|c| only(c).encoded_len()).sum(),
-            )
-        })
-        .collect();
-    out.push(("whole answer", list.encoded_len()));
-    out
+    field_bytes(&fields, &list.containers, list.encoded_len())
 }
 
 /// [`container_field_bytes`] for a ListPodSandbox answer.
@@ -1383,16 +1375,21 @@ pub fn sandbox_field_bytes(list: &v1::ListPodSandboxResponse) -> Vec<(&'static s
             ..P::default()
         }),
     ];
+    field_bytes(&fields, &list.items, list.encoded_len())
+}
+
+/// Each field's encoded bytes summed over `entries`, then the `whole`
+/// answer's.
+fn field_bytes<T: prost::Message>(
+    fields: &[Field<T>],
+    entries: &[T],
+    whole: usize,
+) -> Vec<(&'static str, usize)> {
     let mut out: Vec<(&'static str, usize)> = fields
         .iter()
-        .map(|(name, only)| {
-            (
-                *name,
-                list.items.iter().map(|p| only(p).encoded_len()).sum(),
-            )
-        })
+        .map(|(name, only)| (*name, entries.iter().map(|e| only(e).encoded_len()).sum()))
         .collect();
-    out.push(("whole answer", list.encoded_len()));
+    out.push(("whole answer", whole));
     out
 }
 

@@ -36,6 +36,16 @@ pub struct Pinned {
     pub ipc: Option<PathBuf>,
 }
 
+impl PinRequest {
+    /// The files in `dir` that the pins asked for are (to be) mounted on.
+    pub fn files(&self, dir: &Path) -> Pinned {
+        Pinned {
+            uts: self.uts_hostname.as_ref().map(|_| uts_path(dir)),
+            ipc: self.ipc.then(|| ipc_path(dir)),
+        }
+    }
+}
+
 /// The file of the pinned UTS namespace in `dir`.
 pub fn uts_path(dir: &Path) -> PathBuf {
     dir.join("uts")
@@ -47,7 +57,7 @@ pub fn ipc_path(dir: &Path) -> PathBuf {
 }
 
 /// Longest hostname the kernel takes (`HOST_NAME_MAX`).
-const MAX_HOSTNAME: usize = 64;
+pub const MAX_HOSTNAME: usize = 64;
 
 /// Pins new namespaces as `req` asks into `dir` (made 0700; it must not
 /// hold pins already). On any failure nothing is left behind.
@@ -61,15 +71,13 @@ pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
             ));
         }
     }
+    let pinned = req.files(dir);
     let mut flags = CloneFlags::empty();
-    let mut pinned = Pinned::default();
-    if req.uts_hostname.is_some() {
+    if pinned.uts.is_some() {
         flags |= CloneFlags::CLONE_NEWUTS;
-        pinned.uts = Some(uts_path(dir));
     }
-    if req.ipc {
+    if pinned.ipc.is_some() {
         flags |= CloneFlags::CLONE_NEWIPC;
-        pinned.ipc = Some(ipc_path(dir));
     }
     if flags.is_empty() {
         return Ok(pinned);

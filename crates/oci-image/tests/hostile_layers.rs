@@ -89,39 +89,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// A tar with one GNU sparse (type 'S') entry `name` of apparent size
-/// `real_size` and no data (one hole), then `tail` as file `tail`.
-fn sparse_tar(name: &str, real_size: u64, tail: &[u8]) -> Vec<u8> {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::GNUSparse);
-    h.set_mode(0o644);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_704_067_200);
-    h.set_path(name).unwrap();
-    {
-        let gnu = h.as_gnu_mut().unwrap();
-        // GNU tar ends the map with an empty block at the apparent size.
-        gnu.sparse[0].set_offset(real_size);
-        gnu.sparse[0].set_length(0);
-        gnu.set_real_size(real_size);
-    }
-    h.set_size(0);
-    h.set_cksum();
-    let mut b = tar::Builder::new(Vec::new());
-    b.append(&h, &b""[..]).unwrap();
-    if !tail.is_empty() {
-        let mut h = tar::Header::new_gnu();
-        h.set_mode(0o644);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(1_704_067_200);
-        h.set_size(tail.len() as u64);
-        b.append_data(&mut h, "tail", tail).unwrap();
-    }
-    b.into_inner().unwrap()
-}
-
 /// Bytes that do not compress (xorshift).
 fn noise(len: usize) -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -162,7 +129,7 @@ async fn a_tiny_layer_of_a_1_tib_sparse_file_is_refused() {
     let (digest, blob_len) = push(
         &reg,
         "berth-test/sparse-bomb",
-        sparse_tar("zeros", 1 << 40, b""),
+        images::sparse_tar("zeros", 1 << 40, b""),
     )
     .await;
     assert!(blob_len < 100, "{blob_len} bytes");
@@ -219,7 +186,7 @@ async fn a_stalled_download_stops_its_busy_unpacker() {
     let (_, blob_len) = push(
         &reg,
         "berth-test/sparse-slow",
-        sparse_tar("zeros", 60 << 30, &noise(2 << 20)),
+        images::sparse_tar("zeros", 60 << 30, &noise(2 << 20)),
     )
     .await;
     assert!(blob_len > 1 << 20);

@@ -165,29 +165,6 @@ async fn the_layers_of_one_pull_unpack_at_once_within_the_download_bound() {
     assert!((2..=4).contains(&most), "with 2 downloads at once: {most}");
 }
 
-/// A tar of one GNU sparse file of `holes` bytes that are all hole: a tiny
-/// blob that takes a while to unpack (its zeros are read, not written).
-fn holes_tar(holes: u64) -> Vec<u8> {
-    let mut h = tar::Header::new_gnu();
-    h.set_entry_type(tar::EntryType::GNUSparse);
-    h.set_mode(0o644);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(1_704_067_200);
-    h.set_path("holes").unwrap();
-    {
-        let gnu = h.as_gnu_mut().unwrap();
-        gnu.sparse[0].set_offset(holes);
-        gnu.sparse[0].set_length(0);
-        gnu.set_real_size(holes);
-    }
-    h.set_size(0);
-    h.set_cksum();
-    let mut b = tar::Builder::new(Vec::new());
-    b.append(&h, &b""[..]).unwrap();
-    b.into_inner().unwrap()
-}
-
 /// With one download at a time, the second layer downloads while the first,
 /// whose blob is in at once, is still being unpacked: the download slot is
 /// not held for the unpacking (it was, so the layers went one after another).
@@ -195,7 +172,9 @@ fn holes_tar(holes: u64) -> Vec<u8> {
 async fn a_layer_that_unpacks_slowly_frees_its_download_slot() {
     skip_unless_ready!();
     let reg = Registry::start(None).await;
-    let slow = images::layer(holes_tar(4 << 30), OCI_GZIP);
+    // 4 GiB that are all hole: a tiny blob that takes a while to unpack
+    // (its zeros are read, not written).
+    let slow = images::layer(images::sparse_tar("holes", 4 << 30, b""), OCI_GZIP);
     assert!(slow.blob.len() < 64 * 1024);
     push_layers(&reg, "berth-test/holes-then-noise", &[slow, noise_layer(1)]).await;
     let image = reg.image("berth-test/holes-then-noise:latest");

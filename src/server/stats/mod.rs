@@ -107,12 +107,9 @@ pub(super) fn pod_interfaces(pid: u32) -> Vec<InterfaceStats> {
 /// namespace at `netns` (a pod without a pause and nothing running).
 pub(super) fn netns_interfaces(netns: &std::path::Path) -> Vec<InterfaceStats> {
     let read = || std::fs::read_to_string("/proc/thread-self/net/dev");
-    match berth_netns::run_in(netns, read) {
-        Ok(Ok(text)) => without_loopback(berth_cgroup_stats::net::parse_net_dev(&text)),
-        Ok(Err(e)) => {
-            tracing::debug!(netns = %netns.display(), error = %e, "reading network counters");
-            Vec::new()
-        }
+    let text = berth_netns::run_in(netns, read).map_err(std::io::Error::other);
+    match text.and_then(|read| read) {
+        Ok(text) => without_loopback(berth_cgroup_stats::net::parse_net_dev(&text)),
         Err(e) => {
             tracing::debug!(netns = %netns.display(), error = %e, "reading network counters");
             Vec::new()

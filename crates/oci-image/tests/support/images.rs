@@ -510,3 +510,36 @@ pub fn host_arch() -> &'static str {
         other => other,
     }
 }
+
+/// A tar with one GNU sparse (type 'S') entry `name` of apparent size
+/// `real_size` and no data (one hole), then `tail` as file `tail`.
+pub fn sparse_tar(name: &str, real_size: u64, tail: &[u8]) -> Vec<u8> {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::GNUSparse);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(1_704_067_200);
+    h.set_path(name).unwrap();
+    {
+        let gnu = h.as_gnu_mut().unwrap();
+        // GNU tar ends the map with an empty block at the apparent size.
+        gnu.sparse[0].set_offset(real_size);
+        gnu.sparse[0].set_length(0);
+        gnu.set_real_size(real_size);
+    }
+    h.set_size(0);
+    h.set_cksum();
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(&h, &b""[..]).unwrap();
+    if !tail.is_empty() {
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_704_067_200);
+        h.set_size(tail.len() as u64);
+        b.append_data(&mut h, "tail", tail).unwrap();
+    }
+    b.into_inner().unwrap()
+}

@@ -95,6 +95,65 @@ async fn container_output_exit_code_and_log() {
     );
 }
 
+/// cri-api v0.36.2 made `KeyValue.value` bytes: a binary Secret's value
+/// reaches the process with each byte that is not UTF-8 as U+FFFD (what
+/// containerd gives it), and a NUL is refused naming the variable.
+#[tokio::test]
+async fn binary_env_values_reach_the_process_and_nul_is_refused() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let (pod, pod_config, _) = pod(&daemon, "binenv").await;
+    let mut config = container("bin", &["sleep", "1000"]);
+    config.envs = vec![
+        v1::KeyValue {
+            key: "SECRET".into(),
+            value: vec![b'k', 0xff, 0xfe, b'=', 0xc3, 0xa9, 0xf0, 0x9f],
+        },
+        v1::KeyValue {
+            key: "PLAIN".into(),
+            value: "ok".into(),
+        },
+    ];
+    let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
+    start(&daemon, &id).await;
+    let out = exec_sync(
+        &daemon,
+        &id,
+        &["sh", "-c", "printf %s \"$SECRET|$PLAIN\""],
+        10,
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "k\u{fffd}\u{fffd}=é\u{fffd}\u{fffd}|ok"
+    );
+
+    let mut config = container("nul", &["true"]);
+    config.envs = vec![v1::KeyValue {
+        key: "TOKEN".into(),
+        value: b"a\0b".to_vec(),
+    }];
+    let err = create(&daemon, &pod, &pod_config, config)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("\"TOKEN\""), "{err:?}");
+    // Nothing half-made: only the first container is listed.
+    let listed = daemon
+        .runtime()
+        .await
+        .list_containers(v1::ListContainersRequest { filter: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    remove_pod(&daemon, &pod).await;
+}
+
 #[tokio::test]
 async fn exec_sync_env_user_workdir_and_stop() {
     require_root!();

@@ -59,7 +59,7 @@ pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
 pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
 pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES, PAUSE_OOM_SCORE_ADJ};
-pub use process::{merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
+pub use process::{env_value, merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
 pub use resources::{
     cgroups_path, current_oom_score_adj, linux_resources, oom_score_adj, pod_cgroup_parent,
     DEFAULT_CGROUPFS_PARENT, DEFAULT_SYSTEMD_PARENT,
@@ -483,7 +483,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     let mut process = Process::default();
     process.set_terminal(Some(config.tty));
     process.set_args(Some(process_args(id, config, req.image)?));
-    process.set_env(Some(process_env(config, req.image, &hostname(req))));
+    process.set_env(Some(process_env(id, config, req.image, &hostname(req))?));
     process.set_cwd(PathBuf::from(working_dir(config, req.image)));
     let mut u = User::default();
     u.set_uid(user.uid);

@@ -57,9 +57,49 @@ pub fn merge_env(env: &mut Vec<String>, overrides: impl IntoIterator<Item = Stri
     }
 }
 
+/// An env value as the runtime spec can carry it: JSON strings are UTF-8, so
+/// each byte that is not part of valid UTF-8 becomes U+FFFD, one per byte, as
+/// containerd's encoder (Go's `encoding/json`) does with the bytes a kubelet
+/// passes for a binary Secret (cri-api v0.36.2 made `KeyValue.value` bytes).
+pub fn env_value(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for _ in chunk.invalid() {
+            out.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+    out
+}
+
+/// Refuses what cannot be an environment variable: a NUL byte ends a C
+/// string, so the process would see another value than asked for.
+fn check_env(id: &str, field: &str, key: &str, value: &[u8]) -> Result<(), Error> {
+    if key.contains('\0') || value.contains(&0) {
+        return Err(invalid(
+            id,
+            field,
+            format!("env {key:?} holds a NUL byte, which no environment variable can"),
+        ));
+    }
+    Ok(())
+}
+
 /// The environment: a default PATH, `HOSTNAME`, then the image's variables,
-/// then the config's (later wins, by name).
-pub fn process_env(config: &v1::ContainerConfig, image: &ImageInfo, hostname: &str) -> Vec<String> {
+/// then the config's (later wins, by name). A NUL byte in a name or value,
+/// the image's or the config's, is refused naming the variable.
+pub fn process_env(
+    id: &str,
+    config: &v1::ContainerConfig,
+    image: &ImageInfo,
+    hostname: &str,
+) -> Result<Vec<String>, Error> {
+    for entry in &image.env {
+        check_env(id, "image config Env", key(entry), entry.as_bytes())?;
+    }
+    for kv in &config.envs {
+        check_env(id, "envs", &kv.key, &kv.value)?;
+    }
     let mut env = vec![DEFAULT_PATH.to_string()];
     merge_env(&mut env, [format!("HOSTNAME={hostname}")]);
     merge_env(&mut env, image.env.iter().cloned());
@@ -68,9 +108,9 @@ pub fn process_env(config: &v1::ContainerConfig, image: &ImageInfo, hostname: &s
         config
             .envs
             .iter()
-            .map(|kv| format!("{}={}", kv.key, kv.value)),
+            .map(|kv| format!("{}={}", kv.key, env_value(&kv.value))),
     );
-    env
+    Ok(env)
 }
 
 /// The working directory: the config's, else the image's, else `/`; a
@@ -163,7 +203,7 @@ mod tests {
                 value: "x=y".into(),
             },
         ];
-        let env = process_env(&c, &img, "pod-a");
+        let env = process_env("c", &c, &img, "pod-a").unwrap();
         assert_eq!(
             env,
             s(&[
@@ -178,14 +218,65 @@ mod tests {
 
     #[test]
     fn default_path_when_nobody_sets_one() {
-        let env = process_env(&config(&[], &[]), &ImageInfo::default(), "h");
+        let env = process_env("c", &config(&[], &[]), &ImageInfo::default(), "h").unwrap();
         assert_eq!(env, s(&[DEFAULT_PATH, "HOSTNAME=h"]));
         let mut c = config(&[], &[]);
         c.envs = vec![v1::KeyValue {
             key: "PATH".into(),
             value: "/x".into(),
         }];
-        assert_eq!(process_env(&c, &ImageInfo::default(), "h")[0], "PATH=/x");
+        assert_eq!(
+            process_env("c", &c, &ImageInfo::default(), "h").unwrap()[0],
+            "PATH=/x"
+        );
+    }
+
+    #[test]
+    fn binary_values_become_utf8_one_replacement_per_invalid_byte() {
+        // As Go's encoding/json (containerd): every byte that is not part of
+        // valid UTF-8 is one U+FFFD, a truncated sequence included.
+        assert_eq!(env_value(b"plain"), "plain");
+        assert_eq!(env_value("é€😀".as_bytes()), "é€😀");
+        assert_eq!(env_value(&[0xff, b'a', 0xfe]), "\u{fffd}a\u{fffd}");
+        assert_eq!(env_value(&[0xf0, 0x9f, 0x98]), "\u{fffd}\u{fffd}\u{fffd}");
+        assert_eq!(env_value(&[0xed, 0xa0, 0x80]), "\u{fffd}\u{fffd}\u{fffd}");
+        assert_eq!(env_value(&[0xc3, 0x28]), "\u{fffd}(");
+        let mut c = config(&[], &[]);
+        c.envs = vec![v1::KeyValue {
+            key: "SECRET".into(),
+            value: vec![b'k', 0x80, 0xc3, 0xa9],
+        }];
+        let env = process_env("c", &c, &ImageInfo::default(), "h").unwrap();
+        assert_eq!(env.last().unwrap(), "SECRET=k\u{fffd}é");
+    }
+
+    #[test]
+    fn nul_in_env_is_refused_naming_the_key() {
+        let mut c = config(&[], &[]);
+        c.envs = vec![v1::KeyValue {
+            key: "TOKEN".into(),
+            value: b"a\0b".to_vec(),
+        }];
+        let e = process_env("c9", &c, &ImageInfo::default(), "h").unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(
+            e.to_string().contains("\"TOKEN\"") && e.to_string().contains("c9"),
+            "{e}"
+        );
+        c.envs[0] = v1::KeyValue {
+            key: "BAD\0KEY".into(),
+            value: b"v".to_vec(),
+        };
+        assert!(process_env("c", &c, &ImageInfo::default(), "h").is_err());
+        let img = ImageInfo {
+            env: s(&["IMG=x\0y"]),
+            ..Default::default()
+        };
+        let e = process_env("c", &config(&[], &[]), &img, "h").unwrap_err();
+        assert!(
+            e.to_string().contains("\"IMG\"") && e.to_string().contains("image"),
+            "{e}"
+        );
     }
 
     #[test]

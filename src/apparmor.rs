@@ -30,15 +30,15 @@ pub fn find_parser() -> Option<PathBuf> {
 
 /// Loads the default profile when AppArmor is on and it is not loaded:
 /// on success `opts.apparmor_default` names it, on failure
-/// `opts.apparmor_default_problem` says why. `scratch` is a private dir
-/// for the profile file (removed after the load).
-pub fn ensure_default(opts: &mut berth_spec::SpecOptions, parser: Option<&Path>, scratch: &Path) {
+/// `opts.apparmor_default_problem` says why. `file` (in a private dir) is
+/// where the profile is written for the parser (removed after the load).
+pub fn ensure_default(opts: &mut berth_spec::SpecOptions, parser: Option<&Path>, file: &Path) {
     if !opts.apparmor_enabled || opts.apparmor_default.is_some() {
         return;
     }
     let result = match parser {
         None => Err("apparmor_parser is not installed (Debian: apt-get install apparmor)".into()),
-        Some(parser) => load(parser, scratch),
+        Some(parser) => load(parser, file),
     };
     match result {
         Ok(()) => {
@@ -58,14 +58,13 @@ pub fn ensure_default(opts: &mut berth_spec::SpecOptions, parser: Option<&Path>,
     }
 }
 
-/// Writes the profile to `scratch` and runs `parser -Kr FILE` (replace,
+/// Writes the profile to `file` and runs `parser -Kr FILE` (replace,
 /// no cache), bounded by [`PARSER_TIMEOUT`].
-fn load(parser: &Path, scratch: &Path) -> Result<(), String> {
-    let file = scratch.join("berth-default.apparmor");
-    berth_atomic_file::write(&file, PROFILE.as_bytes(), 0o600)
+fn load(parser: &Path, file: &Path) -> Result<(), String> {
+    berth_atomic_file::write(file, PROFILE.as_bytes(), 0o600)
         .map_err(|e| format!("writing {}: {e}", file.display()))?;
-    let result = run_bounded(parser, &file, PARSER_TIMEOUT);
-    let _ = std::fs::remove_file(&file);
+    let result = run_bounded(parser, file, PARSER_TIMEOUT);
+    let _ = std::fs::remove_file(file);
     result
 }
 
@@ -134,7 +133,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let parser = stand_in(dir.path(), 0);
         let mut opts = enabled();
-        ensure_default(&mut opts, Some(&parser), dir.path());
+        ensure_default(
+            &mut opts,
+            Some(&parser),
+            &dir.path().join("berth-default.apparmor"),
+        );
         assert_eq!(opts.apparmor_default.as_deref(), Some("berth-default"));
         assert_eq!(opts.apparmor_default_problem, None);
         let args = std::fs::read_to_string(dir.path().join("args")).unwrap();
@@ -151,13 +154,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let parser = stand_in(dir.path(), 1);
         let mut opts = enabled();
-        ensure_default(&mut opts, Some(&parser), dir.path());
+        ensure_default(
+            &mut opts,
+            Some(&parser),
+            &dir.path().join("berth-default.apparmor"),
+        );
         assert_eq!(opts.apparmor_default, None);
         let problem = opts.apparmor_default_problem.unwrap();
         assert!(problem.contains("parse error"), "{problem}");
 
         let mut opts = enabled();
-        ensure_default(&mut opts, None, dir.path());
+        ensure_default(&mut opts, None, &dir.path().join("berth-default.apparmor"));
         assert!(opts
             .apparmor_default_problem
             .unwrap()
@@ -192,10 +199,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let parser = stand_in(dir.path(), 1);
         let mut off = berth_spec::SpecOptions::default();
-        ensure_default(&mut off, Some(&parser), dir.path());
+        ensure_default(
+            &mut off,
+            Some(&parser),
+            &dir.path().join("berth-default.apparmor"),
+        );
         let mut loaded = enabled();
         loaded.apparmor_default = Some("berth-default".into());
-        ensure_default(&mut loaded, Some(&parser), dir.path());
+        ensure_default(
+            &mut loaded,
+            Some(&parser),
+            &dir.path().join("berth-default.apparmor"),
+        );
         assert!(!dir.path().join("args").exists());
         assert_eq!(off.apparmor_default_problem, None);
         assert_eq!(loaded.apparmor_default_problem, None);

@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
-use crate::server::{Cri, ImageApi, RuntimeApi};
+use crate::server::{metrics_endpoint, ImageApi, RuntimeApi};
 
 /// gRPC message size limit, as kubelet's and containerd's (16 MiB).
 const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
@@ -70,7 +70,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // but read nothing in them: every subtree is 0700, set explicitly, not
     // left to the umask (records and bundles hold the pods' secrets; writable
     // layers and snapshots may hold setuid binaries).
-    let layout = crate::core::Layout::new(&config.root, &config.state);
+    let layout = crate::layout::Layout::new(&config.root, &config.state);
     for dir in [&config.root, &config.state] {
         make_dir(dir, 0o711)?;
         set_mode(dir, 0o711)?;
@@ -94,14 +94,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .thread_name("berth-worker")
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, layout))
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<()> {
     let listener = bind(&config.socket)?;
-    let metrics_listener = crate::metrics::bind(&config.metrics.address).await?;
+    let metrics_listener = metrics_endpoint::bind(&config.metrics.address).await?;
     let socket = config.socket.clone();
-    let cri = Cri::new(config).await?;
+    let cri = crate::compose::daemon(config, layout).await?;
     let streaming = cri
         .start_streaming()
         .context("starting the streaming server")?;
@@ -156,7 +156,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     if let Some(listener) = metrics_listener {
         let address = listener.local_addr().context("metrics endpoint address")?;
         tracing::info!(%address, "serving Prometheus metrics on /metrics");
-        tokio::spawn(crate::metrics::serve(listener, cri.clone()));
+        tokio::spawn(metrics_endpoint::serve(listener, cri.clone()));
     }
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
     // systemd (Type=notify): recovery has finished and the socket serves.

@@ -3,15 +3,16 @@
 mod apparmor;
 mod check;
 mod cli;
+mod compose;
 mod config;
 mod container;
 mod core;
+mod counters;
 mod daemon;
 mod error;
-mod events;
 mod failpoint;
+mod layout;
 mod logging;
-mod metrics;
 mod objects;
 mod process;
 mod sandbox;
@@ -97,7 +98,8 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(e.into()),
             };
-            match runtime.block_on(server::recovery_plan(&config)) {
+            let layout = layout::Layout::new(&config.root, &config.state);
+            match runtime.block_on(compose::recovery_plan(&config, layout)) {
                 Ok(lines) if lines.is_empty() => {
                     println!("nothing to recover");
                     ExitCode::SUCCESS

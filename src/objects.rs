@@ -43,7 +43,7 @@ where
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let object = object.clone();
-    crate::core::timed(
+    crate::counters::timed(
         "record.save",
         tokio::task::spawn_blocking(move || object.update(change)),
     )
@@ -63,7 +63,7 @@ where
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let create = tokio::task::spawn_blocking(move || store.create_locked(meta, status));
-    crate::core::timed("record.create", create)
+    crate::counters::timed("record.create", create)
         .await
         .map_err(Error::join)?
         .map_err(Error::from)
@@ -76,7 +76,7 @@ where
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
     let object = object.clone();
-    crate::core::timed(
+    crate::counters::timed(
         "record.delete",
         tokio::task::spawn_blocking(move || store.delete(&object)),
     )

@@ -31,3 +31,16 @@ pub type Container = Object<ContainerMeta, ContainerStatus>;
 
 /// All containers.
 pub type ContainerStore = Store<ContainerMeta, ContainerStatus>;
+
+/// `containers` oldest first (by creation time, then id).
+pub fn oldest_first(
+    mut containers: Vec<std::sync::Arc<Container>>,
+) -> Vec<std::sync::Arc<Container>> {
+    containers.sort_by(|a, b| {
+        a.meta
+            .created_at
+            .cmp(&b.meta.created_at)
+            .then(a.meta.id.cmp(&b.meta.id))
+    });
+    containers
+}

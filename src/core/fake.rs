@@ -51,6 +51,12 @@ pub struct World {
     /// Dir entries a recovery test lays out.
     pub entries: BTreeMap<PathBuf, Vec<String>>,
     pub events: Vec<(EventKind, String)>,
+    /// The bundles' specs as written, by path.
+    pub specs: BTreeMap<PathBuf, Spec>,
+    /// Resources applied to running containers, by id, in order.
+    pub updates: Vec<(String, oci_spec::runtime::LinuxResources)>,
+    /// What an ExecSync answers.
+    pub exec_output: berth_shim::ExecOutput,
 }
 
 /// The fake of every mechanism.
@@ -227,7 +233,7 @@ impl Namespaces for Fake {
         self.call("netns.remove", id).await?;
         let mut world = self.world.lock().unwrap();
         world.netns.remove(path);
-        if let Some(tree) = super::layout::pod_userns_of_netns(path) {
+        if let Some(tree) = crate::layout::pod_userns_of_netns(path) {
             world.userns.retain(|p, _| !p.starts_with(&tree.root));
             world.binds.retain(|p, _| !p.starts_with(&tree.root));
         }
@@ -282,7 +288,7 @@ impl HostFiles for Fake {
         let mut world = self.world.lock().unwrap();
         world.shm_mounted.remove(id);
         world.pod_files.remove(id);
-        if let Some(tree) = super::layout::pod_userns_of_state(&files.state) {
+        if let Some(tree) = crate::layout::pod_userns_of_state(&files.state) {
             world.binds.retain(|p, _| !p.starts_with(&tree.root));
         }
         Ok(())
@@ -389,7 +395,7 @@ impl HostFiles for Fake {
         self.call("files.unmount_rootfs", id).await?;
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
-        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+        if let Some(bound) = crate::layout::userns_container_of_bundle(&dirs.bundle) {
             world.binds.retain(|p, _| !p.starts_with(&bound));
         }
         Ok(())
@@ -401,13 +407,23 @@ impl HostFiles for Fake {
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
         world.container_files.remove(id);
-        if let Some(bound) = super::layout::userns_container_of_bundle(&dirs.bundle) {
+        if let Some(bound) = crate::layout::userns_container_of_bundle(&dirs.bundle) {
             world.binds.retain(|p, _| !p.starts_with(&bound));
         }
         Ok(())
     }
-    async fn write_spec(&self, id: &str, _path: &Path, _spec: &Spec) -> Result<(), Error> {
-        self.call("files.write_spec", id).await
+    async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error> {
+        self.call("files.write_spec", id).await?;
+        let mut world = self.world.lock().unwrap();
+        world.specs.insert(path.to_path_buf(), spec.clone());
+        Ok(())
+    }
+    async fn read_spec(&self, id: &str, path: &Path) -> Result<Spec, Error> {
+        self.call("files.read_spec", id).await?;
+        let world = self.world.lock().unwrap();
+        world.specs.get(path).cloned().ok_or_else(|| {
+            Error::io(id, "reading the spec", path)(std::io::ErrorKind::NotFound.into())
+        })
     }
     async fn create_dirs(&self, id: &str, _dirs: Vec<PathBuf>) -> Result<(), Error> {
         self.call("files.create_dirs", id).await
@@ -523,6 +539,34 @@ impl Task for FakeTask {
         self.fake.call("task.delete", &self.id).await?;
         self.fake.world.lock().unwrap().runtime.remove(&self.id);
         Ok(())
+    }
+    async fn exec_sync(
+        &self,
+        _process: &oci_spec::runtime::Process,
+        _timeout: Option<std::time::Duration>,
+    ) -> Result<berth_shim::ExecOutput, Error> {
+        self.fake.call("task.exec_sync", &self.id).await?;
+        Ok(self.fake.world.lock().unwrap().exec_output.clone())
+    }
+    async fn exec(&self, _opts: &berth_shim::ExecOptions) -> Result<berth_shim::IoStream, Error> {
+        self.fake.call("task.exec", &self.id).await?;
+        Err(Error::Unimplemented("a stream from the fake shim"))
+    }
+    async fn attach(
+        &self,
+        _opts: berth_shim::AttachOptions,
+    ) -> Result<berth_shim::IoStream, Error> {
+        self.fake.call("task.attach", &self.id).await?;
+        Err(Error::Unimplemented("a stream from the fake shim"))
+    }
+    async fn update(&self, resources: &oci_spec::runtime::LinuxResources) -> Result<(), Error> {
+        self.fake.call("task.update", &self.id).await?;
+        let mut world = self.fake.world.lock().unwrap();
+        world.updates.push((self.id.clone(), resources.clone()));
+        Ok(())
+    }
+    async fn reopen_log(&self) -> Result<(), Error> {
+        self.fake.call("task.reopen_log", &self.id).await
     }
 }
 

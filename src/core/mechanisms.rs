@@ -6,9 +6,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use berth_shim::{ExitInfo, ShimOptions, ShimState};
+use std::time::Duration;
+
+use berth_shim::{
+    AttachOptions, ExecOptions, ExecOutput, ExitInfo, IoStream, ShimOptions, ShimState,
+};
 use cri_api::v1;
-use oci_spec::runtime::Spec;
+use oci_spec::runtime::{LinuxResources, Process, Spec};
 use tonic::async_trait;
 
 use crate::container::rootfs::ContainerDirs;
@@ -60,7 +64,7 @@ pub trait Namespaces: Send + Sync {
         userns: Option<&UsernsPin>,
     ) -> Result<(), Error>;
     /// Idempotent: an absent namespace is fine. Removes the pod's userns
-    /// tree too (see [`super::layout::Layout::pod_userns`]).
+    /// tree too (see [`crate::layout::Layout::pod_userns`]).
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
     /// Pins a pod's new UTS (with its hostname) and IPC namespaces as
     /// `req` asks, in `dir`: a pod without a pause process.
@@ -158,6 +162,8 @@ pub trait HostFiles: Send + Sync {
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
     /// Replaces the bundle's `config.json` atomically.
     async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error>;
+    /// Reads the bundle's `config.json`.
+    async fn read_spec(&self, id: &str, path: &Path) -> Result<Spec, Error>;
     /// Makes directories (volumes, the log dir).
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error>;
     /// Removes a directory tree; absent is fine.
@@ -181,6 +187,21 @@ pub trait Task: Send + Sync {
     async fn state(&self) -> Result<ShimState, Error>;
     /// Deletes the runtime's container; the shim exits afterwards.
     async fn delete(&self, force: bool) -> Result<(), Error>;
+    /// Runs `process` in the container and collects its output; the shim
+    /// kills it after `timeout` and says so.
+    async fn exec_sync(
+        &self,
+        process: &Process,
+        timeout: Option<Duration>,
+    ) -> Result<ExecOutput, Error>;
+    /// Starts a process in the container and streams its stdio.
+    async fn exec(&self, opts: &ExecOptions) -> Result<IoStream, Error>;
+    /// Streams the container's own stdio.
+    async fn attach(&self, opts: AttachOptions) -> Result<IoStream, Error>;
+    /// Applies new resources to the running container.
+    async fn update(&self, resources: &LinuxResources) -> Result<(), Error>;
+    /// Reopens the CRI log file (after kubelet rotated it).
+    async fn reopen_log(&self) -> Result<(), Error>;
 }
 
 /// The OCI runtime, through one shim per container.

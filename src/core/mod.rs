@@ -8,16 +8,16 @@
 //! encodes answers.
 
 pub mod caller;
-pub mod facts;
-pub mod layout;
 pub mod mechanisms;
 pub mod real;
 pub mod recovery;
 mod retry;
 
 mod container_create;
+mod container_exec;
 mod container_start;
 mod container_stop;
+mod container_update;
 mod sandbox_run;
 mod sandbox_stop;
 
@@ -28,14 +28,14 @@ mod tests;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
 use crate::container::{Container, ContainerState, ContainerStore};
 use crate::error::Error;
+pub use crate::layout::Layout;
 use crate::sandbox::SandboxStore;
 pub use container_create::ContainerRequest;
-pub use layout::Layout;
 pub use mechanisms::{EventKind, Mechanisms};
 pub use sandbox_run::SandboxRequest;
 
@@ -56,15 +56,20 @@ pub struct Core {
     containers_in_flight: retry::Inflight<ContainerRequest>,
 }
 
-impl Core {
+/// The record stores, opened from the layout before anything that uses
+/// them is built (the image store's garbage collection and the events read
+/// them too).
+pub struct Stores {
+    pub sandboxes: Arc<SandboxStore>,
+    pub containers: Arc<ContainerStore>,
+    /// Records that could not be loaded: recovery quarantines them.
+    pub broken: Vec<berth_store::Broken>,
+}
+
+impl Stores {
     /// Opens the stores under the layout. Records that cannot be read are
     /// logged and left on disk.
-    pub fn open(
-        config: Config,
-        mech: Mechanisms,
-        spec_options: berth_spec::SpecOptions,
-    ) -> Result<Arc<Core>, Error> {
-        let layout = Layout::new(&config.root, &config.state);
+    pub fn open(layout: &Layout) -> Result<Stores, Error> {
         let open = |dir: PathBuf| move |e| Error::io("records", "opening", dir)(e);
         let (sandboxes, mut broken) = SandboxStore::open(&layout.sandbox_records())
             .map_err(open(layout.sandbox_records()))?;
@@ -74,17 +79,51 @@ impl Core {
         for problem in &broken {
             tracing::error!(%problem, "a record cannot be loaded: what it owns is left alone");
         }
-        Ok(Arc::new(Core {
-            config,
-            layout,
+        Ok(Stores {
             sandboxes: Arc::new(sandboxes),
             containers: Arc::new(containers),
+            broken,
+        })
+    }
+}
+
+/// Every snapshot some container uses, from the records alone: what image
+/// garbage collection must keep, whatever images are removed. `None` (keep
+/// everything) while a record older than `rootfs_snapshots` exists: its
+/// snapshots are known only from its image, and this runs under the image
+/// store's lock, so it cannot ask.
+pub fn snapshots_in_use(containers: &ContainerStore) -> Option<Vec<String>> {
+    let mut in_use = Vec::new();
+    for c in containers.list() {
+        if c.meta.rootfs_snapshots.is_empty() {
+            return None;
+        }
+        in_use.extend(c.meta.rootfs_snapshots.iter().cloned());
+        in_use.extend(c.meta.volume_snapshots.iter().cloned());
+    }
+    Some(in_use)
+}
+
+impl Core {
+    /// The core over opened stores and built mechanisms (see `crate::compose`).
+    pub fn new(
+        config: Config,
+        layout: Layout,
+        stores: Stores,
+        mech: Mechanisms,
+        spec_options: berth_spec::SpecOptions,
+    ) -> Arc<Core> {
+        Arc::new(Core {
+            config,
+            layout,
+            sandboxes: stores.sandboxes,
+            containers: stores.containers,
             mech,
             spec_options,
-            broken,
+            broken: stores.broken,
             pods_in_flight: Default::default(),
             containers_in_flight: Default::default(),
-        }))
+        })
     }
 
     /// The OCI runtime binary of a runtime handler (the default handler's
@@ -120,14 +159,7 @@ impl Core {
 
     /// A sandbox's containers, oldest first.
     pub fn sandbox_containers(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
-        let mut containers = self.containers.in_group(sandbox_id);
-        containers.sort_by(|a, b| {
-            a.meta
-                .created_at
-                .cmp(&b.meta.created_at)
-                .then(a.meta.id.cmp(&b.meta.id))
-        });
-        containers
+        crate::container::oldest_first(self.containers.in_group(sandbox_id))
     }
 
     /// The pid of a running container (for a PID namespace TARGET).
@@ -154,17 +186,6 @@ impl Core {
                 id: container.meta.image_id.clone(),
             })?;
         Ok(mechanisms::chain_ids(&image))
-    }
-
-    /// Every snapshot some container uses: what image garbage collection
-    /// must keep, whatever images are removed.
-    pub fn snapshots_in_use(&self) -> Vec<String> {
-        let mut in_use = Vec::new();
-        for c in self.containers.list() {
-            in_use.extend(self.rootfs_snapshots(&c).unwrap_or_default());
-            in_use.extend(c.meta.volume_snapshots.iter().cloned());
-        }
-        in_use
     }
 
     /// Reports a container's change; STOPPED only for one that has exited.
@@ -222,11 +243,4 @@ pub fn now_nanos() -> i64 {
         .unwrap_or_default()
 }
 
-/// Awaits `work`, one step of the life cycle, and records how long it took
-/// (`berth_step_duration_seconds{step}`): where berth's time goes.
-pub(crate) async fn timed<T>(step: &'static str, work: impl std::future::Future<Output = T>) -> T {
-    let started = Instant::now();
-    let out = work.await;
-    crate::metrics::step_done(step, started.elapsed());
-    out
-}
+pub(crate) use crate::counters::timed;

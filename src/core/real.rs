@@ -11,13 +11,13 @@ use berth_shim::{ExitInfo, ShimClient, ShimOptions, ShimPaths, ShimState, SpawnO
 use oci_spec::runtime::Spec;
 use tonic::async_trait;
 
-use super::layout::{self, Layout};
 use super::mechanisms::{
     HostFiles, Images, Namespaces, Network, PinRequest, PodFileContent, RootfsIdmap, Runtime, Task,
     UsernsPin,
 };
 use crate::container::rootfs::ContainerDirs;
 use crate::error::Error;
+use crate::layout::{self, Layout};
 use crate::sandbox::files::SandboxFiles;
 
 /// Runs blocking work on the blocking pool.
@@ -545,6 +545,17 @@ impl HostFiles for Host {
         .await
     }
 
+    async fn read_spec(&self, id: &str, path: &Path) -> Result<Spec, Error> {
+        let (id, path) = (id.to_string(), path.to_path_buf());
+        blocking(move || {
+            Spec::load(&path).map_err(|e| match e {
+                oci_spec::OciSpecError::Io(e) => Error::io(&id, "reading the spec", &path)(e),
+                e => Error::Internal(format!("{id}: reading its spec {}: {e}", path.display())),
+            })
+        })
+        .await
+    }
+
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error> {
         let id = id.to_string();
         blocking(move || {
@@ -623,6 +634,40 @@ impl Task for Shim {
             .delete(force)
             .await
             .map_err(Error::runtime(self.0.id(), "deleting"))
+    }
+    async fn exec_sync(
+        &self,
+        process: &oci_spec::runtime::Process,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<berth_shim::ExecOutput, Error> {
+        self.0
+            .exec_sync(process, timeout)
+            .await
+            .map_err(Error::runtime(self.0.id(), "exec"))
+    }
+    async fn exec(&self, opts: &berth_shim::ExecOptions) -> Result<berth_shim::IoStream, Error> {
+        self.0
+            .exec(opts)
+            .await
+            .map_err(Error::runtime(self.0.id(), "exec"))
+    }
+    async fn attach(&self, opts: berth_shim::AttachOptions) -> Result<berth_shim::IoStream, Error> {
+        self.0
+            .attach(opts)
+            .await
+            .map_err(Error::runtime(self.0.id(), "attach"))
+    }
+    async fn update(&self, resources: &oci_spec::runtime::LinuxResources) -> Result<(), Error> {
+        self.0
+            .update(resources)
+            .await
+            .map_err(Error::runtime(self.0.id(), "update"))
+    }
+    async fn reopen_log(&self) -> Result<(), Error> {
+        self.0
+            .reopen_log()
+            .await
+            .map_err(Error::runtime(self.0.id(), "reopening its log"))
     }
 }
 

@@ -24,10 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::container_start::record_exit;
-use super::layout::{EntryKind, Layout, Owner};
 use super::{now_nanos, Core};
 use crate::container::ContainerState;
 use crate::error::Error;
+use crate::layout::{EntryKind, Layout, Owner};
 use crate::objects::{self, StoreExt};
 use crate::sandbox::{Sandbox, SandboxState};
 

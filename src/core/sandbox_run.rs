@@ -10,12 +10,12 @@ use berth_shim::ShimOptions;
 use cri_api::v1;
 use prost::Message;
 
-use super::facts::{sandbox_name, PodFacts};
 use super::mechanisms::{EventKind, PodFileContent, UsernsPin};
 use super::{new_id, now_nanos, retry, timed, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
+use crate::sandbox::facts::{sandbox_name, PodFacts};
 use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
 use crate::undo::Undo;
 
@@ -468,7 +468,9 @@ pub fn attachment(id: &str, netns: &Path, config: &v1::PodSandboxConfig) -> bert
         })
         .collect();
     // Checked at RunPodSandbox (PodFacts::of).
-    att.capabilities.bandwidth = super::facts::bandwidth(&config.annotations).ok().flatten();
+    att.capabilities.bandwidth = crate::sandbox::facts::bandwidth(&config.annotations)
+        .ok()
+        .flatten();
     if let Some(dns) = &config.dns_config {
         att.capabilities.dns = Some(berth_cni::DnsCapability {
             servers: dns.servers.clone(),

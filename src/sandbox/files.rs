@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn writes_files() {
         let dir = tempfile::tempdir().unwrap();
-        let files = crate::core::Layout::new(dir.path().join("root"), dir.path().join("state"))
+        let files = crate::layout::Layout::new(dir.path().join("root"), dir.path().join("state"))
             .sandbox_files("abc");
         let dns = v1::DnsConfig {
             servers: vec!["10.0.0.10".into()],

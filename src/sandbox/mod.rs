@@ -1,6 +1,7 @@
 //! Pod sandboxes: their records and store, shared files, and the pause
 //! container's spec.
 
+pub mod facts;
 pub mod files;
 pub mod record;
 pub mod store;

@@ -10,7 +10,7 @@ use cri_api::v1;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
-use crate::core::facts::PodFacts;
+use crate::sandbox::facts::PodFacts;
 
 /// Fixed at creation.
 #[derive(Debug, Clone, Serialize, Deserialize)]

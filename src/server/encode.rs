@@ -8,11 +8,14 @@
 //! the image's first repo digest in `image_ref` when the store still has the
 //! image with one (else the image id), and the image id in `image_id`.
 
+use std::sync::Arc;
+
 use cri_api::v1;
 
 use super::Cri;
-use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
-use crate::sandbox::{SandboxMeta, SandboxState, SandboxStatus};
+use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus, ContainerStore};
+use crate::objects::StoreExt;
+use crate::sandbox::{SandboxMeta, SandboxState, SandboxStatus, SandboxStore};
 
 /// The CRI state of a container.
 pub fn container_state(state: ContainerState) -> v1::ContainerState {
@@ -154,9 +157,18 @@ pub fn image(image: &berth_oci_image::Image) -> v1::Image {
     }
 }
 
-impl Cri {
+/// What the statuses a client sees are read from: the stores, and the image
+/// store for the images' repo digests. Shared by the RPCs and the events.
+#[derive(Clone)]
+pub struct Statuses {
+    pub sandboxes: Arc<SandboxStore>,
+    pub containers: Arc<ContainerStore>,
+    pub images: Arc<berth_oci_image::ImageStore>,
+}
+
+impl Statuses {
     /// The CRI status of a container, its image's repo digest looked up now.
-    pub fn encode_container_status(&self, container: &Container) -> v1::ContainerStatus {
+    pub fn container(&self, container: &Container) -> v1::ContainerStatus {
         let repo_digest = self
             .images
             .with(&container.meta.image_id, |i| {
@@ -167,12 +179,29 @@ impl Cri {
     }
 
     /// The statuses of a sandbox's containers, oldest first.
-    pub fn encode_pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
-        self.core
-            .sandbox_containers(sandbox_id)
+    pub fn pod_containers(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+        crate::container::oldest_first(self.containers.in_group(sandbox_id))
             .iter()
-            .map(|c| self.encode_container_status(c))
+            .map(|c| self.container(c))
             .collect()
+    }
+
+    /// The sandbox's status; `None` once it is gone (a DELETED event).
+    pub fn pod(&self, sandbox_id: &str) -> Option<v1::PodSandboxStatus> {
+        let sandbox = self.sandboxes.lookup(sandbox_id).ok()?;
+        Some(sandbox_status(&sandbox.meta, &sandbox.status()))
+    }
+}
+
+impl Cri {
+    /// The CRI status of a container, its image's repo digest looked up now.
+    pub fn encode_container_status(&self, container: &Container) -> v1::ContainerStatus {
+        self.statuses.container(container)
+    }
+
+    /// The statuses of a sandbox's containers, oldest first.
+    pub fn encode_pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
+        self.statuses.pod_containers(sandbox_id)
     }
 }
 

@@ -87,7 +87,7 @@ where
         caller.answered();
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         let code = result.as_ref().err().map_or(tonic::Code::Ok, Error::code);
-        crate::metrics::rpc_done(rpc, code, started.elapsed());
+        crate::counters::rpc_done(rpc, code, started.elapsed());
         match result {
             Ok(value) => {
                 tracing::debug!(elapsed_ms, "ok");

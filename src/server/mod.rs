@@ -8,6 +8,7 @@ mod attach;
 mod container_status;
 mod create_container;
 pub mod encode;
+pub mod events;
 mod exec;
 mod exec_sync;
 mod get_container_events;
@@ -18,6 +19,7 @@ pub mod instrument;
 mod list_containers;
 mod list_images;
 mod list_pod_sandbox;
+pub mod metrics_endpoint;
 mod pod_sandbox_status;
 mod port_forward;
 mod pull_image;
@@ -45,54 +47,9 @@ use cri_api::v1;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
-use crate::config::Config;
-use crate::core::{real, Core, Mechanisms};
+use crate::core::Core;
 use crate::error::Error;
 use instrument::{Gate, RequestIds};
-
-/// What recovery would change, from the records on disk; changes nothing.
-pub async fn recovery_plan(config: &Config) -> Result<Vec<String>, Error> {
-    let layout = crate::core::Layout::new(&config.root, &config.state);
-    let mech = Mechanisms {
-        network: Arc::new(real::Cni(cni_client(config, &layout))),
-        namespaces: Arc::new(real::NetNs),
-        files: Arc::new(real::Host),
-        runtime: Arc::new(real::Shims {
-            layout,
-            shim_binary: "berth-shim".into(),
-        }),
-        // A dry run opens no image store (its start-up GC changes things).
-        images: Arc::new(real::NoImages),
-        events: Arc::new(real::NoEvents),
-    };
-    let core = Core::open(config.clone(), mech, spec_options(config))?;
-    Ok(core
-        .plan()
-        .await
-        .into_iter()
-        .map(|a| a.to_string())
-        .collect())
-}
-
-/// The CNI client of a configuration.
-fn cni_client(config: &Config, layout: &crate::core::Layout) -> berth_cni::Cni {
-    berth_cni::Cni::new(berth_cni::CniOptions {
-        conf_dirs: vec![config.cni.conf_dir.clone()],
-        bin_dirs: config.cni.bin_dirs.clone(),
-        cache_dir: layout.cni_cache(),
-        network_name: Some(config.cni.network_name.clone()).filter(|n| !n.is_empty()),
-        timeout: std::time::Duration::from_secs(config.cni.timeout_secs),
-    })
-}
-
-/// What the host supports and the configured policies.
-fn spec_options(config: &Config) -> berth_spec::SpecOptions {
-    let mut opts = berth_spec::SpecOptions::detect();
-    opts.cgroup_driver_systemd =
-        config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
-    opts.cdi_spec_dirs = config.runtime.cdi_spec_dirs.clone();
-    opts
-}
 
 /// A stream of replies for the server-streaming RPCs.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -110,7 +67,9 @@ pub struct Cri {
     /// Images: content store, metadata and snapshots.
     pub images: Arc<berth_oci_image::ImageStore>,
     /// Container and sandbox life-cycle events for GetContainerEvents.
-    pub events: crate::events::Events,
+    pub events: Arc<events::Events>,
+    /// What the statuses are read from (shared with the events).
+    pub statuses: encode::Statuses,
     /// Cgroup mounts and the CPU sampler behind the stats RPCs.
     pub stats: stats::Collector,
     /// The exec/attach/port-forward server, once started ([`Cri::start_streaming`]).
@@ -118,63 +77,30 @@ pub struct Cri {
 }
 
 impl Cri {
-    /// Opens the image store and the core's stores under the configured root.
-    pub async fn new(config: Config) -> Result<Arc<Cri>, Error> {
-        let layout = crate::core::Layout::new(&config.root, &config.state);
-        // Snapshots that containers use are kept by image garbage collection;
-        // until the core is open nothing is collected.
-        let core_of_roots: Arc<std::sync::OnceLock<std::sync::Weak<Core>>> = Default::default();
-        let roots: berth_oci_image::GcRoots = {
-            let core = core_of_roots.clone();
-            Arc::new(move || Some(core.get()?.upgrade()?.snapshots_in_use()))
-        };
-        let images = Arc::new(
-            berth_oci_image::ImageStore::open_with_roots(
-                &layout.images(),
-                config.registry.clone(),
-                Some(roots),
-            )
-            .await?,
-        );
-        let cni = cni_client(&config, &layout);
-        let sink = Arc::new(crate::events::CoreEvents::default());
-        let mech = Mechanisms {
-            network: Arc::new(real::Cni(cni.clone())),
-            namespaces: Arc::new(real::NetNs),
-            files: Arc::new(real::Host),
-            runtime: Arc::new(real::Shims {
-                layout: layout.clone(),
-                shim_binary: crate::core::shim_binary(&config),
-            }),
+    /// The CRI layer over `core` (built by `crate::compose`, the one place
+    /// that builds the mechanisms and the stores).
+    pub fn new(
+        core: Arc<Core>,
+        cni: berth_cni::Cni,
+        images: Arc<berth_oci_image::ImageStore>,
+        events: Arc<events::Events>,
+    ) -> Arc<Cri> {
+        let statuses = encode::Statuses {
+            sandboxes: core.sandboxes.clone(),
+            containers: core.containers.clone(),
             images: images.clone(),
-            events: sink.clone(),
         };
-        // Host probes and the AppArmor profile load block: not on a worker.
-        let options = {
-            let config = config.clone();
-            tokio::task::spawn_blocking(move || {
-                let mut options = spec_options(&config);
-                let parser = crate::apparmor::find_parser();
-                crate::apparmor::ensure_default(&mut options, parser.as_deref(), &config.state);
-                options
-            })
-            .await
-            .map_err(Error::join)?
-        };
-        let core = Core::open(config, mech, options)?;
-        let _ = core_of_roots.set(Arc::downgrade(&core));
-        let cri = Arc::new(Cri {
+        Arc::new(Cri {
             core,
             gate: Gate::default(),
             pod_cidr: Mutex::new(String::new()),
             cni,
             images,
-            events: crate::events::Events::new(),
+            events,
+            statuses,
             stats: stats::Collector::new(),
             streaming: std::sync::OnceLock::new(),
-        });
-        sink.attach(&cri);
-        Ok(cri)
+        })
     }
 
     /// Brings the records in line with what runs (before the gate opens).
@@ -213,22 +139,6 @@ impl Cri {
         berth_cni::write_default_network(&config.cni.conf_dir, &net)
             .map(|_| ())
             .map_err(|e| Error::Internal(format!("writing the default CNI network: {e}")))
-    }
-
-    /// Where container `id`'s shim listens.
-    pub fn shim_socket(&self, id: &str) -> std::path::PathBuf {
-        berth_shim::ShimPaths::new(self.core.layout.shim_dir(id)).socket()
-    }
-
-    /// A client of the container's shim.
-    pub async fn shim_of(
-        &self,
-        container: &crate::container::Container,
-    ) -> Result<berth_shim::ShimClient, Error> {
-        let id = &container.meta.id;
-        berth_shim::ShimClient::connect(&self.shim_socket(id))
-            .await
-            .map_err(|e| Error::FailedPrecondition(format!("container {id}: {e}")))
     }
 }
 

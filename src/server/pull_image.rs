@@ -19,8 +19,8 @@ impl Cri {
     ) -> Result<v1::PullImageResponse, Error> {
         let result = self.pull(req).await;
         match &result {
-            Ok(image) => crate::metrics::image_pulled(Some(image.size)),
-            Err(_) => crate::metrics::image_pulled(None),
+            Ok(image) => crate::counters::image_pulled(Some(image.size)),
+            Err(_) => crate::counters::image_pulled(None),
         }
         Ok(v1::PullImageResponse {
             image_ref: result?.id,

@@ -9,11 +9,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use berth_shim::{AttachOptions, ExecOptions, IoStream, ShimClient, StreamEvent};
+use berth_shim::{AttachOptions, IoStream, StreamEvent};
 use berth_streaming::{
     Backend, BackendError, Input, Output, PortStream, StreamIo, StreamingServer, TerminalSize,
     TlsIdentity,
@@ -22,7 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::Cri;
-use crate::container::{Container, ContainerState};
+use crate::container::Container;
+use crate::core::Core;
 use crate::error::Error;
 use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
@@ -46,7 +47,7 @@ impl Cri {
             config.tls = Some(self.streaming_identity(config.addr.ip())?);
         }
         let backend = Arc::new(ShimBackend {
-            cri: Arc::downgrade(self),
+            core: self.core.clone(),
         });
         let server =
             StreamingServer::new(config, backend).map_err(|e| Error::Internal(e.to_string()))?;
@@ -65,7 +66,7 @@ impl Cri {
 
     /// The certificate the streaming server serves: the configured files,
     /// or a new self-signed one for `ip`, the loopbacks and this host's
-    /// name, whose certificate is written to [`self_signed_cert_path`].
+    /// name, whose certificate is written to `Layout::streaming_cert`.
     fn streaming_identity(&self, ip: IpAddr) -> Result<TlsIdentity, Error> {
         let streaming = &self.core.config.streaming;
         if !streaming.tls_cert_file.as_os_str().is_empty() {
@@ -87,7 +88,7 @@ impl Cri {
         }
         let identity =
             TlsIdentity::self_signed(&names).map_err(|e| Error::Internal(e.to_string()))?;
-        let path = self_signed_cert_path(&self.core.config.state);
+        let path = self.core.layout.streaming_cert();
         let written = (|| {
             let dir = path.parent().unwrap_or(&path);
             std::fs::create_dir_all(dir)?;
@@ -113,12 +114,6 @@ impl Cri {
     }
 }
 
-/// Where the self-signed streaming certificate of a daemon with state dir
-/// `state` is written.
-pub(crate) fn self_signed_cert_path(state: &Path) -> PathBuf {
-    state.join("streaming").join("tls.crt")
-}
-
 /// The RPC error of a streaming request the server refused.
 pub(super) fn invalid(e: berth_streaming::Error) -> Error {
     match e {
@@ -130,47 +125,21 @@ pub(super) fn invalid(e: berth_streaming::Error) -> Error {
 
 /// The container, if it is running (exec and attach need that).
 pub(super) fn running(cri: &Cri, id: &str) -> Result<Arc<Container>, Error> {
-    let container = cri.core.containers.lookup(id)?;
-    let state = container.status().state;
-    if state != ContainerState::Running {
-        return Err(Error::FailedPrecondition(format!(
-            "container {} is not running (state {state:?})",
-            container.meta.id
-        )));
-    }
-    Ok(container)
+    cri.core.running_container(id)
 }
 
-/// Serves the streaming server's sessions with the shims and the pods'
-/// network namespaces. Holds the daemon weakly: the daemon owns the server.
+/// Serves the streaming server's sessions with the core (the shims, through
+/// its `Task`s) and the pods' network namespaces.
 struct ShimBackend {
-    cri: Weak<Cri>,
+    core: Arc<Core>,
 }
 
+/// The streaming server's error for a core error, by its gRPC code.
 fn backend_err(e: Error) -> BackendError {
-    match e {
-        Error::NotFound { .. } => BackendError::NotFound(e.to_string()),
-        Error::FailedPrecondition(m) => BackendError::FailedPrecondition(m),
-        e => BackendError::Internal(e.to_string()),
-    }
-}
-
-impl ShimBackend {
-    fn cri(&self) -> Result<Arc<Cri>, BackendError> {
-        self.cri
-            .upgrade()
-            .ok_or_else(|| BackendError::Internal("berth is shutting down".into()))
-    }
-
-    /// The shim of a running container.
-    async fn shim(&self, id: &str) -> Result<(Arc<Cri>, Arc<Container>, ShimClient), BackendError> {
-        let cri = self.cri()?;
-        let container = running(&cri, id).map_err(backend_err)?;
-        let socket = cri.shim_socket(&container.meta.id);
-        let client = ShimClient::connect(&socket).await.map_err(|e| {
-            BackendError::FailedPrecondition(format!("container {}: {e}", container.meta.id))
-        })?;
-        Ok((cri, container, client))
+    match e.code() {
+        tonic::Code::NotFound => BackendError::NotFound(e.to_string()),
+        tonic::Code::FailedPrecondition => BackendError::FailedPrecondition(e.to_string()),
+        _ => BackendError::Internal(e.to_string()),
     }
 }
 
@@ -181,32 +150,21 @@ impl Backend for ShimBackend {
         req: &berth_streaming::ExecRequest,
         io: StreamIo,
     ) -> Result<i32, BackendError> {
-        let (cri, container, client) = self.shim(&req.container_id).await?;
-        let process = cri
-            .exec_process(&container, req.cmd.clone(), req.tty)
+        let stream = self
+            .core
+            .exec_stream(
+                &req.container_id,
+                req.cmd.clone(),
+                req.tty,
+                io.stdin.is_some(),
+            )
             .await
             .map_err(backend_err)?;
-        let opts = ExecOptions {
-            exec_id: berth_shim::new_exec_id("stream"),
-            process,
-            tty: req.tty,
-            stdin: io.stdin.is_some(),
-            timeout: None,
-        };
-        // On its own task: a client that goes away while the process starts
-        // must not cut the shim off before it answered (the shim would not
-        // know to kill the process); once answered, dropping the stream does.
-        let started = tokio::spawn(async move { client.exec(&opts).await })
-            .await
-            .map_err(|e| BackendError::Internal(e.to_string()))?;
-        let stream = started.map_err(|e| {
-            BackendError::Internal(format!("container {}: exec: {e}", container.meta.id))
-        })?;
         match relay(stream, io, false).await? {
             Some(code) => Ok(code),
             None => Err(BackendError::Internal(format!(
                 "container {}: the exec ended without an exit status",
-                container.meta.id
+                req.container_id
             ))),
         }
     }
@@ -216,15 +174,16 @@ impl Backend for ShimBackend {
         req: &berth_streaming::AttachRequest,
         io: StreamIo,
     ) -> Result<(), BackendError> {
-        let (_, container, client) = self.shim(&req.container_id).await?;
         let opts = AttachOptions {
             stdin: io.stdin.is_some(),
             stdout: io.stdout.is_some(),
             stderr: io.stderr.is_some(),
         };
-        let stream = client.attach(opts).await.map_err(|e| {
-            BackendError::Internal(format!("container {}: attach: {e}", container.meta.id))
-        })?;
+        let stream = self
+            .core
+            .attach(&req.container_id, opts)
+            .await
+            .map_err(backend_err)?;
         relay(stream, io, true).await.map(|_| ())
     }
 
@@ -234,8 +193,7 @@ impl Backend for ShimBackend {
         port: u16,
         stream: PortStream,
     ) -> Result<(), BackendError> {
-        let cri = self.cri()?;
-        let sandbox = cri
+        let sandbox = self
             .core
             .sandboxes
             .lookup(pod_sandbox_id)

@@ -321,7 +321,7 @@ fn full_reading() -> ContainerReading {
 
 /// What container `id`'s writable layer (its overlay upper dir) uses; none
 /// while it is not made or after it is gone (blocking walk).
-pub(super) fn writable_layer(layout: &crate::core::Layout, id: &str) -> Option<DiskUsage> {
+pub(super) fn writable_layer(layout: &crate::layout::Layout, id: &str) -> Option<DiskUsage> {
     let upper = layout.container_dirs(id).upper();
     disk_usage(&upper)
         .map_err(|e| {

@@ -26,7 +26,7 @@ pub struct PodFacts {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub userns: Option<berth_spec::UserNamespace>,
     /// The pod runs without a pause process: its UTS and IPC namespaces
-    /// are pinned on files (see [`super::layout::Layout::pod_ns`]). Records
+    /// are pinned on files (see [`crate::layout::Layout::pod_ns`]). Records
     /// from before had a pause.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,

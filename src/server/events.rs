@@ -1,7 +1,10 @@
 //! Container events (GetContainerEvents, whose handler is in
-//! `server/get_container_events.rs`): every life-cycle change of a
-//! container or a pod sandbox becomes a `ContainerEventResponse` broadcast to
-//! every subscriber, as kubelet's evented PLEG expects.
+//! `get_container_events.rs`): every life-cycle change of a container or a
+//! pod sandbox that the core reports ([`CoreEvents`], its `EventSink`)
+//! becomes a `ContainerEventResponse` broadcast to every subscriber, as
+//! kubelet's evented PLEG expects. Part of the CRI layer, as containerd
+//! keeps it (`internal/cri/server/events.go`): the events carry encoded
+//! statuses.
 //!
 //! Sandboxes are reported with their own id as the container id, as
 //! containerd does. Every event carries the pod's status and the statuses of
@@ -14,15 +17,15 @@
 //! listens.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cri_api::v1;
 use tokio::sync::{broadcast, mpsc};
 use tonic::Status;
 
+use super::encode::Statuses;
+use super::BoxStream;
 use crate::core::mechanisms::{EventKind, EventSink};
-use crate::objects::StoreExt;
-use crate::server::{BoxStream, Cri};
 
 /// Events kept for subscribers that are behind; more lost is a dropped subscriber.
 const BUFFER: usize = 1024;
@@ -99,7 +102,7 @@ impl Events {
                             missed,
                             "dropping a container event subscriber that fell behind"
                         );
-                        crate::metrics::subscriber_dropped();
+                        crate::counters::subscriber_dropped();
                         let _ = tx.try_send(Err(Status::resource_exhausted(format!(
                             "container event subscriber fell behind and missed {missed} events; subscribe again"
                         ))));
@@ -113,41 +116,18 @@ impl Events {
     }
 }
 
-/// The core's [`EventSink`]: events carry the pod's and its containers'
-/// statuses, which the CRI layer encodes.
-#[derive(Default)]
-pub struct CoreEvents {
-    cri: std::sync::OnceLock<std::sync::Weak<Cri>>,
-}
-
-impl CoreEvents {
-    /// Events go out through `cri` from now on.
-    pub fn attach(&self, cri: &std::sync::Arc<Cri>) {
-        let _ = self.cri.set(std::sync::Arc::downgrade(cri));
-    }
-}
-
-#[tonic::async_trait]
-impl EventSink for CoreEvents {
-    async fn emit(&self, kind: EventKind, id: &str, sandbox_id: &str) {
-        let Some(cri) = self.cri.get().and_then(|w| w.upgrade()) else {
-            return;
-        };
-        let kind = match kind {
-            EventKind::Created => v1::ContainerEventType::ContainerCreatedEvent,
-            EventKind::Started => v1::ContainerEventType::ContainerStartedEvent,
-            EventKind::Stopped => v1::ContainerEventType::ContainerStoppedEvent,
-            EventKind::Deleted => v1::ContainerEventType::ContainerDeletedEvent,
-        };
-        cri.emit_event(id, sandbox_id, kind).await;
-    }
-}
-
-impl Cri {
-    /// Reports a change of container (or sandbox) `id` in pod `sandbox_id`.
-    pub async fn emit_event(&self, id: &str, sandbox_id: &str, kind: v1::ContainerEventType) {
-        let _order = self.events.order.lock().await;
-        if !self.events.first(id, kind) || self.events.subscribers() == 0 {
+impl Events {
+    /// Reports a change of container (or sandbox) `id` in pod `sandbox_id`,
+    /// with the statuses as `statuses` has them now.
+    pub async fn emit(
+        &self,
+        statuses: &Statuses,
+        id: &str,
+        sandbox_id: &str,
+        kind: v1::ContainerEventType,
+    ) {
+        let _order = self.order.lock().await;
+        if !self.first(id, kind) || self.subscribers() == 0 {
             return;
         }
         let event = v1::ContainerEventResponse {
@@ -157,20 +137,31 @@ impl Cri {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as i64)
                 .unwrap_or_default(),
-            pod_sandbox_status: self.pod_status(sandbox_id),
-            containers_statuses: self.encode_pod_container_statuses(sandbox_id),
+            pod_sandbox_status: statuses.pod(sandbox_id),
+            containers_statuses: statuses.pod_containers(sandbox_id),
         };
         // No subscriber left since the check: nobody to tell.
-        let _ = self.events.tx.send(event);
+        let _ = self.tx.send(event);
     }
+}
 
-    /// The sandbox's status; `None` once it is gone (a DELETED event).
-    fn pod_status(&self, sandbox_id: &str) -> Option<v1::PodSandboxStatus> {
-        let sandbox = self.core.sandboxes.lookup(sandbox_id).ok()?;
-        Some(crate::server::encode::sandbox_status(
-            &sandbox.meta,
-            &sandbox.status(),
-        ))
+/// The core's [`EventSink`]: the hub, and the stores the events' statuses
+/// are read from.
+pub struct CoreEvents {
+    pub hub: Arc<Events>,
+    pub statuses: Statuses,
+}
+
+#[tonic::async_trait]
+impl EventSink for CoreEvents {
+    async fn emit(&self, kind: EventKind, id: &str, sandbox_id: &str) {
+        let kind = match kind {
+            EventKind::Created => v1::ContainerEventType::ContainerCreatedEvent,
+            EventKind::Started => v1::ContainerEventType::ContainerStartedEvent,
+            EventKind::Stopped => v1::ContainerEventType::ContainerStoppedEvent,
+            EventKind::Deleted => v1::ContainerEventType::ContainerDeletedEvent,
+        };
+        self.hub.emit(&self.statuses, id, sandbox_id, kind).await;
     }
 }
 

@@ -181,6 +181,18 @@ impl Layout {
         }
     }
 
+    /// Where berth's default AppArmor profile is written for the parser
+    /// (removed once loaded).
+    pub fn apparmor_profile(&self) -> PathBuf {
+        self.state.join("berth-default.apparmor")
+    }
+
+    /// The streaming server's self-signed certificate (the certificate
+    /// only, for clients that want to verify it).
+    pub fn streaming_cert(&self) -> PathBuf {
+        self.state.join("streaming").join("tls.crt")
+    }
+
     /// Every subtree of root and state: only root may enter them.
     pub fn private_dirs(&self) -> Vec<PathBuf> {
         vec![

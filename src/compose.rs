@@ -1,0 +1,129 @@
+//! The composition root: the one place that builds the Layout's users, the
+//! record stores, the image store, the six real mechanisms, the core and
+//! the CRI layer, and wires them together. Everything else receives them.
+//!
+//! The order removes every back-reference: the stores are opened first, so
+//! the image store's garbage collection (which must keep the snapshots
+//! containers use) and the event sink (which encodes statuses) read them
+//! directly, and the core is built last, over what it uses.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::core::mechanisms::{EventSink, Images};
+use crate::core::{real, Core, Mechanisms, Stores};
+use crate::error::Error;
+use crate::layout::Layout;
+use crate::server::encode::Statuses;
+use crate::server::events::{CoreEvents, Events};
+use crate::server::Cri;
+
+/// The CNI client of a configuration.
+fn cni_client(config: &Config, layout: &Layout) -> berth_cni::Cni {
+    berth_cni::Cni::new(berth_cni::CniOptions {
+        conf_dirs: vec![config.cni.conf_dir.clone()],
+        bin_dirs: config.cni.bin_dirs.clone(),
+        cache_dir: layout.cni_cache(),
+        network_name: Some(config.cni.network_name.clone()).filter(|n| !n.is_empty()),
+        timeout: std::time::Duration::from_secs(config.cni.timeout_secs),
+    })
+}
+
+/// What the host supports and the configured policies.
+fn spec_options(config: &Config) -> berth_spec::SpecOptions {
+    let mut opts = berth_spec::SpecOptions::detect();
+    opts.cgroup_driver_systemd =
+        config.runtime.cgroup_driver == crate::config::CgroupDriver::Systemd;
+    opts.cdi_spec_dirs = config.runtime.cdi_spec_dirs.clone();
+    opts
+}
+
+/// The real mechanisms over `cni`, with the given images and event sink.
+fn mechanisms(
+    config: &Config,
+    layout: &Layout,
+    cni: &berth_cni::Cni,
+    images: Arc<dyn Images>,
+    events: Arc<dyn EventSink>,
+) -> Mechanisms {
+    Mechanisms {
+        network: Arc::new(real::Cni(cni.clone())),
+        namespaces: Arc::new(real::NetNs),
+        files: Arc::new(real::Host),
+        runtime: Arc::new(real::Shims {
+            layout: layout.clone(),
+            shim_binary: crate::core::shim_binary(config),
+        }),
+        images,
+        events,
+    }
+}
+
+/// The daemon's CRI layer over a core over the stores under `layout`.
+pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
+    let stores = Stores::open(&layout)?;
+    // Snapshots that containers use are kept by image garbage collection.
+    let roots: berth_oci_image::GcRoots = {
+        let containers = stores.containers.clone();
+        Arc::new(move || crate::core::snapshots_in_use(&containers))
+    };
+    let images = Arc::new(
+        berth_oci_image::ImageStore::open_with_roots(
+            &layout.images(),
+            config.registry.clone(),
+            Some(roots),
+        )
+        .await?,
+    );
+    let cni = cni_client(&config, &layout);
+    let hub = Arc::new(Events::new());
+    let sink = Arc::new(CoreEvents {
+        hub: hub.clone(),
+        statuses: Statuses {
+            sandboxes: stores.sandboxes.clone(),
+            containers: stores.containers.clone(),
+            images: images.clone(),
+        },
+    });
+    let mech = mechanisms(&config, &layout, &cni, images.clone(), sink);
+    // Host probes and the AppArmor profile load block: not on a worker.
+    let options = {
+        let (config, layout) = (config.clone(), layout.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut options = spec_options(&config);
+            let parser = crate::apparmor::find_parser();
+            crate::apparmor::ensure_default(
+                &mut options,
+                parser.as_deref(),
+                &layout.apparmor_profile(),
+            );
+            options
+        })
+        .await
+        .map_err(Error::join)?
+    };
+    let core = Core::new(config, layout, stores, mech, options);
+    Ok(Cri::new(core, cni, images, hub))
+}
+
+/// What recovery would change, from the records on disk; changes nothing.
+/// A dry run opens no image store (its start-up GC changes things) and
+/// reports no events.
+pub async fn recovery_plan(config: &Config, layout: Layout) -> Result<Vec<String>, Error> {
+    let stores = Stores::open(&layout)?;
+    let cni = cni_client(config, &layout);
+    let mech = mechanisms(
+        config,
+        &layout,
+        &cni,
+        Arc::new(real::NoImages),
+        Arc::new(real::NoEvents),
+    );
+    let core = Core::new(config.clone(), layout, stores, mech, spec_options(config));
+    Ok(core
+        .plan()
+        .await
+        .into_iter()
+        .map(|a| a.to_string())
+        .collect())
+}

@@ -1,0 +1,86 @@
+//! UpdateContainerResources and UpdatePodSandboxResources: new resources
+//! checked, applied to a running container through its shim, kept in the
+//! bundle's spec for a later start and in the record for ContainerStatus;
+//! a pod's recorded (kubelet owns the pod cgroup, as with CRI-O). Each runs
+//! under the object's lifecycle lock, so a concurrent Stop or Remove waits.
+
+use cri_api::v1;
+
+use super::{now_nanos, Core};
+use crate::container::ContainerState;
+use crate::error::Error;
+use crate::objects::{self, StoreExt};
+use crate::sandbox::PodResources;
+
+impl Core {
+    /// Applies `linux` to container `id`: through its shim when it runs
+    /// (a failure there changes nothing), then into its bundle's spec and
+    /// its record. `None` changes nothing.
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: Option<v1::LinuxContainerResources>,
+    ) -> Result<(), Error> {
+        let container = self.containers.lookup(id)?;
+        let _lifecycle = container.lifecycle.lock().await;
+        let id = container.meta.id.clone();
+        let Some(linux) = linux else {
+            return Ok(());
+        };
+        let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options)?;
+        // Kept for ContainerStatus once applied.
+        let applied = prost::Message::encode_to_vec(&linux);
+        match container.status().state {
+            ContainerState::Running => self.shim_of(&id).await?.update(&resources).await?,
+            ContainerState::Created => {}
+            state => {
+                return Err(Error::FailedPrecondition(format!(
+                    "container {id} is {state:?}: its resources cannot change"
+                )))
+            }
+        }
+        // The bundle's spec keeps the new values, for a later start.
+        // Replaced atomically (ExecSync reads it without the lock).
+        let path = self.layout.container_dirs(&id).spec();
+        let mut spec = self.mech.files.read_spec(&id, &path).await?;
+        if let Some(linux) = spec.linux_mut() {
+            let mut merged = resources;
+            if let Some(old) = linux.resources() {
+                merged.set_devices(old.devices().clone());
+            }
+            linux.set_resources(Some(merged));
+        }
+        self.mech.files.write_spec(&id, &path, &spec).await?;
+        objects::save(&container, move |s| s.resources = applied).await?;
+        Ok(())
+    }
+
+    /// Records the pod-level resources kubelet has just applied to pod
+    /// `id`'s cgroup (overhead and the sum of its containers'), checked as
+    /// a container's are.
+    pub async fn update_pod_resources(
+        &self,
+        id: &str,
+        overhead: Option<v1::LinuxContainerResources>,
+        resources: Option<v1::LinuxContainerResources>,
+    ) -> Result<(), Error> {
+        let sandbox = self.sandboxes.lookup(id)?;
+        let _lifecycle = sandbox.lifecycle.lock().await;
+        let id = sandbox.meta.id.clone();
+        for r in [&overhead, &resources].into_iter().flatten() {
+            berth_spec::linux_resources(&id, r, &self.spec_options)?;
+        }
+        let encode = |r: &Option<v1::LinuxContainerResources>| {
+            r.as_ref()
+                .map(prost::Message::encode_to_vec)
+                .unwrap_or_default()
+        };
+        let recorded = PodResources {
+            overhead: encode(&overhead),
+            resources: encode(&resources),
+            updated_at: now_nanos(),
+        };
+        objects::save(&sandbox, move |s| s.resources = Some(recorded)).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! CreateContainer, StartContainer, Stop and Remove of containers and
+//! pods, and concurrent calls on one pod.
+
+use super::*;
+
+const CREATE_STEPS: [&str; 3] = [
+    "files.mount_rootfs",
+    "files.create_dirs",
+    "files.write_spec",
+];
+
+#[tokio::test]
+async fn each_failing_step_of_create_container_leaves_nothing_of_the_container() {
+    for step in CREATE_STEPS {
+        let r = rig();
+        let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+        r.fake.fail(step);
+        let e = r
+            .core
+            .create_container(container(&pod_id, "app"))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(step), "{step}: {e}");
+        assert!(r.core.containers.list().is_empty(), "{step}: record left");
+        assert!(
+            r.fake.world.lock().unwrap().rootfs_mounted.is_empty(),
+            "{step}: rootfs left"
+        );
+        r.fake.heal(step);
+        r.core
+            .create_container(container(&pod_id, "app"))
+            .await
+            .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
+    }
+}
+
+#[tokio::test]
+async fn create_container_checks_its_pod_and_image() {
+    let r = rig();
+    assert_eq!(
+        r.core
+            .create_container(container("nope", "app"))
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::NotFound
+    );
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let mut req = container(&pod_id, "app");
+    req.config.image.as_mut().unwrap().image = "missing".into();
+    assert_eq!(
+        r.core.create_container(req).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    let mut req = container(&pod_id, "app");
+    req.config.log_path = "../../../tmp/x.log".into();
+    let mut with_logs = pod("logs");
+    with_logs.config.log_directory = "/var/log/pods/x".into();
+    let logs_pod = r.core.run_pod_sandbox(with_logs).await.unwrap();
+    req.sandbox_id = logs_pod;
+    assert_eq!(
+        r.core.create_container(req).await.unwrap_err().code(),
+        tonic::Code::InvalidArgument
+    );
+    r.core.stop_pod_sandbox(&pod_id).await.unwrap();
+    assert_eq!(
+        r.core
+            .create_container(container(&pod_id, "app"))
+            .await
+            .unwrap_err()
+            .code(),
+        tonic::Code::FailedPrecondition
+    );
+    assert!(r.core.containers.list().is_empty());
+}
+
+#[tokio::test]
+async fn container_life_cycle() {
+    let r = rig();
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let id = r
+        .core
+        .create_container(container(&pod_id, "app"))
+        .await
+        .unwrap();
+    let c = r.core.containers.get(&id).unwrap();
+    assert_eq!(c.status().state, ContainerState::Created);
+    assert_eq!(c.meta.image_id, "sha256:1111");
+    r.core.start_container(&id).await.unwrap();
+    assert_eq!(c.status().state, ContainerState::Running);
+    assert_eq!(
+        r.core.start_container(&id).await.unwrap_err().code(),
+        tonic::Code::FailedPrecondition
+    );
+    // A natural exit is recorded, and the container leaves the runtime.
+    r.fake.exit(&id, 3);
+    for _ in 0..200 {
+        if !r.fake.world.lock().unwrap().runtime.contains_key(&id) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let s = c.status();
+    assert_eq!(
+        (s.state, s.exit_code, s.reason.as_str()),
+        (ContainerState::Exited, 3, "Error")
+    );
+    assert!(!r.fake.world.lock().unwrap().rootfs_mounted.contains(&id));
+    r.core.remove_container(&id).await.unwrap();
+    r.core.remove_container(&id).await.unwrap();
+    r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+    r.assert_empty();
+    let events: Vec<EventKind> = r
+        .fake
+        .world
+        .lock()
+        .unwrap()
+        .events
+        .iter()
+        .filter(|(_, i)| *i == id)
+        .map(|(k, _)| *k)
+        .collect();
+    assert_eq!(
+        events[..3],
+        [EventKind::Created, EventKind::Started, EventKind::Stopped]
+    );
+    assert_eq!(events.last(), Some(&EventKind::Deleted));
+}
+
+#[tokio::test]
+async fn a_failed_start_is_reported_as_exited_and_leaves_no_runtime_container() {
+    for step in ["runtime.create", "task.start"] {
+        let r = rig();
+        let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+        let id = r
+            .core
+            .create_container(container(&pod_id, "app"))
+            .await
+            .unwrap();
+        r.fake.fail(step);
+        r.core.start_container(&id).await.unwrap_err();
+        let s = r.core.containers.get(&id).unwrap().status();
+        assert_eq!(
+            (s.state, s.reason.as_str()),
+            (ContainerState::Exited, "StartError"),
+            "{step}"
+        );
+        assert!(
+            !r.fake.world.lock().unwrap().runtime.contains_key(&id),
+            "{step}"
+        );
+        r.fake.heal(step);
+        r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+        r.assert_empty();
+    }
+}
+
+#[tokio::test]
+async fn a_killed_shim_is_reported_exited_not_running() {
+    let r = rig();
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let id = r
+        .core
+        .create_container(container(&pod_id, "app"))
+        .await
+        .unwrap();
+    r.core.start_container(&id).await.unwrap();
+    r.fake.kill_shim(&id);
+    let c = r.core.containers.get(&id).unwrap();
+    for _ in 0..200 {
+        if c.status().state == ContainerState::Exited {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let s = c.status();
+    assert_eq!(
+        (s.state, s.reason.as_str()),
+        (ContainerState::Exited, "Unknown")
+    );
+    // Releasing it deleted what was left in the runtime.
+    for _ in 0..200 {
+        if !r.fake.world.lock().unwrap().runtime.contains_key(&id) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(!r.fake.world.lock().unwrap().runtime.contains_key(&id));
+}
+
+#[tokio::test]
+async fn stop_and_remove_pod_take_their_containers_down() {
+    let r = rig();
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let a = r
+        .core
+        .create_container(container(&pod_id, "a"))
+        .await
+        .unwrap();
+    let b = r
+        .core
+        .create_container(container(&pod_id, "b"))
+        .await
+        .unwrap();
+    r.core.start_container(&a).await.unwrap();
+    r.core.stop_pod_sandbox(&pod_id).await.unwrap();
+    assert_eq!(
+        r.core.containers.get(&a).unwrap().status().state,
+        ContainerState::Exited
+    );
+    assert_eq!(
+        r.core.containers.get(&b).unwrap().status().state,
+        ContainerState::Created
+    );
+    r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+    r.assert_empty();
+}
+
+#[tokio::test]
+async fn concurrent_calls_on_one_pod() {
+    let r = rig();
+    // Two runs of one name: one wins, the other is told who holds it.
+    let (x, y) = tokio::join!(
+        r.core.run_pod_sandbox(pod("web")),
+        r.core.run_pod_sandbox(pod("web"))
+    );
+    let (ok, err) = match (x, y) {
+        (Ok(id), Err(e)) | (Err(e), Ok(id)) => (id, e),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(err.code(), tonic::Code::AlreadyExists);
+    assert!(err.to_string().contains(&ok));
+    // Two stops and two removes at once: each step once, both succeed.
+    let (a, b) = tokio::join!(r.core.stop_pod_sandbox(&ok), r.core.stop_pod_sandbox(&ok));
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(r.fake.count("cni.del"), 1);
+    let (a, b) = tokio::join!(
+        r.core.remove_pod_sandbox(&ok),
+        r.core.remove_pod_sandbox(&ok)
+    );
+    a.unwrap();
+    b.unwrap();
+    r.assert_empty();
+}

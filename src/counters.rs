@@ -1,0 +1,354 @@
+//! berth's own Prometheus metrics: the counters, histograms and gauges, and
+//! their text page (served by the CRI layer's endpoint,
+//! `server/metrics_endpoint.rs`, when `[metrics] address` is set). A leaf:
+//! it imports nothing of the crate, so every layer can count.
+//!
+//! - `berth_grpc_requests_total{method,code}` and
+//!   `berth_grpc_request_duration_seconds{method,code}`: every CRI call, as
+//!   the instrument layer sees it;
+//! - `berth_containers{state}`, `berth_pod_sandboxes{state}` and
+//!   `berth_shims` (running containers plus pods with a live pause), read
+//!   from the stores at scrape time;
+//! - `berth_image_pulls_total{result}` and `berth_image_pulled_bytes_total`
+//!   (content bytes of the pulled images: config and compressed layers);
+//! - `berth_container_event_subscribers` and
+//!   `berth_container_event_subscribers_dropped_total`;
+//! - `berth_step_duration_seconds{step}`: the steps of the pod and
+//!   container life cycle (a CNI ADD, a record write, the shim running the
+//!   container...), where berth's time goes.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// RPC latency buckets, in seconds: from a status lookup answered from
+/// memory (tens of microseconds, so the low end is fine enough to tell a
+/// 100 µs median) to a slow pull.
+const RPC_BUCKETS: &[f64] = &[
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+struct Metrics {
+    registry: Registry,
+    rpcs: IntCounterVec,
+    rpc_seconds: HistogramVec,
+    image_pulls: IntCounterVec,
+    image_pulled_bytes: IntCounter,
+    containers: IntGaugeVec,
+    sandboxes: IntGaugeVec,
+    shims: IntGauge,
+    subscribers: IntGauge,
+    subscribers_dropped: IntCounter,
+    steps: HistogramVec,
+}
+
+/// Step latency buckets, in seconds: from a record write to a slow plugin.
+const STEP_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+    30.0,
+];
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// Registers `metric` in `registry`. The metric definitions are
+/// constants: failing to register one is a bug.
+fn reg<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("berth's metric definitions are valid and unique");
+    metric
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    reg(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    reg(
+        r,
+        IntCounter::with_opts(Opts::new(name, help)).expect("valid metric"),
+    )
+}
+
+fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    reg(
+        r,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    reg(
+        r,
+        IntGauge::with_opts(Opts::new(name, help)).expect("valid metric"),
+    )
+}
+
+fn histogram_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+    reg(r, HistogramVec::new(opts, labels).expect("valid metric"))
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let r = Registry::new();
+        Metrics {
+            rpcs: counter_vec(
+                &r,
+                "berth_grpc_requests_total",
+                "CRI calls handled, by method and gRPC code.",
+                &["method", "code"],
+            ),
+            rpc_seconds: histogram_vec(
+                &r,
+                "berth_grpc_request_duration_seconds",
+                "Time CRI calls took, by method and gRPC code.",
+                RPC_BUCKETS,
+                &["method", "code"],
+            ),
+            image_pulls: counter_vec(
+                &r,
+                "berth_image_pulls_total",
+                "Image pulls, by result (success or failure).",
+                &["result"],
+            ),
+            image_pulled_bytes: counter(
+                &r,
+                "berth_image_pulled_bytes_total",
+                "Content bytes (config and compressed layers) of successfully pulled images.",
+            ),
+            containers: gauge_vec(&r, "berth_containers", "Containers, by state.", &["state"]),
+            sandboxes: gauge_vec(
+                &r,
+                "berth_pod_sandboxes",
+                "Pod sandboxes, by state.",
+                &["state"],
+            ),
+            shims: gauge(
+                &r,
+                "berth_shims",
+                "berth-shim processes: running containers plus pods with a live pause.",
+            ),
+            subscribers: gauge(
+                &r,
+                "berth_container_event_subscribers",
+                "GetContainerEvents streams open now.",
+            ),
+            subscribers_dropped: counter(
+                &r,
+                "berth_container_event_subscribers_dropped_total",
+                "GetContainerEvents streams ended because the client fell behind.",
+            ),
+            steps: histogram_vec(
+                &r,
+                "berth_step_duration_seconds",
+                "Time the steps of the pod and container life cycle took, by step.",
+                STEP_BUCKETS,
+                &["step"],
+            ),
+            registry: r,
+        }
+    }
+}
+
+/// The gRPC name of a code, as grpc-go and its Prometheus middleware spell it.
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "Canceled",
+        Unknown => "Unknown",
+        InvalidArgument => "InvalidArgument",
+        DeadlineExceeded => "DeadlineExceeded",
+        NotFound => "NotFound",
+        AlreadyExists => "AlreadyExists",
+        PermissionDenied => "PermissionDenied",
+        ResourceExhausted => "ResourceExhausted",
+        FailedPrecondition => "FailedPrecondition",
+        Aborted => "Aborted",
+        OutOfRange => "OutOfRange",
+        Unimplemented => "Unimplemented",
+        Internal => "Internal",
+        Unavailable => "Unavailable",
+        DataLoss => "DataLoss",
+        Unauthenticated => "Unauthenticated",
+    }
+}
+
+/// Counts one finished CRI call.
+pub fn rpc_done(method: &str, code: tonic::Code, elapsed: Duration) {
+    let labels = [method, code_name(code)];
+    METRICS.rpcs.with_label_values(&labels).inc();
+    METRICS
+        .rpc_seconds
+        .with_label_values(&labels)
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Records how long lifecycle step `step` took.
+pub fn step_done(step: &str, elapsed: Duration) {
+    METRICS
+        .steps
+        .with_label_values(&[step])
+        .observe(elapsed.as_secs_f64());
+}
+
+/// Counts a container event subscriber dropped for falling behind.
+pub fn subscriber_dropped() {
+    METRICS.subscribers_dropped.inc();
+}
+
+/// Counts one finished image pull: `Some(bytes)` of the pulled image's
+/// content when it succeeded, `None` when it failed.
+pub fn image_pulled(bytes: Option<u64>) {
+    match bytes {
+        Some(bytes) => {
+            METRICS.image_pulls.with_label_values(&["success"]).inc();
+            METRICS.image_pulled_bytes.inc_by(bytes);
+        }
+        None => METRICS.image_pulls.with_label_values(&["failure"]).inc(),
+    }
+}
+
+/// The gauges read from the stores at scrape time.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Gauges {
+    /// Containers per state label (`created`, `running`, `exited`, `unknown`).
+    pub containers: Vec<(&'static str, usize)>,
+    /// Sandboxes per state label (`ready`, `notready`, `unknown`).
+    pub sandboxes: Vec<(&'static str, usize)>,
+    /// Running containers plus pods with a live pause.
+    pub shims: usize,
+    /// GetContainerEvents streams open now.
+    pub subscribers: usize,
+}
+
+/// The metrics in Prometheus text format, with `gauges` as they are now.
+pub fn render(gauges: &Gauges) -> String {
+    let m = &*METRICS;
+    for (label, n) in &gauges.containers {
+        m.containers.with_label_values(&[label]).set(*n as i64);
+    }
+    for (label, n) in &gauges.sandboxes {
+        m.sandboxes.with_label_values(&[label]).set(*n as i64);
+    }
+    m.shims.set(gauges.shims as i64);
+    m.subscribers.set(gauges.subscribers as i64);
+    let mut out = Vec::new();
+    if let Err(e) = TextEncoder::new().encode(&m.registry.gather(), &mut out) {
+        tracing::error!(error = %e, "encoding metrics");
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Awaits `work`, one step of the life cycle, and records how long it took
+/// (`berth_step_duration_seconds{step}`): where berth's time goes.
+pub async fn timed<T>(step: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = Instant::now();
+    let out = work.await;
+    step_done(step, started.elapsed());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rpc_calls_are_counted_per_method_and_code() {
+        rpc_done("UnitTestCall", tonic::Code::Ok, Duration::from_millis(3));
+        rpc_done(
+            "UnitTestCall",
+            tonic::Code::NotFound,
+            Duration::from_secs(1),
+        );
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&METRICS.registry.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains(r#"berth_grpc_requests_total{code="OK",method="UnitTestCall"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"berth_grpc_requests_total{code="NotFound",method="UnitTestCall"} 1"#)
+        );
+        assert!(text.contains(
+            r#"berth_grpc_request_duration_seconds_bucket{code="OK",method="UnitTestCall",le="0.005"} 1"#
+        ));
+        assert!(text.contains("# TYPE berth_grpc_request_duration_seconds histogram"));
+    }
+
+    #[test]
+    fn microsecond_calls_land_in_their_own_buckets() {
+        rpc_done(
+            "UnitTestFastCall",
+            tonic::Code::Ok,
+            Duration::from_micros(40),
+        );
+        rpc_done(
+            "UnitTestFastCall",
+            tonic::Code::Ok,
+            Duration::from_micros(180),
+        );
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&METRICS.registry.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let bucket = |le: &str| {
+            let line = format!(
+                r#"berth_grpc_request_duration_seconds_bucket{{code="OK",method="UnitTestFastCall",le="{le}"}} "#
+            );
+            let rest = text
+                .lines()
+                .find_map(|l| l.strip_prefix(line.as_str()))
+                .unwrap_or_else(|| panic!("no bucket {le} in {text}"));
+            rest.parse::<u64>().unwrap()
+        };
+        assert_eq!(bucket("0.000025"), 0);
+        assert_eq!(bucket("0.00005"), 1);
+        assert_eq!(bucket("0.0001"), 1);
+        assert_eq!(bucket("0.00025"), 2);
+        assert_eq!(bucket("0.001"), 2);
+    }
+
+    #[test]
+    fn gauges_are_rendered_as_given() {
+        let text = render(&Gauges {
+            containers: vec![("running", 3)],
+            sandboxes: vec![("ready", 2)],
+            shims: 4,
+            subscribers: 1,
+        });
+        assert!(
+            text.contains(r#"berth_containers{state="running"} 3"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"berth_pod_sandboxes{state="ready"} 2"#));
+        assert!(text.contains("berth_shims 4"));
+        assert!(text.contains("berth_container_event_subscribers 1"));
+    }
+
+    #[test]
+    fn code_names() {
+        assert_eq!(code_name(tonic::Code::Ok), "OK");
+        assert_eq!(code_name(tonic::Code::Cancelled), "Canceled");
+        assert_eq!(code_name(tonic::Code::Unavailable), "Unavailable");
+    }
+}

@@ -2,6 +2,7 @@
 //! settings), the OOM score adjustment and the cgroups path. The resource
 //! mapping serves CreateContainer and UpdateContainerResources alike.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use cri_api::v1;
@@ -34,32 +35,64 @@ pub fn linux_resources(
     r: &v1::LinuxContainerResources,
     opts: &SpecOptions,
 ) -> Result<LinuxResources, Error> {
-    let positive = |v: i64, field: &str| -> Result<Option<u64>, Error> {
-        match v {
-            0 => Ok(None),
-            v if v > 0 => Ok(Some(v as u64)),
-            v => Err(invalid(
-                id,
-                format!("{FIELD}.{field}"),
-                format!("{v} is negative"),
-            )),
-        }
-    };
-    let bad = |field: &str, why: String| invalid(id, format!("{FIELD}.{field}"), why);
     let mut out = LinuxResources::default();
+    if let Some(cpu) = cpu(id, r)? {
+        out.set_cpu(Some(cpu));
+    }
+    if let Some(memory) = memory(id, r, opts)? {
+        out.set_memory(Some(memory));
+    }
+    if let Some(limits) = hugepage_limits(id, r, opts)? {
+        out.set_hugepage_limits(Some(limits));
+    }
+    if let Some(unified) = unified(id, r, opts)? {
+        out.set_unified(Some(unified));
+    }
+    if let Some(limit) = opts.pids_limit.filter(|l| *l != 0) {
+        let mut pids = LinuxPids::default();
+        pids.set_limit(limit);
+        out.set_pids(Some(pids));
+    }
+    Ok(out)
+}
 
+/// `v` of the CRI field `field`: none when 0, refused when negative.
+fn positive(id: &str, v: i64, field: &str) -> Result<Option<u64>, Error> {
+    match v {
+        0 => Ok(None),
+        v if v > 0 => Ok(Some(v as u64)),
+        v => Err(invalid(
+            id,
+            format!("{FIELD}.{field}"),
+            format!("{v} is negative"),
+        )),
+    }
+}
+
+/// The CRI field `field` of `linux.resources` is refused, for `why`.
+fn bad(id: &str, field: &str, why: String) -> Error {
+    invalid(id, format!("{FIELD}.{field}"), why)
+}
+
+/// CFS period, shares and quota, and the cpuset; none when nothing is set.
+fn cpu(id: &str, r: &v1::LinuxContainerResources) -> Result<Option<LinuxCpu>, Error> {
     let mut cpu = LinuxCpu::default();
-    let period = positive(r.cpu_period, "cpu_period")?;
+    let period = positive(id, r.cpu_period, "cpu_period")?;
     if let Some(p) = period.filter(|p| !CPU_PERIOD_US.contains(p)) {
         return Err(bad(
+            id,
             "cpu_period",
             format!("{p} is outside {CPU_PERIOD_US:?} µs"),
         ));
     }
     cpu.set_period(period);
-    let shares = positive(r.cpu_shares, "cpu_shares")?;
+    let shares = positive(id, r.cpu_shares, "cpu_shares")?;
     if let Some(s) = shares.filter(|s| !CPU_SHARES.contains(s)) {
-        return Err(bad("cpu_shares", format!("{s} is outside {CPU_SHARES:?}")));
+        return Err(bad(
+            id,
+            "cpu_shares",
+            format!("{s} is outside {CPU_SHARES:?}"),
+        ));
     }
     cpu.set_shares(shares);
     match r.cpu_quota {
@@ -72,6 +105,7 @@ pub fn linux_resources(
         }
         q => {
             return Err(bad(
+                id,
                 "cpu_quota",
                 format!("{q} is neither -1 (no limit) nor at least {MIN_CPU_QUOTA_US} µs"),
             ))
@@ -85,7 +119,7 @@ pub fn linux_resources(
             .chars()
             .all(|c| c.is_ascii_digit() || matches!(c, ',' | '-'))
         {
-            return Err(bad(field, format!("{v:?} is not a list like 0-3,7")));
+            return Err(bad(id, field, format!("{v:?} is not a list like 0-3,7")));
         }
     }
     if !r.cpuset_cpus.is_empty() {
@@ -94,12 +128,17 @@ pub fn linux_resources(
     if !r.cpuset_mems.is_empty() {
         cpu.set_mems(Some(r.cpuset_mems.clone()));
     }
-    if cpu != LinuxCpu::default() {
-        out.set_cpu(Some(cpu));
-    }
+    Ok((cpu != LinuxCpu::default()).then_some(cpu))
+}
 
+/// The memory limit and memory+swap limit; none when nothing is set.
+fn memory(
+    id: &str,
+    r: &v1::LinuxContainerResources,
+    opts: &SpecOptions,
+) -> Result<Option<LinuxMemory>, Error> {
     let mut memory = LinuxMemory::default();
-    let limit = positive(r.memory_limit_in_bytes, "memory_limit_in_bytes")?;
+    let limit = positive(id, r.memory_limit_in_bytes, "memory_limit_in_bytes")?;
     let swap = match r.memory_swap_limit_in_bytes {
         0 => None,
         -1 => Some(-1),
@@ -116,6 +155,7 @@ pub fn linux_resources(
     if let (Some(l), Some(s)) = (limit, swap.filter(|s| *s > 0)) {
         if (s as u64) < l {
             return Err(bad(
+                id,
                 "memory_swap_limit_in_bytes",
                 format!("{s} is below memory_limit_in_bytes {l}"),
             ));
@@ -127,10 +167,16 @@ pub fn linux_resources(
     if opts.swap_available {
         memory.set_swap(swap.or(limit.map(|l| l as i64)));
     }
-    if memory != LinuxMemory::default() {
-        out.set_memory(Some(memory));
-    }
+    Ok((memory != LinuxMemory::default()).then_some(memory))
+}
 
+/// The hugepage limits, checked even where they are dropped; none when
+/// there are none or the host has no hugetlb controller.
+fn hugepage_limits(
+    id: &str,
+    r: &v1::LinuxContainerResources,
+    opts: &SpecOptions,
+) -> Result<Option<Vec<LinuxHugepageLimit>>, Error> {
     // The page size names a cgroup file (hugetlb.<size>.limit_in_bytes).
     for h in &r.hugepage_limits {
         let digits = h.page_size.trim_end_matches(['K', 'M', 'G', 'T', 'P', 'B']);
@@ -140,55 +186,66 @@ pub fn linux_resources(
             || !matches!(unit, "KB" | "MB" | "GB" | "TB" | "PB")
         {
             return Err(bad(
+                id,
                 "hugepage_limits",
                 format!("page size {:?} is not like 2MB or 1GB", h.page_size),
             ));
         }
     }
-    if opts.hugetlb_available && !r.hugepage_limits.is_empty() {
-        let mut limits = Vec::new();
-        for h in &r.hugepage_limits {
-            let mut l = LinuxHugepageLimit::default();
-            l.set_page_size(h.page_size.clone());
-            l.set_limit(i64::try_from(h.limit).map_err(|_| {
-                bad(
-                    "hugepage_limits",
-                    format!("limit {} of {} is too large", h.limit, h.page_size),
-                )
-            })?);
-            limits.push(l);
-        }
-        out.set_hugepage_limits(Some(limits));
-    } else if !r.hugepage_limits.is_empty() {
+    if r.hugepage_limits.is_empty() {
+        return Ok(None);
+    }
+    if !opts.hugetlb_available {
         tracing::debug!(
             container = id,
             "no hugetlb cgroup controller: hugepage limits ignored"
         );
+        return Ok(None);
     }
-
-    if !r.unified.is_empty() {
-        if !opts.cgroup_v2 {
-            return Err(invalid(
+    let mut limits = Vec::new();
+    for h in &r.hugepage_limits {
+        let mut l = LinuxHugepageLimit::default();
+        l.set_page_size(h.page_size.clone());
+        l.set_limit(i64::try_from(h.limit).map_err(|_| {
+            bad(
                 id,
-                format!("{FIELD}.unified"),
-                "cgroup v2 settings on a cgroup v1 host",
-            ));
-        }
-        // Each key names a file of the container's cgroup directory.
-        if let Some(k) = r.unified.keys().find(|k| {
-            k.is_empty() || k.contains('/') || k.starts_with('.') || k.chars().any(char::is_control)
-        }) {
-            return Err(bad("unified", format!("{k:?} is not a cgroup file name")));
-        }
-        out.set_unified(Some(r.unified.clone()));
+                "hugepage_limits",
+                format!("limit {} of {} is too large", h.limit, h.page_size),
+            )
+        })?);
+        limits.push(l);
     }
+    Ok(Some(limits))
+}
 
-    if let Some(limit) = opts.pids_limit.filter(|l| *l != 0) {
-        let mut pids = LinuxPids::default();
-        pids.set_limit(limit);
-        out.set_pids(Some(pids));
+/// The cgroup v2 settings, each key a file of the container's cgroup
+/// directory; none when there are none, refused on a cgroup v1 host.
+fn unified(
+    id: &str,
+    r: &v1::LinuxContainerResources,
+    opts: &SpecOptions,
+) -> Result<Option<HashMap<String, String>>, Error> {
+    if r.unified.is_empty() {
+        return Ok(None);
     }
-    Ok(out)
+    if !opts.cgroup_v2 {
+        return Err(invalid(
+            id,
+            format!("{FIELD}.unified"),
+            "cgroup v2 settings on a cgroup v1 host",
+        ));
+    }
+    // Each key names a file of the container's cgroup directory.
+    if let Some(k) = r.unified.keys().find(|k| {
+        k.is_empty() || k.contains('/') || k.starts_with('.') || k.chars().any(char::is_control)
+    }) {
+        return Err(bad(
+            id,
+            "unified",
+            format!("{k:?} is not a cgroup file name"),
+        ));
+    }
+    Ok(Some(r.unified.clone()))
 }
 
 /// The `oomScoreAdj` to ask for: none unless the config sets a non-zero

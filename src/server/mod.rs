@@ -19,6 +19,7 @@ pub mod instrument;
 mod list_containers;
 mod list_images;
 mod list_pod_sandbox;
+mod list_streams;
 pub mod metrics_endpoint;
 mod pod_sandbox_status;
 mod port_forward;
@@ -232,12 +233,12 @@ delegate! {
         "UpdatePodSandboxResources" update_pod_sandbox_resources(UpdatePodSandboxResourcesRequest) -> UpdatePodSandboxResourcesResponse => update_pod_sandbox_resources;
     }
     streams {
-        "StreamPodSandboxes" stream_pod_sandboxes(StreamPodSandboxesRequest) -> StreamPodSandboxesStream<StreamPodSandboxesResponse> => unimplemented;
-        "StreamContainers" stream_containers(StreamContainersRequest) -> StreamContainersStream<StreamContainersResponse> => unimplemented;
-        "StreamContainerStats" stream_container_stats(StreamContainerStatsRequest) -> StreamContainerStatsStream<StreamContainerStatsResponse> => unimplemented;
-        "StreamPodSandboxStats" stream_pod_sandbox_stats(StreamPodSandboxStatsRequest) -> StreamPodSandboxStatsStream<StreamPodSandboxStatsResponse> => unimplemented;
+        "StreamPodSandboxes" stream_pod_sandboxes(StreamPodSandboxesRequest) -> StreamPodSandboxesStream<StreamPodSandboxesResponse> => stream_pod_sandboxes;
+        "StreamContainers" stream_containers(StreamContainersRequest) -> StreamContainersStream<StreamContainersResponse> => stream_containers;
+        "StreamContainerStats" stream_container_stats(StreamContainerStatsRequest) -> StreamContainerStatsStream<StreamContainerStatsResponse> => stream_container_stats;
+        "StreamPodSandboxStats" stream_pod_sandbox_stats(StreamPodSandboxStatsRequest) -> StreamPodSandboxStatsStream<StreamPodSandboxStatsResponse> => stream_pod_sandbox_stats;
         "GetContainerEvents" get_container_events(GetEventsRequest) -> GetContainerEventsStream<ContainerEventResponse> => get_container_events;
-        "StreamPodSandboxMetrics" stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest) -> StreamPodSandboxMetricsStream<StreamPodSandboxMetricsResponse> => unimplemented;
+        "StreamPodSandboxMetrics" stream_pod_sandbox_metrics(StreamPodSandboxMetricsRequest) -> StreamPodSandboxMetricsStream<StreamPodSandboxMetricsResponse> => stream_pod_sandbox_metrics;
     }
 }
 
@@ -250,6 +251,6 @@ delegate! {
         "ImageFsInfo" image_fs_info(ImageFsInfoRequest) -> ImageFsInfoResponse => image_fs_info;
     }
     streams {
-        "StreamImages" stream_images(StreamImagesRequest) -> StreamImagesStream<StreamImagesResponse> => unimplemented;
+        "StreamImages" stream_images(StreamImagesRequest) -> StreamImagesStream<StreamImagesResponse> => stream_images;
     }
 }

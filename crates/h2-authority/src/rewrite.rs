@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use hpack::{write_never_indexed, write_size_update, Shape};
+use hpack::{Encoder, Kind, Shape};
 use settings::{ServerFrames, TableSizes};
 
 mod hpack;
@@ -174,7 +174,7 @@ pub struct Rewriter {
     block: Vec<u8>,
     pending: Option<Pending>,
     decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    encoder: Encoder,
     /// Scratch space for the re-encoded block.
     encoded: Vec<u8>,
     /// The size updates and never-indexed fields of the block.
@@ -211,8 +211,7 @@ impl Rewriter {
         // The client's size updates are checked against the server's
         // settings before the decoder sees them (`Shape::scan`).
         let decoder = loona_hpack::Decoder::new();
-        let mut encoder = loona_hpack::Encoder::new();
-        encoder.set_max_table_size(HEADER_TABLE_SIZE);
+        let encoder = Encoder::new(HEADER_TABLE_SIZE);
         Rewriter {
             state: State::Preface { matched: 0 },
             head: [0; FRAME_HEADER_LEN],
@@ -524,8 +523,7 @@ impl Rewriter {
         self.encoded.clear();
         for size in self.sizes.take_updates() {
             // The server's setting, acknowledged since the last block.
-            write_size_update(size, &mut self.encoded);
-            self.encoder.set_max_table_size(size);
+            self.encoder.size_update(size, &mut self.encoded);
         }
         let mut list_size = 0usize;
         let mut too_large = false;
@@ -538,14 +536,13 @@ impl Rewriter {
             shape,
             ..
         } = self;
-        let mut never_indexed = shape.never_indexed.iter().copied().peekable();
-        let mut field = 0;
+        let mut kinds = shape.kinds.iter().copied();
         decoder
             .decode_with_cb(
                 &block[shape.fields_start..],
                 |name: Cow<[u8]>, value: Cow<[u8]>| {
-                    let sensitive = never_indexed.next_if_eq(&field).is_some();
-                    field += 1;
+                    // As many kinds as fields: the scan read the same block.
+                    let kind = kinds.next().unwrap_or(Kind::NotIndexed);
                     list_size = list_size.saturating_add(name.len() + value.len() + 32);
                     if too_large || list_size > MAX_HEADER_LIST {
                         too_large = true;
@@ -564,13 +561,9 @@ impl Rewriter {
                     } else {
                         &value
                     };
-                    if sensitive {
-                        // Never indexed it came, never indexed it goes (RFC 7541 7.1.3).
-                        write_never_indexed(&name, value, encoded);
-                    } else {
-                        // Writing to a Vec cannot fail.
-                        let _ = encoder.encode_header_into((&name, value), encoded);
-                    }
+                    // As the client wrote it, as far as this side's table
+                    // allows; never indexed stays so (RFC 7541 7.1.3).
+                    encoder.field(&name, value, kind, encoded);
                 },
             )
             .map_err(hpack)?;

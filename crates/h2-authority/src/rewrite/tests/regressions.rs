@@ -53,7 +53,12 @@ fn never_indexed_fields_stay_never_indexed() {
     for (_, fragment) in blocks(&out) {
         let mut shape = hpack::Shape::default();
         shape.scan(&fragment, HEADER_TABLE_SIZE).unwrap();
-        assert_eq!(shape.never_indexed, [1, 2]);
+        let never: Vec<bool> = shape
+            .kinds
+            .iter()
+            .map(|&k| k == hpack::Kind::NeverIndexed)
+            .collect();
+        assert_eq!(never, [false, true, true]);
     }
     let (got, _) = server_view(&out);
     let want = vec![
@@ -63,6 +68,30 @@ fn never_indexed_fields_stay_never_indexed() {
     ];
     assert_eq!(got[0].2, want);
     assert_eq!(got[1].2, want);
+}
+
+#[test]
+fn short_references_stay_short() {
+    // A long name in the client's dynamic table, then many never-indexed
+    // fields that name it by index (3 octets each): toward the server they
+    // name it by index too, not as a string each time.
+    let name = vec![b'n'; 3000];
+    let mut first = request_block(&[0x40, 0x7f, 0x80 + 57, 22]); // 3000 = 127 + 57 + 22 * 128
+    first.extend(&name);
+    first.extend([1, b'v']);
+    let mut later = vec![0x83];
+    for _ in 0..60 {
+        later.extend([0x1f, 62 - 15, 1, b'w']); // never indexed, name 62
+    }
+    let mut input = PREFACE.to_vec();
+    input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 1, &first));
+    input.extend(frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &later));
+    let out = run(&input).unwrap();
+    let blocks = blocks(&out);
+    assert!(blocks[1].1.len() <= later.len(), "{}", blocks[1].1.len());
+    let (got, _) = server_view(&out);
+    assert_eq!(got[1].2.len(), 61);
+    assert_eq!(got[1].2[60], (name, b"w".to_vec()));
 }
 
 #[test]

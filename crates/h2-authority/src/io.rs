@@ -1,5 +1,6 @@
 //! [`AuthorityFix`]: one accepted connection with its reading side passed
-//! through a [`Rewriter`]; writes go straight to the connection.
+//! through a [`Rewriter`]; writes go straight to the connection, the
+//! rewriter watching them for the server's SETTINGS.
 
 use std::io;
 use std::pin::Pin;
@@ -22,6 +23,12 @@ const READ_CHUNK: usize = 16 * 1024;
 /// are read straight into the server's buffer. A framing or HPACK error is
 /// returned from `poll_read` as [`io::ErrorKind::InvalidData`] (the server
 /// then closes the connection), and again on every later read.
+///
+/// What the server writes goes to the connection as it is, and through
+/// [`Rewriter::observe_server`]: a SETTINGS_HEADER_TABLE_SIZE of the server
+/// is followed by both HPACK contexts of the rewriter; one that it cannot
+/// follow is an [`io::ErrorKind::InvalidData`] error from that write (the
+/// server closes the connection) and from every later read.
 #[derive(Debug)]
 pub struct AuthorityFix<S> {
     inner: S,
@@ -35,11 +42,18 @@ pub struct AuthorityFix<S> {
 }
 
 impl<S> AuthorityFix<S> {
-    /// Wraps an accepted connection (before anything was read from it).
+    /// Wraps an accepted connection (before anything was read from or
+    /// written to it).
     pub fn new(inner: S) -> AuthorityFix<S> {
+        AuthorityFix::with_rewriter(inner, Rewriter::new())
+    }
+
+    /// Wraps an accepted connection with a given rewriter (such as
+    /// [`Rewriter::always_rewrite`]), which must be new.
+    pub fn with_rewriter(inner: S, rewriter: Rewriter) -> AuthorityFix<S> {
         AuthorityFix {
             inner,
-            rewriter: Rewriter::new(),
+            rewriter,
             out: Vec::new(),
             out_pos: 0,
             chunk: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -56,6 +70,28 @@ impl<S> AuthorityFix<S> {
     pub fn replaced(&self) -> u64 {
         self.rewriter.replaced()
     }
+
+    /// Shows the rewriter the first `n` octets of what the server wrote
+    /// (after a failure the connection is going away: no more).
+    fn observe<'a>(&mut self, n: usize, bufs: impl Iterator<Item = &'a [u8]>) -> io::Result<()> {
+        if self.failed {
+            return Ok(());
+        }
+        let mut left = n;
+        for buf in bufs {
+            if left == 0 {
+                break;
+            }
+            let part = &buf[..left.min(buf.len())];
+            left -= part.len();
+            if let Err(err) = self.rewriter.observe_server(part) {
+                self.failed = true;
+                tracing::warn!(error = %err, "closing an HTTP/2 connection: the :authority rewriter cannot follow the server's settings");
+                return Err(io::Error::new(io::ErrorKind::InvalidData, err));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
@@ -68,7 +104,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for AuthorityFix<S> {
         if this.failed {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "connection closed after an HTTP/2 framing error",
+                "connection closed after an HTTP/2 framing or settings error",
             )));
         }
         if dst.remaining() == 0 {
@@ -119,7 +155,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityFix<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.inner).poll_write(cx, buf))?;
+        this.observe(n, std::iter::once(buf))?;
+        Poll::Ready(Ok(n))
     }
 
     fn poll_write_vectored(
@@ -127,7 +166,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for AuthorityFix<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let n = ready!(Pin::new(&mut this.inner).poll_write_vectored(cx, bufs))?;
+        this.observe(n, bufs.iter().map(|buf| &**buf))?;
+        Poll::Ready(Ok(n))
     }
 
     fn is_write_vectored(&self) -> bool {

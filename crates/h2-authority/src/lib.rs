@@ -13,8 +13,14 @@
 //! frames) with an HPACK decoder that keeps the client's dynamic table,
 //! replaces an `:authority` that the server would refuse with
 //! [`REPLACEMENT_AUTHORITY`], and encodes the block again with an HPACK
-//! encoder of its own (its own dynamic table toward the server). Every other
-//! frame passes byte for byte; what the server sends is not touched.
+//! encoder of its own (its own dynamic table toward the server; a field
+//! that came as a never-indexed literal goes as one). Every other frame
+//! passes byte for byte. What the server sends is not touched, only read for
+//! its SETTINGS: its SETTINGS_HEADER_TABLE_SIZE bounds the client's encoder
+//! (decoded here) and this side's encoder, which shrinks to fit it once the
+//! client acknowledges it; a size the rewriter cannot follow
+//! ([`MAX_HEADER_TABLE_SIZE`]) closes the connection, so that it never
+//! encodes for a table the server does not have.
 //!
 //! A client whose first header block names a valid authority (tonic, recent
 //! grpc-go, kubelet) is not rewritten at all: that block passes as it came
@@ -31,6 +37,6 @@ mod rewrite;
 
 pub use io::AuthorityFix;
 pub use rewrite::{
-    Error, Rewriter, HEADER_TABLE_SIZE, MAX_HEADER_BLOCK, MAX_HEADER_LIST, OUT_FRAME_SIZE, PREFACE,
-    REPLACEMENT_AUTHORITY,
+    Error, Rewriter, HEADER_TABLE_SIZE, MAX_HEADER_BLOCK, MAX_HEADER_LIST, MAX_HEADER_TABLE_SIZE,
+    OUT_FRAME_SIZE, PREFACE, REPLACEMENT_AUTHORITY,
 };

@@ -5,6 +5,12 @@
 
 use std::borrow::Cow;
 
+use hpack::{Encoder, Kind, Shape};
+use settings::{ServerFrames, TableSizes};
+
+mod hpack;
+mod settings;
+
 /// The client connection preface (RFC 9113 section 3.4).
 pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -22,12 +28,20 @@ pub const MAX_HEADER_BLOCK: usize = 256 * 1024;
 /// many times, so this is bounded apart from [`MAX_HEADER_BLOCK`].
 pub const MAX_HEADER_LIST: usize = 256 * 1024;
 
-/// The HPACK dynamic table size on both sides: the client's encoder may use
-/// at most what the server advertises in SETTINGS_HEADER_TABLE_SIZE, and
-/// hyper as tonic builds it advertises nothing, so the default 4096 holds;
-/// the server's decoder also allows 4096, which is what this side's encoder
-/// uses (it never sends a size update).
+/// The HPACK dynamic table size that both contexts start with (the initial
+/// SETTINGS_HEADER_TABLE_SIZE, RFC 9113 section 6.5.2), and the largest
+/// table that this side's encoder uses toward the server. What the server
+/// really sets is followed on the wire ([`Rewriter::observe_server`]): the
+/// client's encoder may then use up to that, and this side's encoder
+/// shrinks to fit in it (with a dynamic table size update) when it is
+/// smaller.
 pub const HEADER_TABLE_SIZE: usize = 4096;
+
+/// Largest SETTINGS_HEADER_TABLE_SIZE of the server that is followed: the
+/// client's encoder may use that much, and so its table here (the server
+/// holds as much itself). A server that sets more is an
+/// [`Error::ServerTableTooLarge`].
+pub const MAX_HEADER_TABLE_SIZE: usize = 256 * 1024;
 
 /// Largest frame payload written toward the server: the smallest
 /// SETTINGS_MAX_FRAME_SIZE a server may advertise, so always allowed.
@@ -35,7 +49,9 @@ pub const OUT_FRAME_SIZE: usize = 16_384;
 
 const FRAME_HEADER_LEN: usize = 9;
 const TYPE_HEADERS: u8 = 0x1;
+const TYPE_SETTINGS: u8 = 0x4;
 const TYPE_CONTINUATION: u8 = 0x9;
+const FLAG_ACK: u8 = 0x1;
 const FLAG_END_STREAM: u8 = 0x1;
 const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
@@ -91,6 +107,28 @@ pub enum Error {
         #[source]
         source: loona_hpack::decoder::DecoderError,
     },
+    /// The server set a SETTINGS_HEADER_TABLE_SIZE larger than
+    /// [`MAX_HEADER_TABLE_SIZE`].
+    #[error("the server sets SETTINGS_HEADER_TABLE_SIZE {size}, more than the {limit} octets the :authority rewriter follows")]
+    ServerTableTooLarge {
+        /// What the server set.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The server wrote a SETTINGS frame whose length is not a multiple of 6.
+    #[error("the server wrote a SETTINGS frame of {len} octets")]
+    BadServerSettings {
+        /// The frame's payload length.
+        len: usize,
+    },
+    /// The server wrote more SETTINGS frames than the client acknowledged,
+    /// by more than `count`.
+    #[error("the server wrote {count} SETTINGS frames that the client did not acknowledge")]
+    ServerSettingsUnacknowledged {
+        /// The limit.
+        count: usize,
+    },
 }
 
 /// Where in the client's stream the rewriter is.
@@ -122,7 +160,9 @@ struct Pending {
 
 /// Rewrites the client-to-server bytes of one HTTP/2 connection (see the
 /// crate documentation). One per connection: it holds the connection's
-/// HPACK state.
+/// HPACK state. The server's bytes go through [`Rewriter::observe_server`]
+/// (as [`crate::AuthorityFix`] does), or the table sizes stay at the
+/// protocol's initial [`HEADER_TABLE_SIZE`].
 pub struct Rewriter {
     state: State,
     head: [u8; FRAME_HEADER_LEN],
@@ -134,9 +174,15 @@ pub struct Rewriter {
     block: Vec<u8>,
     pending: Option<Pending>,
     decoder: loona_hpack::Decoder<'static>,
-    encoder: loona_hpack::Encoder<'static>,
+    encoder: Encoder,
     /// Scratch space for the re-encoded block.
     encoded: Vec<u8>,
+    /// The size updates and never-indexed fields of the block.
+    shape: Shape,
+    /// The table sizes that the server's SETTINGS set.
+    sizes: TableSizes,
+    /// Follows what the server writes, for its SETTINGS.
+    server: ServerFrames,
     replaced: u64,
     /// Until the connection's first header block is complete: its frames
     /// as they came, passed as they are if it needs no rewriting.
@@ -162,10 +208,10 @@ impl std::fmt::Debug for Rewriter {
 impl Rewriter {
     /// A rewriter at the start of a connection (before the preface).
     pub fn new() -> Rewriter {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
-        let mut encoder = loona_hpack::Encoder::new();
-        encoder.set_max_table_size(HEADER_TABLE_SIZE);
+        // The client's size updates are checked against the server's
+        // settings before the decoder sees them (`Shape::scan`).
+        let decoder = loona_hpack::Decoder::new();
+        let encoder = Encoder::new(HEADER_TABLE_SIZE);
         Rewriter {
             state: State::Preface { matched: 0 },
             head: [0; FRAME_HEADER_LEN],
@@ -176,9 +222,45 @@ impl Rewriter {
             decoder,
             encoder,
             encoded: Vec::new(),
+            shape: Shape::default(),
+            sizes: TableSizes::new(),
+            server: ServerFrames::new(),
             replaced: 0,
             first: Some(Vec::new()),
         }
+    }
+
+    /// A rewriter that re-encodes every header block of the connection, also
+    /// when the first one names a valid authority (which [`Rewriter::new`]
+    /// then passes with the rest of the connection as it came): a later
+    /// block with an invalid authority is rewritten too, at the cost of
+    /// decoding and encoding every block.
+    pub fn always_rewrite() -> Rewriter {
+        Rewriter {
+            first: None,
+            ..Rewriter::new()
+        }
+    }
+
+    /// Takes the next octets that the server wrote to the client (all of
+    /// them, in order, from the start of the connection): the rewriter
+    /// follows the server's SETTINGS_HEADER_TABLE_SIZE, which bounds the
+    /// HPACK tables on both of its sides (see [`HEADER_TABLE_SIZE`]). A
+    /// value it cannot follow is an error, after which the connection must
+    /// be closed: the rewriter never encodes for a table the server does not
+    /// have.
+    pub fn observe_server(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        if self.state == State::Transparent {
+            // Nothing is encoded here any more.
+            return Ok(());
+        }
+        self.server.feed(bytes, &mut self.sizes)
+    }
+
+    /// The server's SETTINGS_HEADER_TABLE_SIZE in force (acknowledged by
+    /// the client), as far as [`Rewriter::observe_server`] saw it.
+    pub fn server_header_table_size(&self) -> usize {
+        self.sizes.server_limit()
     }
 
     /// How many `:authority` values were replaced so far.
@@ -299,6 +381,10 @@ impl Rewriter {
             });
         }
         if !is_block {
+            if frame_type == TYPE_SETTINGS && flags & FLAG_ACK != 0 && stream == 0 {
+                // From here on the server's decoder uses the setting.
+                self.sizes.client_ack();
+            }
             out.extend_from_slice(&head);
             self.state = if len == 0 {
                 State::FrameHeader { len: 0 }
@@ -403,21 +489,60 @@ impl Rewriter {
         let Some(pending) = self.pending.take() else {
             return Ok(());
         };
-        let stream = pending.stream;
+        let result = self.reencode(pending.stream);
+        self.block.clear();
+        let replaced = result?;
+        self.replaced += replaced;
+        if let Some(raw) = self.first.take() {
+            if replaced == 0 {
+                // A client whose first request names a valid authority (tonic,
+                // grpc-go since 1.x "localhost", kubelet) keeps it: the rest of
+                // the connection passes untouched, at no cost.
+                out.extend_from_slice(&raw);
+                self.state = State::Transparent;
+                return Ok(());
+            }
+        }
+        write_block(out, &pending, &self.encoded);
+        Ok(())
+    }
+
+    /// Decodes `block` in the client's HPACK context and encodes it again
+    /// into `encoded` in this side's, an invalid `:authority` replaced:
+    /// how many were.
+    fn reencode(&mut self, stream: u32) -> Result<u64, Error> {
+        let hpack = |source| Error::Hpack { stream, source };
+        self.shape
+            .scan(&self.block, self.sizes.decoder_limit())
+            .map_err(hpack)?;
+        if let Some((low, last)) = self.shape.update {
+            // The client's size updates; the decoder gets the fields after them.
+            self.decoder.set_max_table_size(low);
+            self.decoder.set_max_table_size(last);
+        }
         self.encoded.clear();
+        for size in self.sizes.take_updates() {
+            // The server's setting, acknowledged since the last block.
+            self.encoder.size_update(size, &mut self.encoded);
+        }
         let mut list_size = 0usize;
         let mut too_large = false;
         let mut replaced = 0u64;
-        {
-            let Rewriter {
-                decoder,
-                encoder,
-                encoded,
-                block,
-                ..
-            } = self;
-            decoder
-                .decode_with_cb(block, |name: Cow<[u8]>, value: Cow<[u8]>| {
+        let Rewriter {
+            decoder,
+            encoder,
+            encoded,
+            block,
+            shape,
+            ..
+        } = self;
+        let mut kinds = shape.kinds.iter().copied();
+        decoder
+            .decode_with_cb(
+                &block[shape.fields_start..],
+                |name: Cow<[u8]>, value: Cow<[u8]>| {
+                    // As many kinds as fields: the scan read the same block.
+                    let kind = kinds.next().unwrap_or(Kind::NotIndexed);
                     list_size = list_size.saturating_add(name.len() + value.len() + 32);
                     if too_large || list_size > MAX_HEADER_LIST {
                         too_large = true;
@@ -436,31 +561,19 @@ impl Rewriter {
                     } else {
                         &value
                     };
-                    // Writing to a Vec cannot fail.
-                    let _ = encoder.encode_header_into((&name, value), encoded);
-                })
-                .map_err(|source| Error::Hpack { stream, source })?;
-        }
-        self.block.clear();
+                    // As the client wrote it, as far as this side's table
+                    // allows; never indexed stays so (RFC 7541 7.1.3).
+                    encoder.field(&name, value, kind, encoded);
+                },
+            )
+            .map_err(hpack)?;
         if too_large {
             return Err(Error::HeaderListTooLarge {
                 stream,
                 limit: MAX_HEADER_LIST,
             });
         }
-        self.replaced += replaced;
-        if let Some(raw) = self.first.take() {
-            if replaced == 0 {
-                // A client whose first request names a valid authority (tonic,
-                // grpc-go since 1.x "localhost", kubelet) keeps it: the rest of
-                // the connection passes untouched, at no cost.
-                out.extend_from_slice(&raw);
-                self.state = State::Transparent;
-                return Ok(());
-            }
-        }
-        write_block(out, &pending, &self.encoded);
-        Ok(())
+        Ok(replaced)
     }
 }
 

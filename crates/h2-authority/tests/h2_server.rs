@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use berth_h2_authority::{AuthorityFix, PREFACE};
+use berth_h2_authority::{AuthorityFix, Rewriter, MAX_HEADER_TABLE_SIZE, PREFACE};
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream};
 
@@ -211,6 +211,83 @@ async fn garbage_closes_the_connection() {
     let _ = tokio::time::timeout(TIMEOUT, client.read_to_end(&mut rest))
         .await
         .expect("EOF");
+}
+
+#[tokio::test]
+async fn a_server_table_size_the_rewriter_cannot_follow_closes_the_connection() {
+    // The rewriter's HPACK tables follow the server's SETTINGS as the server
+    // writes them; one it cannot follow fails that write, loudly.
+    let (mut client, server_end) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(async move {
+        let mut builder = h2::server::Builder::new();
+        builder.header_table_size(u32::try_from(MAX_HEADER_TABLE_SIZE + 1).unwrap());
+        match builder
+            .handshake::<_, Bytes>(AuthorityFix::new(server_end))
+            .await
+        {
+            Err(err) => err,
+            Ok(mut conn) => loop {
+                match conn.accept().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(err)) => break err,
+                    None => panic!("the connection ended without an error"),
+                }
+            },
+        }
+    });
+    let mut bytes = PREFACE.to_vec();
+    bytes.extend(frame(0x4, 0, 0, &[]));
+    bytes.extend(grpcio_headers_frame(1));
+    client.write_all(&bytes).await.unwrap();
+    let err = tokio::time::timeout(TIMEOUT, server)
+        .await
+        .expect("server ends")
+        .unwrap();
+    let io = err.get_io().expect("an I/O error");
+    assert_eq!(io.kind(), std::io::ErrorKind::InvalidData);
+    assert!(
+        io.to_string().contains("SETTINGS_HEADER_TABLE_SIZE"),
+        "{io}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_with_a_small_table_serves_through_the_rewriter() {
+    // h2 sets 0: the rewriter's encoder says so before its next block.
+    let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+    let server = tokio::spawn(async move {
+        let mut builder = h2::server::Builder::new();
+        builder.header_table_size(0);
+        let mut conn = builder
+            .handshake::<_, Bytes>(AuthorityFix::with_rewriter(
+                server_end,
+                Rewriter::always_rewrite(),
+            ))
+            .await
+            .unwrap();
+        while let Some(request) = conn.accept().await {
+            let (request, mut respond) = request.unwrap();
+            assert_eq!(request.headers()["x-call"], "same");
+            let response = http::Response::builder().status(200).body(()).unwrap();
+            respond.send_response(response, true).unwrap();
+        }
+    });
+    let (mut client, conn) = h2::client::handshake(client_end).await.unwrap();
+    let conn = tokio::spawn(conn);
+    for i in 0..5 {
+        let request = http::Request::builder()
+            .uri(format!("http://localhost/{i}"))
+            .header("x-call", "same")
+            .body(())
+            .unwrap();
+        client = client.ready().await.unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        let response = tokio::time::timeout(TIMEOUT, response).await.unwrap();
+        assert_eq!(response.unwrap().status(), 200);
+    }
+    drop(client);
+    let _ = conn.await;
+    server.abort();
 }
 
 /// Records what is written through it.

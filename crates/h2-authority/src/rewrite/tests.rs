@@ -658,3 +658,5 @@ fn cost_of_one_request_block() {
         start.elapsed() / n
     );
 }
+
+mod regressions;

@@ -15,11 +15,11 @@
 mod exec;
 mod io;
 mod reaper;
+mod setup;
 
 use std::fmt;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -28,18 +28,19 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::cgroup::OomCounter;
-use crate::crilog::{format_timestamp, Stream};
+use crate::crilog::format_timestamp;
 use crate::options::ShimOptions;
 use crate::protocol::{
     self, AttachRequest, ContainerStatus, ErrorKind, ExitInfo, RemoteError, Request, Response,
     ShimState,
 };
-use crate::runc::{CreateOptions, ProcessIo, Runtime};
+use crate::runc::Runtime;
 use crate::sys;
 use crate::ShimPaths;
 
-use self::io::{ConsoleSocket, ContainerIo, StdinSink};
-use self::reaper::{Reaper, ReaperSpawner, Subscription};
+use self::io::{ContainerIo, StdinSink};
+use self::reaper::{Reaper, Subscription};
+use self::setup::setup;
 
 /// How long the exit monitor waits for the output to reach EOF before it
 /// records the exit anyway (a process outside the container's PID namespace
@@ -188,234 +189,6 @@ pub(crate) struct Shim {
     /// With `run_detached`: whether Start has been answered.
     start_reported: AtomicBool,
     listener: UnixListener,
-}
-
-/// Undoes start-up steps when a later one fails.
-struct Undo<'a> {
-    runtime: &'a Runtime,
-    id: &'a str,
-    socket: &'a Path,
-    created: bool,
-    armed: bool,
-}
-
-impl Drop for Undo<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if self.created {
-            if let Err(e) = self.runtime.delete(self.id, true) {
-                log(format_args!("cleaning up after a failed start: {e}"));
-            }
-        }
-        let _ = std::fs::remove_file(self.socket);
-    }
-}
-
-fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
-    let paths = opts.paths();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .create(paths.dir())
-        .map_err(|e| internal(format_args!("creating {}", paths.dir().display()), e))?;
-    redirect_stdio(&paths);
-
-    // Before any thread exists, so every thread inherits the mask.
-    reaper::sigchld_set()
-        .thread_block()
-        .map_err(|e| internal("blocking SIGCHLD", e))?;
-    nix::sys::prctl::set_child_subreaper(true)
-        .map_err(|e| internal("becoming child subreaper", e))?;
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only tunes the allocator. One arena: fewer pages for
-    // the shim's few threads.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
-    let reaper = Reaper::start().map_err(|e| internal("starting the reaper", e))?;
-    let runtime = Runtime::new(&opts.runtime, &opts.runtime_root)
-        .with_timeout(opts.runtime_timeout)
-        .with_systemd_cgroup(opts.systemd_cgroup)
-        .with_global_args(opts.runtime_args.clone())
-        .with_spawner(Arc::new(ReaperSpawner(reaper.clone())));
-
-    let socket = paths.socket();
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)
-        .and_then(|l| {
-            // Only root talks to a shim.
-            std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-            Ok(l)
-        })
-        .map_err(|e| internal(format_args!("binding {}", socket.display()), e))?;
-    let mut undo = Undo {
-        runtime: &runtime,
-        id: &opts.id,
-        socket: &socket,
-        created: false,
-        armed: true,
-    };
-
-    let io = Arc::new(
-        ContainerIo::new(opts.log_path.as_deref())
-            .map_err(|e| internal("opening the container log", e))?,
-    );
-    let pipe = || sys::pipe().map_err(|e| internal("creating a pipe", e));
-    let mut process_io = ProcessIo::default();
-    let mut outputs = Vec::new();
-    let mut stdin_writer = None;
-    let console = if opts.tty {
-        let path = paths.console_socket("init");
-        Some(ConsoleSocket::bind(&path).map_err(|e| internal("binding the console socket", e))?)
-    } else {
-        if opts.stdin {
-            let (r, w) = pipe()?;
-            process_io.stdin = Some(r);
-            stdin_writer = Some(std::fs::File::from(w));
-        }
-        let (r, w) = pipe()?;
-        process_io.stdout = Some(w);
-        outputs.push((std::fs::File::from(r), Stream::Stdout));
-        let (r, w) = pipe()?;
-        process_io.stderr = Some(w);
-        outputs.push((std::fs::File::from(r), Stream::Stderr));
-        None
-    };
-
-    let pid_file = paths.pid_file();
-    let _ = std::fs::remove_file(&pid_file);
-    let create_log = paths.runtime_log("create");
-    let create = CreateOptions {
-        bundle: &opts.bundle,
-        pid_file: &pid_file,
-        console_socket: console.as_ref().map(|c| c.path()),
-        log_file: &create_log,
-        io: process_io,
-    };
-    undo.created = true;
-    let launched = if opts.run_detached {
-        runtime.run_detached(&opts.id, create)
-    } else {
-        runtime.create(&opts.id, create)
-    };
-    launched.map_err(|e| {
-        // A create that failed cleaned up after itself (and may have failed
-        // because another container has this id: leave that one alone); one
-        // killed at its timeout may have left a container behind.
-        undo.created = e.is_timeout();
-        RemoteError::from(e)
-    })?;
-    let pid = read_pid_file(&pid_file).map_err(|e| internal("reading the pid file", e))?;
-    let init = reaper
-        .watch(pid)
-        .map_err(|e| internal("watching the container's init", e))?;
-
-    if let Some(console) = console {
-        let master = console
-            .receive(CONSOLE_WAIT)
-            .map_err(|e| internal("receiving the container's terminal", e))?;
-        let clone = || {
-            master
-                .try_clone()
-                .map_err(|e| internal("duplicating the terminal", e))
-        };
-        if opts.stdin {
-            stdin_writer = Some(clone()?);
-        }
-        io.set_terminal(clone()?);
-        outputs.push((master, Stream::Stdout));
-    }
-    if let Some(w) = stdin_writer {
-        io.set_stdin(w);
-    }
-    for (source, stream) in outputs {
-        io.start_copier(source, stream)
-            .map_err(|e| internal("starting an output copier", e))?;
-    }
-    // The counter before the container runs, to tell a later OOM kill apart.
-    // Run at once, the process may already be gone (or OOM-killed): its
-    // cgroup is found from the spec, and it is new, so the base is 0.
-    let counter = if opts.run_detached {
-        match spec_cgroups_path(&opts.bundle).map(|p| OomCounter::for_cgroups_path(&p)) {
-            Some(Ok(Some(counter))) => Ok(Some(counter)),
-            _ => OomCounter::for_pid(pid),
-        }
-    } else {
-        OomCounter::for_pid(pid)
-    };
-    let oom = match counter {
-        Ok(Some(counter)) if opts.run_detached => Some((counter, 0)),
-        Ok(Some(counter)) => counter.read().ok().map(|base| (counter, base)),
-        Ok(None) => None,
-        Err(e) => {
-            log(format_args!("no memory cgroup for pid {pid}: {e}"));
-            None
-        }
-    };
-
-    undo.armed = false;
-    drop(undo);
-    let shim = Arc::new(Shim {
-        paths,
-        runtime,
-        reaper,
-        io,
-        pid,
-        life: Mutex::new(Life {
-            status: if opts.run_detached {
-                ContainerStatus::Running
-            } else {
-                ContainerStatus::Created
-            },
-            exit: None,
-        }),
-        changed: Condvar::new(),
-        seq: AtomicU64::new(0),
-        start_reported: AtomicBool::new(false),
-        listener,
-        opts,
-    });
-    let s = shim.clone();
-    std::thread::Builder::new()
-        .name("monitor".into())
-        .stack_size(64 * 1024)
-        .spawn(move || s.monitor(init, oom))
-        .map_err(|e| {
-            let _ = shim.runtime.delete(&shim.opts.id, true);
-            internal("starting the exit monitor", e)
-        })?;
-    let verb = if shim.opts.run_detached {
-        "started"
-    } else {
-        "created"
-    };
-    log(format_args!("{verb} {} (pid {pid})", shim.opts.id));
-    Ok(shim)
-}
-
-/// `linux.cgroupsPath` of the bundle's spec.
-fn spec_cgroups_path(bundle: &Path) -> Option<String> {
-    let text = std::fs::read(bundle.join("config.json")).ok()?;
-    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
-    spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
-}
-
-/// stdin from /dev/null, stderr to `shim.log`, working directory `/`.
-fn redirect_stdio(paths: &ShimPaths) {
-    if let Ok(null) = std::fs::File::open("/dev/null") {
-        // SAFETY: dup2 onto fd 0, which we own.
-        unsafe { libc::dup2(null.as_raw_fd(), 0) };
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(paths.shim_log());
-    if let Ok(log) = log {
-        // SAFETY: dup2 onto fd 2, which we own.
-        unsafe { libc::dup2(log.as_raw_fd(), 2) };
-    }
-    let _ = std::env::set_current_dir("/");
 }
 
 /// The pid a runtime wrote to `path`.

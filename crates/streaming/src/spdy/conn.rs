@@ -505,143 +505,120 @@ async fn read_loop<R: AsyncRead>(
     mut io: ReadHalf<R>,
     shared: Arc<Shared>,
     control: mpsc::Sender<Frame>,
-    mut acceptor: Option<(Accept, mpsc::Sender<Stream>)>,
+    acceptor: Option<(Accept, mpsc::Sender<Stream>)>,
 ) {
     let mut decoder = Decoder::default();
-    let mut going_away = false;
-    let protocol_error = |shared: &Shared, control: &mpsc::Sender<Frame>, e: &FrameError| {
-        tracing::warn!(error = %e, "SPDY: bad frame from the peer; closing");
-        let _ = control.try_send(Frame::GoAway {
-            last_good_stream_id: shared.last_peer_id.load(Ordering::SeqCst),
-            status: 1,
-        });
+    let mut reader = Reader {
+        shared,
+        control,
+        acceptor,
+        going_away: false,
     };
     loop {
-        let head = match read_head(&mut io).await {
+        let frame = match reader.read_frame(&mut io, &mut decoder).await {
+            Incoming::Data => continue,
+            Incoming::Control(frame) => frame,
+            Incoming::End => break,
+        };
+        if !reader.on_frame(frame).await {
+            break;
+        }
+    }
+    // The peer is gone: every stream's data ends, waiting openers fail.
+    let shared = &reader.shared;
+    lock(&shared.inbound).clear();
+    lock(&shared.replies).clear();
+    shared.closed.send_replace(true);
+}
+
+/// What the reader took from the connection at once.
+enum Incoming {
+    /// A DATA frame, handed to its stream already.
+    Data,
+    /// A control frame, decoded.
+    Control(Frame),
+    /// The connection ended or failed, or the peer broke the protocol (and
+    /// GOAWAY is queued).
+    End,
+}
+
+/// The reading task: what it answers with and what it hands streams to.
+struct Reader {
+    shared: Arc<Shared>,
+    /// Answers to the peer, for the writer.
+    control: mpsc::Sender<Frame>,
+    /// Decides on the peer's streams and takes the accepted ones; `None`
+    /// on a client, or once no more are taken.
+    acceptor: Option<(Accept, mpsc::Sender<Stream>)>,
+    /// The peer sent GOAWAY: its new streams are refused.
+    going_away: bool,
+}
+
+impl Reader {
+    /// Reads the next frame: a DATA frame is handed on in pieces as it is
+    /// read, a control frame is decoded.
+    async fn read_frame<R: AsyncRead>(
+        &self,
+        io: &mut ReadHalf<R>,
+        decoder: &mut Decoder,
+    ) -> Incoming {
+        let head = match read_head(io).await {
             Ok(Some(head)) => head,
-            Ok(None) => break,
+            Ok(None) => return Incoming::End,
             Err(e) => {
                 tracing::debug!(error = %e, "SPDY: reading");
-                break;
+                return Incoming::End;
             }
         };
         if !is_control(&head) {
             let stream_id = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-            if let Err(e) = read_data(&mut io, &shared, stream_id, payload_len(&head)).await {
+            if let Err(e) = read_data(io, &self.shared, stream_id, payload_len(&head)).await {
                 tracing::debug!(error = %e, "SPDY: reading");
-                break;
+                return Incoming::End;
             }
             if head[4] & FLAG_FIN != 0 {
-                lock(&shared.inbound).remove(&stream_id);
+                lock(&self.shared.inbound).remove(&stream_id);
             }
-            continue;
+            return Incoming::Data;
         }
         if let Err(e) = check_control_len(&head) {
-            protocol_error(&shared, &control, &e);
-            break;
+            self.protocol_error(&e);
+            return Incoming::End;
         }
         let mut payload = vec![0u8; payload_len(&head)];
         if let Err(e) = io.read_exact(&mut payload).await {
             tracing::debug!(error = %e, "SPDY: reading");
-            break;
+            return Incoming::End;
         }
-        let frame = match decoder.decode(RawFrame { head, payload }) {
-            Ok(frame) => frame,
+        match decoder.decode(RawFrame { head, payload }) {
+            Ok(frame) => Incoming::Control(frame),
             Err(e) => {
-                protocol_error(&shared, &control, &e);
-                break;
+                self.protocol_error(&e);
+                Incoming::End
             }
-        };
-        let answered = match frame {
+        }
+    }
+
+    /// Tells the peer it broke the protocol (GOAWAY PROTOCOL_ERROR), before
+    /// the connection ends.
+    fn protocol_error(&self, e: &FrameError) {
+        tracing::warn!(error = %e, "SPDY: bad frame from the peer; closing");
+        let _ = self.control.try_send(Frame::GoAway {
+            last_good_stream_id: self.shared.last_peer_id.load(Ordering::SeqCst),
+            status: 1,
+        });
+    }
+
+    /// Acts on one control frame; `false` when the connection ends.
+    async fn on_frame(&mut self, frame: Frame) -> bool {
+        let shared = &self.shared;
+        match frame {
             Frame::SynStream {
                 stream_id,
                 flags,
                 headers,
                 ..
-            } => {
-                let peer_parity = match shared.role {
-                    Role::Server => 1,
-                    Role::Client => 0,
-                };
-                let last = shared.last_peer_id.load(Ordering::SeqCst);
-                if stream_id == 0 || stream_id % 2 != peer_parity || stream_id <= last {
-                    if !answer(
-                        &control,
-                        Frame::RstStream {
-                            stream_id,
-                            status: rst::PROTOCOL_ERROR,
-                        },
-                    ) {
-                        break;
-                    }
-                    continue;
-                }
-                shared.last_peer_id.store(stream_id, Ordering::SeqCst);
-                let verdict = match &acceptor {
-                    _ if going_away => Err("the peer is going away".to_string()),
-                    None => Err("this side accepts no streams".to_string()),
-                    Some((_, tx)) if tx.is_closed() => Err("no more streams expected".to_string()),
-                    Some(_) if open_streams(&shared) >= MAX_STREAMS => Err(format!(
-                        "{MAX_STREAMS} streams are open on this connection already"
-                    )),
-                    Some((accept, _)) => accept(&headers),
-                };
-                if let Err(reason) = verdict {
-                    tracing::debug!(stream_id, ?headers, %reason, "SPDY: refusing a stream");
-                    if !answer(
-                        &control,
-                        Frame::RstStream {
-                            stream_id,
-                            status: rst::REFUSED_STREAM,
-                        },
-                    ) {
-                        break;
-                    }
-                    continue;
-                }
-                let (tx, rx) = shared.pool.channel(STREAM_BYTES);
-                if flags & FLAG_FIN == 0 {
-                    lock(&shared.inbound).insert(stream_id, tx);
-                }
-                lock(&shared.open_local).insert(stream_id);
-                if !answer(
-                    &control,
-                    Frame::SynReply {
-                        stream_id,
-                        flags: 0,
-                        headers: Headers::default(),
-                    },
-                ) {
-                    break;
-                }
-                let stream = Stream {
-                    id: stream_id,
-                    headers,
-                    rx,
-                    tx: StreamWriter {
-                        id: stream_id,
-                        shared: shared.clone(),
-                    },
-                };
-                let delivered = match &acceptor {
-                    Some((_, tx)) => tx.send(stream).await.is_ok(),
-                    None => false,
-                };
-                if delivered {
-                    true
-                } else {
-                    lock(&shared.inbound).remove(&stream_id);
-                    lock(&shared.open_local).remove(&stream_id);
-                    acceptor = None;
-                    answer(
-                        &control,
-                        Frame::RstStream {
-                            stream_id,
-                            status: rst::REFUSED_STREAM,
-                        },
-                    )
-                }
-            }
+            } => self.on_syn_stream(stream_id, flags, headers).await,
             Frame::SynReply {
                 stream_id, flags, ..
             } => {
@@ -677,20 +654,108 @@ async fn read_loop<R: AsyncRead>(
                     Role::Server => id % 2 == 0,
                     Role::Client => id % 2 == 1,
                 };
-                ours || answer(&control, Frame::Ping { id })
+                ours || answer(&self.control, Frame::Ping { id })
             }
             Frame::GoAway { .. } => {
-                going_away = true;
+                self.going_away = true;
                 true
             }
             Frame::Settings { .. } | Frame::WindowUpdate { .. } | Frame::Unknown { .. } => true,
-        };
-        if !answered {
-            break;
         }
     }
-    // The peer is gone: every stream's data ends, waiting openers fail.
-    lock(&shared.inbound).clear();
-    lock(&shared.replies).clear();
-    shared.closed.send_replace(true);
+
+    /// A stream the peer opens: refused (RST_STREAM) if its id is wrong or
+    /// this side does not take it, else answered with SYN_REPLY and handed
+    /// to the acceptor. `false` when the connection ends.
+    async fn on_syn_stream(&mut self, stream_id: u32, flags: u8, headers: Headers) -> bool {
+        let shared = &self.shared;
+        let peer_parity = match shared.role {
+            Role::Server => 1,
+            Role::Client => 0,
+        };
+        let last = shared.last_peer_id.load(Ordering::SeqCst);
+        if stream_id == 0 || stream_id % 2 != peer_parity || stream_id <= last {
+            return answer(
+                &self.control,
+                Frame::RstStream {
+                    stream_id,
+                    status: rst::PROTOCOL_ERROR,
+                },
+            );
+        }
+        shared.last_peer_id.store(stream_id, Ordering::SeqCst);
+        if let Err(reason) = self.verdict(&headers) {
+            tracing::debug!(stream_id, ?headers, %reason, "SPDY: refusing a stream");
+            return answer(
+                &self.control,
+                Frame::RstStream {
+                    stream_id,
+                    status: rst::REFUSED_STREAM,
+                },
+            );
+        }
+        let (tx, rx) = shared.pool.channel(STREAM_BYTES);
+        if flags & FLAG_FIN == 0 {
+            lock(&shared.inbound).insert(stream_id, tx);
+        }
+        lock(&shared.open_local).insert(stream_id);
+        if !answer(
+            &self.control,
+            Frame::SynReply {
+                stream_id,
+                flags: 0,
+                headers: Headers::default(),
+            },
+        ) {
+            return false;
+        }
+        let stream = Stream {
+            id: stream_id,
+            headers,
+            rx,
+            tx: StreamWriter {
+                id: stream_id,
+                shared: shared.clone(),
+            },
+        };
+        self.deliver(stream).await
+    }
+
+    /// Whether this side takes a new stream of the peer with `headers`; the
+    /// reason if not.
+    fn verdict(&self, headers: &Headers) -> Result<(), String> {
+        match &self.acceptor {
+            _ if self.going_away => Err("the peer is going away".to_string()),
+            None => Err("this side accepts no streams".to_string()),
+            Some((_, tx)) if tx.is_closed() => Err("no more streams expected".to_string()),
+            Some(_) if open_streams(&self.shared) >= MAX_STREAMS => Err(format!(
+                "{MAX_STREAMS} streams are open on this connection already"
+            )),
+            Some((accept, _)) => accept(headers),
+        }
+    }
+
+    /// Hands an accepted stream to the acceptor; if it takes no more, the
+    /// stream is reset (REFUSED_STREAM) and so is every later one. `false`
+    /// when the connection ends.
+    async fn deliver(&mut self, stream: Stream) -> bool {
+        let stream_id = stream.id;
+        let delivered = match &self.acceptor {
+            Some((_, tx)) => tx.send(stream).await.is_ok(),
+            None => false,
+        };
+        if delivered {
+            return true;
+        }
+        lock(&self.shared.inbound).remove(&stream_id);
+        lock(&self.shared.open_local).remove(&stream_id);
+        self.acceptor = None;
+        answer(
+            &self.control,
+            Frame::RstStream {
+                stream_id,
+                status: rst::REFUSED_STREAM,
+            },
+        )
+    }
 }

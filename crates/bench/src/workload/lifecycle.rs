@@ -1,0 +1,197 @@
+//! The life-cycle job: one pod with one container, run through every step
+//! kubelet takes, timed step by step; and where the time went inside the
+//! runtime (its step histogram, where it publishes one).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Result};
+use cri_api::v1;
+
+use super::{order, remove_pod, stat_ms, Settings, Workload, STOP_TIMEOUT_SECS};
+use crate::report::{series_by_label, Report};
+use crate::target::Target;
+
+/// The names of the timed life-cycle steps, in the order they run.
+const LIFECYCLE_STEPS: [&str; 10] = [
+    "RunPodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "ContainerStatus",
+    "ListContainers",
+    "ExecSync",
+    "StopContainer",
+    "RemoveContainer",
+    "StopPodSandbox",
+    "RemovePodSandbox",
+];
+
+/// Runs `$e`, stores how long it took in `$slot`, and gives its value.
+macro_rules! timed {
+    ($slot:expr, $e:expr) => {{
+        let start = Instant::now();
+        let value = $e;
+        $slot = start.elapsed();
+        value
+    }};
+}
+
+impl Workload {
+    /// One timed life cycle; the durations in [`LIFECYCLE_STEPS`] order.
+    async fn lifecycle_once(&self, target: &Target, name: &str) -> Result<[Duration; 10]> {
+        let pod_config = self.pod_config(target, name, "lifecycle")?;
+        let config = self.container_config("sleeper", "lifecycle");
+        let mut d = [Duration::ZERO; 10];
+        let pod = timed!(d[0], target.run_pod(&pod_config).await?);
+        let steps = async {
+            let id = timed!(
+                d[1],
+                target.create_container(&pod, &config, &pod_config).await?
+            );
+            timed!(d[2], target.start_container(&id).await?);
+            let state = timed!(d[3], target.container_state(&id).await?);
+            if state != v1::ContainerState::ContainerRunning as i32 {
+                return Err(anyhow!(
+                    "container {id} is not running after start: state {state}"
+                ));
+            }
+            timed!(d[4], target.list_containers(&[], None).await?);
+            timed!(d[5], target.exec_sync(&id, &["true"]).await?);
+            timed!(d[6], target.stop_container(&id, STOP_TIMEOUT_SECS).await?);
+            timed!(d[7], target.remove_container(&id).await?);
+            timed!(d[8], target.stop_pod(&pod).await?);
+            timed!(d[9], target.remove_pod(&pod).await?);
+            Ok(())
+        }
+        .await;
+        if let Err(e) = steps {
+            remove_pod(target, &pod).await;
+            return Err(e);
+        }
+        Ok(d)
+    }
+
+    /// Life-cycle latency of every step, median and p99, and of the whole.
+    pub async fn lifecycle(&self, targets: &[Target], s: &Settings, report: &mut Report) {
+        let n = targets.len();
+        let mut samples = vec![vec![Vec::new(); LIFECYCLE_STEPS.len()]; n];
+        let mut totals = vec![Vec::new(); n];
+        let mut failures = vec![0usize; n];
+        let before = self.scrape_all(targets).await;
+        for i in 0..s.warmup + s.iterations {
+            for ti in order(i, n) {
+                let t = &targets[ti];
+                match self.lifecycle_once(t, &format!("lc-{i}")).await {
+                    Ok(d) if i >= s.warmup => {
+                        for (k, v) in d.iter().enumerate() {
+                            samples[ti][k].push(*v);
+                        }
+                        totals[ti].push(d.iter().sum());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        failures[ti] += 1;
+                        if failures[ti] <= 3 {
+                            report.error(t.name(), &format!("lifecycle #{i}"), &e);
+                        }
+                    }
+                }
+            }
+            if (i + 1) % 10 == 0 {
+                eprintln!("lifecycle: {}/{}", i + 1, s.warmup + s.iterations);
+            }
+        }
+        let after = self.scrape_all(targets).await;
+        for (k, step) in LIFECYCLE_STEPS.iter().enumerate() {
+            for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+                let values = (0..n).map(|ti| stat_ms(&samples[ti][k], p)).collect();
+                report.add("lifecycle", &format!("{step} {stat}"), "ms", values);
+            }
+        }
+        steps_profile(&before, &after, s.warmup + s.iterations, report);
+        for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+            let values = (0..n).map(|ti| stat_ms(&totals[ti], p)).collect();
+            report.add(
+                "lifecycle",
+                &format!("whole pod+container life cycle {stat}"),
+                "ms",
+                values,
+            );
+        }
+        for (ti, t) in targets.iter().enumerate() {
+            if failures[ti] > 0 {
+                report.errors.push(format!(
+                    "{}: lifecycle: {} of {} iterations failed",
+                    t.name(),
+                    failures[ti],
+                    s.warmup + s.iterations
+                ));
+            }
+        }
+    }
+}
+
+/// Berth's steps histogram (`berth_step_duration_seconds`).
+const STEP_HISTOGRAM: &str = "berth_step_duration_seconds";
+
+/// Where the time of the life cycles went, per step, from the step
+/// histograms scraped before and after them (`cycles` life cycles): each
+/// step's mean and its share of one life cycle, for the targets that
+/// publish it.
+fn steps_profile(
+    before: &[Option<String>],
+    after: &[Option<String>],
+    cycles: usize,
+    report: &mut Report,
+) {
+    // Per target: step → (seconds, calls) during the life cycles, each page
+    // parsed once.
+    let deltas: Vec<BTreeMap<String, (f64, f64)>> = before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| {
+            let (Some(b), Some(a)) = (b, a) else {
+                return BTreeMap::new();
+            };
+            let series = |page: &str, kind: &str| -> BTreeMap<String, f64> {
+                let name = format!("{STEP_HISTOGRAM}_{kind}");
+                series_by_label(page, &name, "step").into_iter().collect()
+            };
+            let (sum_b, count_b) = (series(b, "sum"), series(b, "count"));
+            let sum_a = series(a, "sum");
+            series(a, "count")
+                .into_iter()
+                .filter_map(|(step, count)| {
+                    let calls = count - count_b.get(&step).copied().unwrap_or(0.0);
+                    let secs =
+                        sum_a.get(&step).copied()? - sum_b.get(&step).copied().unwrap_or(0.0);
+                    (calls > 0.0).then_some((step, (secs, calls)))
+                })
+                .collect()
+        })
+        .collect();
+    let steps: BTreeSet<&String> = deltas.iter().flat_map(|d| d.keys()).collect();
+    for step in steps {
+        let of = |d: &BTreeMap<String, (f64, f64)>| d.get(step).copied();
+        let per_cycle = deltas
+            .iter()
+            .map(|d| of(d).map(|(secs, _)| secs * 1000.0 / cycles.max(1) as f64))
+            .collect();
+        let mean = deltas
+            .iter()
+            .map(|d| of(d).map(|(secs, calls)| secs * 1000.0 / calls))
+            .collect();
+        report.add_partial(
+            "profile",
+            &format!("step {step}, ms per life cycle"),
+            "ms",
+            per_cycle,
+        );
+        report.add_partial(
+            "profile",
+            &format!("step {step}, mean per call"),
+            "ms",
+            mean,
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! The shim's start-up after the fork (see the module doc of `server`): the
+//! process made ready (stdio, SIGCHLD blocked, child subreaper), the
+//! reaper and the runtime, the socket, the container's stdio, `runtime
+//! create` (or `run --detach`), the container's output copiers, its OOM
+//! counter and the exit monitor, in that order. A failing step undoes what
+//! the steps before it left behind (the socket, a created container).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::cgroup::OomCounter;
+use crate::crilog::Stream;
+use crate::options::ShimOptions;
+use crate::protocol::{ContainerStatus, RemoteError};
+use crate::runc::{CreateOptions, ProcessIo, Runtime};
+use crate::sys;
+use crate::ShimPaths;
+
+use super::io::{ConsoleSocket, ContainerIo};
+use super::reaper::{self, Reaper, ReaperSpawner, Subscription};
+use super::{internal, log, read_pid_file, Life, Shim, CONSOLE_WAIT};
+
+/// Undoes start-up steps when a later one fails.
+struct Undo<'a> {
+    runtime: &'a Runtime,
+    id: &'a str,
+    socket: &'a Path,
+    created: bool,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if self.created {
+            if let Err(e) = self.runtime.delete(self.id, true) {
+                log(format_args!("cleaning up after a failed start: {e}"));
+            }
+        }
+        let _ = std::fs::remove_file(self.socket);
+    }
+}
+
+/// This side's ends of the container's stdio, until they are handed to
+/// its [`ContainerIo`].
+struct StdioEnds {
+    /// With a terminal: where the runtime sends the terminal's master.
+    console: Option<ConsoleSocket>,
+    /// Where the container's stdin is written (without a terminal).
+    stdin: Option<File>,
+    /// What the container writes, by stream (without a terminal).
+    outputs: Vec<(File, Stream)>,
+}
+
+/// Every start-up step after the fork, in order; the shim, ready to serve
+/// (its exit monitor running), or why it could not start.
+pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
+    let paths = opts.paths();
+    prepare_process(&paths)?;
+    let reaper = Reaper::start().map_err(|e| internal("starting the reaper", e))?;
+    let runtime = Runtime::new(&opts.runtime, &opts.runtime_root)
+        .with_timeout(opts.runtime_timeout)
+        .with_systemd_cgroup(opts.systemd_cgroup)
+        .with_global_args(opts.runtime_args.clone())
+        .with_spawner(Arc::new(ReaperSpawner(reaper.clone())));
+
+    let socket = paths.socket();
+    let listener = bind_socket(&socket)?;
+    let mut undo = Undo {
+        runtime: &runtime,
+        id: &opts.id,
+        socket: &socket,
+        created: false,
+        armed: true,
+    };
+
+    let io = Arc::new(
+        ContainerIo::new(opts.log_path.as_deref())
+            .map_err(|e| internal("opening the container log", e))?,
+    );
+    let (process_io, ends) = open_stdio(&opts, &paths)?;
+    let console = ends.console.as_ref().map(|c| c.path());
+    let pid = launch(&opts, &paths, &runtime, process_io, console, &mut undo)?;
+    let init = reaper
+        .watch(pid)
+        .map_err(|e| internal("watching the container's init", e))?;
+    connect_stdio(&io, ends, opts.stdin)?;
+    let oom = oom_counter(&opts, pid);
+
+    undo.armed = false;
+    drop(undo);
+    let shim = Arc::new(Shim {
+        paths,
+        runtime,
+        reaper,
+        io,
+        pid,
+        life: Mutex::new(Life {
+            status: if opts.run_detached {
+                ContainerStatus::Running
+            } else {
+                ContainerStatus::Created
+            },
+            exit: None,
+        }),
+        changed: Condvar::new(),
+        seq: AtomicU64::new(0),
+        start_reported: AtomicBool::new(false),
+        listener,
+        opts,
+    });
+    start_monitor(&shim, init, oom)?;
+    let verb = if shim.opts.run_detached {
+        "started"
+    } else {
+        "created"
+    };
+    log(format_args!("{verb} {} (pid {pid})", shim.opts.id));
+    Ok(shim)
+}
+
+/// Readies this process before any thread exists: the shim's directory,
+/// its stdio, SIGCHLD blocked (so every thread inherits the mask), child
+/// subreaper, one malloc arena.
+fn prepare_process(paths: &ShimPaths) -> Result<(), RemoteError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(paths.dir())
+        .map_err(|e| internal(format_args!("creating {}", paths.dir().display()), e))?;
+    redirect_stdio(paths);
+
+    // Before any thread exists, so every thread inherits the mask.
+    reaper::sigchld_set()
+        .thread_block()
+        .map_err(|e| internal("blocking SIGCHLD", e))?;
+    nix::sys::prctl::set_child_subreaper(true)
+        .map_err(|e| internal("becoming child subreaper", e))?;
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator. One arena: fewer pages for
+    // the shim's few threads.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+    Ok(())
+}
+
+/// Binds the shim's socket at `socket` (a stale one removed first), for
+/// root only.
+fn bind_socket(socket: &Path) -> Result<UnixListener, RemoteError> {
+    let _ = std::fs::remove_file(socket);
+    UnixListener::bind(socket)
+        .and_then(|l| {
+            // Only root talks to a shim.
+            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))?;
+            Ok(l)
+        })
+        .map_err(|e| internal(format_args!("binding {}", socket.display()), e))
+}
+
+/// The container's stdio: with a terminal, a console socket for it; else
+/// pipes (stdin only if asked for). What the runtime gets, and this side's
+/// ends.
+fn open_stdio(
+    opts: &ShimOptions,
+    paths: &ShimPaths,
+) -> Result<(ProcessIo, StdioEnds), RemoteError> {
+    let pipe = || sys::pipe().map_err(|e| internal("creating a pipe", e));
+    let mut process_io = ProcessIo::default();
+    let mut outputs = Vec::new();
+    let mut stdin_writer = None;
+    let console = if opts.tty {
+        let path = paths.console_socket("init");
+        Some(ConsoleSocket::bind(&path).map_err(|e| internal("binding the console socket", e))?)
+    } else {
+        if opts.stdin {
+            let (r, w) = pipe()?;
+            process_io.stdin = Some(r);
+            stdin_writer = Some(File::from(w));
+        }
+        let (r, w) = pipe()?;
+        process_io.stdout = Some(w);
+        outputs.push((File::from(r), Stream::Stdout));
+        let (r, w) = pipe()?;
+        process_io.stderr = Some(w);
+        outputs.push((File::from(r), Stream::Stderr));
+        None
+    };
+    let ends = StdioEnds {
+        console,
+        stdin: stdin_writer,
+        outputs,
+    };
+    Ok((process_io, ends))
+}
+
+/// `runtime create` of the container (`run --detach` when it is run at
+/// once) with `process_io` and the `console` socket; the pid of its init.
+/// `undo` learns whether a container may be left to delete.
+fn launch(
+    opts: &ShimOptions,
+    paths: &ShimPaths,
+    runtime: &Runtime,
+    process_io: ProcessIo,
+    console: Option<&Path>,
+    undo: &mut Undo<'_>,
+) -> Result<u32, RemoteError> {
+    let pid_file = paths.pid_file();
+    let _ = std::fs::remove_file(&pid_file);
+    let create_log = paths.runtime_log("create");
+    let create = CreateOptions {
+        bundle: &opts.bundle,
+        pid_file: &pid_file,
+        console_socket: console,
+        log_file: &create_log,
+        io: process_io,
+    };
+    undo.created = true;
+    let launched = if opts.run_detached {
+        runtime.run_detached(&opts.id, create)
+    } else {
+        runtime.create(&opts.id, create)
+    };
+    launched.map_err(|e| {
+        // A create that failed cleaned up after itself (and may have failed
+        // because another container has this id: leave that one alone); one
+        // killed at its timeout may have left a container behind.
+        undo.created = e.is_timeout();
+        RemoteError::from(e)
+    })?;
+    read_pid_file(&pid_file).map_err(|e| internal("reading the pid file", e))
+}
+
+/// Hands this side's ends of the container's stdio to `io` (the terminal's
+/// master once the runtime sent it, for stdin too if `stdin`), and starts a
+/// copier per output.
+fn connect_stdio(io: &Arc<ContainerIo>, ends: StdioEnds, stdin: bool) -> Result<(), RemoteError> {
+    let StdioEnds {
+        console,
+        stdin: mut stdin_writer,
+        mut outputs,
+    } = ends;
+    if let Some(console) = console {
+        let master = console
+            .receive(CONSOLE_WAIT)
+            .map_err(|e| internal("receiving the container's terminal", e))?;
+        let clone = || {
+            master
+                .try_clone()
+                .map_err(|e| internal("duplicating the terminal", e))
+        };
+        if stdin {
+            stdin_writer = Some(clone()?);
+        }
+        io.set_terminal(clone()?);
+        outputs.push((master, Stream::Stdout));
+    }
+    if let Some(w) = stdin_writer {
+        io.set_stdin(w);
+    }
+    for (source, stream) in outputs {
+        io.start_copier(source, stream)
+            .map_err(|e| internal("starting an output copier", e))?;
+    }
+    Ok(())
+}
+
+/// The OOM kill counter of the container's memory cgroup and its value
+/// before the container runs (`None`: none found, logged).
+fn oom_counter(opts: &ShimOptions, pid: u32) -> Option<(OomCounter, u64)> {
+    // The counter before the container runs, to tell a later OOM kill apart.
+    // Run at once, the process may already be gone (or OOM-killed): its
+    // cgroup is found from the spec, and it is new, so the base is 0.
+    let counter = if opts.run_detached {
+        match spec_cgroups_path(&opts.bundle).map(|p| OomCounter::for_cgroups_path(&p)) {
+            Some(Ok(Some(counter))) => Ok(Some(counter)),
+            _ => OomCounter::for_pid(pid),
+        }
+    } else {
+        OomCounter::for_pid(pid)
+    };
+    match counter {
+        Ok(Some(counter)) if opts.run_detached => Some((counter, 0)),
+        Ok(Some(counter)) => counter.read().ok().map(|base| (counter, base)),
+        Ok(None) => None,
+        Err(e) => {
+            log(format_args!("no memory cgroup for pid {pid}: {e}"));
+            None
+        }
+    }
+}
+
+/// Starts the thread that waits for the container's init and records its
+/// exit ([`Shim::monitor`]); if it cannot start, the container is deleted.
+fn start_monitor(
+    shim: &Arc<Shim>,
+    init: Subscription,
+    oom: Option<(OomCounter, u64)>,
+) -> Result<(), RemoteError> {
+    let s = shim.clone();
+    std::thread::Builder::new()
+        .name("monitor".into())
+        .stack_size(64 * 1024)
+        .spawn(move || s.monitor(init, oom))
+        .map_err(|e| {
+            let _ = shim.runtime.delete(&shim.opts.id, true);
+            internal("starting the exit monitor", e)
+        })?;
+    Ok(())
+}
+
+/// `linux.cgroupsPath` of the bundle's spec.
+fn spec_cgroups_path(bundle: &Path) -> Option<String> {
+    let text = std::fs::read(bundle.join("config.json")).ok()?;
+    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
+}
+
+/// stdin from /dev/null, stderr to `shim.log`, working directory `/`.
+fn redirect_stdio(paths: &ShimPaths) {
+    if let Ok(null) = std::fs::File::open("/dev/null") {
+        // SAFETY: dup2 onto fd 0, which we own.
+        unsafe { libc::dup2(null.as_raw_fd(), 0) };
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.shim_log());
+    if let Ok(log) = log {
+        // SAFETY: dup2 onto fd 2, which we own.
+        unsafe { libc::dup2(log.as_raw_fd(), 2) };
+    }
+    let _ = std::env::set_current_dir("/");
+}

@@ -122,7 +122,10 @@ async fn streams_agree_with_the_unary_lists_in_bounded_messages() {
         assert_eq!(streamed, unary, "the same items, in the same order");
         let unique: BTreeSet<_> = streamed.iter().map(|c| &c.id).collect();
         assert_eq!(unique.len(), streamed.len(), "each item once");
-        assert!(sizes.iter().all(|s| *s <= MAX_BATCH_BYTES + 16), "{sizes:?}");
+        assert!(
+            sizes.iter().all(|s| *s <= MAX_BATCH_BYTES + 16),
+            "{sizes:?}"
+        );
         if expected == PODS * PER_POD {
             assert!(sizes.len() >= 2, "2 MiB of containers in {sizes:?}");
         }
@@ -166,7 +169,10 @@ async fn streams_agree_with_the_unary_lists_in_bounded_messages() {
         .into_inner();
     let (_, streamed) = drain(stream, Duration::ZERO, |m| m.container_stats).await;
     let of = |s: &[v1::ContainerStats]| {
-        ids(s.iter().filter_map(|s| s.attributes.as_ref()).map(|a| &a.id))
+        ids(s
+            .iter()
+            .filter_map(|s| s.attributes.as_ref())
+            .map(|a| &a.id))
     };
     assert_eq!(of(&streamed), of(&unary));
     assert_eq!(streamed.len(), PODS * PER_POD);
@@ -184,7 +190,10 @@ async fn streams_agree_with_the_unary_lists_in_bounded_messages() {
         .into_inner();
     let (_, streamed) = drain(stream, Duration::ZERO, |m| m.pod_sandbox_stats).await;
     let of = |s: &[v1::PodSandboxStats]| {
-        ids(s.iter().filter_map(|s| s.attributes.as_ref()).map(|a| &a.id))
+        ids(s
+            .iter()
+            .filter_map(|s| s.attributes.as_ref())
+            .map(|a| &a.id))
     };
     assert_eq!(of(&streamed), of(&unary));
 

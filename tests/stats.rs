@@ -771,6 +771,17 @@ async fn status_lists_runtime_handlers_and_features() {
             );
         }
     }
+    // A handler that cannot run containers here claims nothing (crun on
+    // a cgroup v1 hybrid host with cgroup2 controllers).
+    if !common::crun_runs_here() {
+        assert_eq!(
+            features("crun"),
+            v1::RuntimeHandlerFeatures {
+                recursive_read_only_mounts: false,
+                user_namespaces: false
+            }
+        );
+    }
     let runtime_features = resp.features.expect("runtime features");
     assert!(runtime_features.supplemental_groups_policy);
 

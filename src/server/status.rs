@@ -154,15 +154,90 @@ async fn runtime_handlers(
     for (name, handler) in
         std::iter::once(default).chain(config.runtime.handlers.iter().map(|(n, h)| (n.as_str(), h)))
     {
+        // A handler that cannot run any container here claims no feature.
+        let runs = runs_here(&handler.binary).await;
         handlers.push(v1::RuntimeHandler {
             name: name.to_string(),
             features: Some(v1::RuntimeHandlerFeatures {
-                recursive_read_only_mounts: recursive_read_only(&handler.binary).await,
-                user_namespaces: userns_host && find_executable(&handler.binary).is_some(),
+                recursive_read_only_mounts: runs && recursive_read_only(&handler.binary).await,
+                user_namespaces: runs && userns_host && find_executable(&handler.binary).is_some(),
             }),
         });
     }
     handlers
+}
+
+/// Whether each runtime binary can run containers on this host, once known.
+static RUNS_HERE: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Whether runtime `binary` can run a container on this host at all: crun
+/// refuses every container on a cgroup v1 "hybrid" host whose cgroup2
+/// mount has controllers ("cgroups in hybrid mode not supported, drop all
+/// controllers from cgroupv2"), so such a handler must not claim user
+/// namespaces or recursive read-only mounts. Asked once per binary.
+async fn runs_here(binary: &str) -> bool {
+    let known = RUNS_HERE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(binary)
+        .copied();
+    if let Some(known) = known {
+        return known;
+    }
+    let mut command = tokio::process::Command::new(binary);
+    command
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let version = match tokio::time::timeout(FEATURES_TIMEOUT, command.output()).await {
+        Ok(Ok(out)) if out.status.success() => out.stdout,
+        // Not found or failing: whatever it is, it runs nothing.
+        Ok(_) => return false,
+        // Slow this time: ask again next time, claim nothing now.
+        Err(_) => return false,
+    };
+    let host = tokio::task::spawn_blocking(|| {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let controllers = hybrid_v2_mount(&mountinfo)
+            .and_then(|dir| std::fs::read_to_string(dir.join("cgroup.controllers")).ok());
+        (mountinfo, controllers)
+    })
+    .await;
+    let (mountinfo, controllers) = host.unwrap_or_default();
+    let refusal = refuses_this_host(&version, &mountinfo, controllers.as_deref());
+    if let Some(reason) = &refusal {
+        tracing::warn!(%binary, %reason, "runtime handler cannot run containers on this host");
+    }
+    RUNS_HERE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(binary.to_string(), refusal.is_none());
+    refusal.is_none()
+}
+
+/// The cgroup2 mount of a hybrid host (v1 hierarchies, and cgroup2
+/// somewhere other than `/sys/fs/cgroup`).
+fn hybrid_v2_mount(mountinfo: &str) -> Option<std::path::PathBuf> {
+    let mounts: Vec<_> = berth_mountinfo::mounts(mountinfo).collect();
+    let v1 = mounts.iter().any(|m| m.fs_type == "cgroup");
+    let v2 = mounts.iter().find(|m| m.fs_type == "cgroup2")?;
+    (v1 && v2.mount_point != Path::new("/sys/fs/cgroup")).then(|| v2.mount_point.clone())
+}
+
+/// Why a runtime whose `--version` printed `version` refuses every
+/// container on a host with `mountinfo` (and, on a hybrid host, cgroup2
+/// `controllers`), if it does.
+fn refuses_this_host(version: &[u8], mountinfo: &str, controllers: Option<&str>) -> Option<String> {
+    let crun = String::from_utf8_lossy(version)
+        .lines()
+        .next()
+        .is_some_and(|l| l.starts_with("crun "));
+    let hybrid = hybrid_v2_mount(mountinfo).is_some();
+    let has_controllers = controllers.is_some_and(|c| !c.trim().is_empty());
+    (crun && hybrid && has_controllers).then(|| {
+        "crun refuses cgroup v1 hybrid hosts whose cgroup2 mount has controllers".to_string()
+    })
 }
 
 /// Recursive read-only mounts need kernel 5.12 (mount_setattr) and a
@@ -271,6 +346,26 @@ fn probe_writable(dir: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crun_on_a_hybrid_host_with_v2_controllers_runs_nothing() {
+        let hybrid = "30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro\n\
+            31 30 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+            32 30 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n";
+        let v2 = "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
+        let crun = b"crun version 1.8.1\ncommit: x\n";
+        let runc = b"runc version 1.1.5\ncommit: x\n";
+        assert_eq!(
+            hybrid_v2_mount(hybrid).as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
+        assert!(refuses_this_host(crun, hybrid, Some("memory pids\n")).is_some());
+        // runc runs there; crun too without v2 controllers, or on v2.
+        assert!(refuses_this_host(runc, hybrid, Some("memory pids\n")).is_none());
+        assert!(refuses_this_host(crun, hybrid, Some("\n")).is_none());
+        assert!(hybrid_v2_mount(v2).is_none());
+        assert!(refuses_this_host(crun, v2, Some("cpu memory")).is_none());
+    }
 
     #[test]
     fn rro_in_runtime_features() {

@@ -370,3 +370,44 @@ macro_rules! require_root {
         }
     };
 }
+
+/// Whether `crun` runs a container on this host: a bundle of busybox
+/// running `true`, made and run in a temp dir (crun refuses every
+/// container on a cgroup v1 hybrid host with cgroup2 controllers).
+pub fn crun_runs_here() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("rootfs/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let Ok(busybox) = which_busybox() else {
+        return false;
+    };
+    std::fs::copy(busybox, bin.join("busybox")).unwrap();
+    let spec = Command::new("crun")
+        .arg("spec")
+        .current_dir(dir.path())
+        .status();
+    if !spec.is_ok_and(|s| s.success()) {
+        return false;
+    }
+    let config = dir.path().join("config.json");
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    value["process"]["args"] = serde_json::json!(["/bin/busybox", "true"]);
+    value["process"]["terminal"] = serde_json::json!(false);
+    std::fs::write(&config, serde_json::to_vec(&value).unwrap()).unwrap();
+    let id = format!("berth-test-probe-{}", std::process::id());
+    Command::new("crun")
+        .args(["run", &id])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn which_busybox() -> Result<PathBuf, ()> {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or(())
+}

@@ -41,7 +41,6 @@ pub async fn exec_url(
             stdin: s.stdin,
             stdout: s.stdout,
             stderr: s.stderr,
-            ..Default::default()
         })
         .await
         .map(|r| r.into_inner().url)
@@ -58,7 +57,6 @@ pub async fn attach_url(daemon: &Daemon, id: &str, s: Streams) -> Result<String,
             stdin: s.stdin,
             stdout: s.stdout,
             stderr: s.stderr,
-            ..Default::default()
         })
         .await
         .map(|r| r.into_inner().url)

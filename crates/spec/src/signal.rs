@@ -84,10 +84,17 @@ fn rt_offset(rest: &str, base: i32, direction: i32) -> Option<i32> {
 
 /// The number of a CRI `Signal`; `None` for `RUNTIME_DEFAULT`.
 pub fn cri_signal_number(signal: v1::Signal) -> Option<i32> {
-    let name = signal.as_str_name();
     if signal == v1::Signal::RuntimeDefault {
         return None;
     }
+    signal_number_of_name(signal.as_str_name())
+}
+
+/// The number of a CRI `Signal` value name: v0.36's (`SIGTERM`,
+/// `SIGRTMINPLUS3`) and v0.37's, which only prefix them (`SIGNAL_SIGTERM`;
+/// the numbers are the same), so that taking the v0.37 proto changes nothing.
+fn signal_number_of_name(name: &str) -> Option<i32> {
+    let name = name.strip_prefix("SIGNAL_").unwrap_or(name);
     if let Some(n) = name.strip_prefix("SIGRTMINPLUS") {
         return n.parse::<i32>().ok().map(|n| SIGRTMIN + n);
     }
@@ -137,6 +144,20 @@ pub fn stop_signal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn v0_37_signal_names_have_the_same_numbers() {
+        for (old, new) in [
+            ("SIGTERM", "SIGNAL_SIGTERM"),
+            ("SIGKILL", "SIGNAL_SIGKILL"),
+            ("SIGRTMINPLUS3", "SIGNAL_SIGRTMINPLUS3"),
+            ("SIGRTMAXMINUS1", "SIGNAL_SIGRTMAXMINUS1"),
+        ] {
+            assert!(signal_number_of_name(old).is_some(), "{old}");
+            assert_eq!(signal_number_of_name(old), signal_number_of_name(new));
+        }
+        assert_eq!(signal_number_of_name("SIGNAL_SIGTERM"), Some(libc::SIGTERM));
+    }
 
     #[test]
     fn numbers_to_cri_names() {

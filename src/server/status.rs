@@ -81,8 +81,7 @@ impl Cri {
 const FEATURES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Whether each runtime binary makes recursive read-only mounts, once known.
-static RRO_SUPPORT: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+static RRO_SUPPORT: Known = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Whether this host can run pods in their own user namespace the way
 /// berth does it, probed once (the first time it is asked) and kept: a
@@ -167,9 +166,20 @@ async fn runtime_handlers(
     handlers
 }
 
+/// Answers about runtime binaries, kept once known.
+type Known = std::sync::Mutex<std::collections::BTreeMap<String, bool>>;
+
+/// What `cache` knows about `binary`.
+fn known(cache: &Known, binary: &str) -> Option<bool> {
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(binary)
+        .copied()
+}
+
 /// Whether each runtime binary can run containers on this host, once known.
-static RUNS_HERE: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+static RUNS_HERE: Known = std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Whether runtime `binary` can run a container on this host at all: crun
 /// refuses every container on a cgroup v1 "hybrid" host whose cgroup2
@@ -177,12 +187,7 @@ static RUNS_HERE: std::sync::Mutex<std::collections::BTreeMap<String, bool>> =
 /// controllers from cgroupv2"), so such a handler must not claim user
 /// namespaces or recursive read-only mounts. Asked once per binary.
 async fn runs_here(binary: &str) -> bool {
-    let known = RUNS_HERE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(binary)
-        .copied();
-    if let Some(known) = known {
+    if let Some(known) = known(&RUNS_HERE, binary) {
         return known;
     }
     let mut command = tokio::process::Command::new(binary);
@@ -244,12 +249,7 @@ fn refuses_this_host(version: &[u8], mountinfo: &str, controllers: Option<&str>)
 /// runtime whose `features` lists the `rro` mount option. Known answers
 /// are kept; a runtime that times out is asked again next time.
 async fn recursive_read_only(binary: &str) -> bool {
-    let known = RRO_SUPPORT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(binary)
-        .copied();
-    if let Some(known) = known {
+    if let Some(known) = known(&RRO_SUPPORT, binary) {
         return known;
     }
     let kernel = tokio::task::spawn_blocking(|| berth_spec::SpecOptions::detect().rro_supported)

@@ -223,7 +223,7 @@ impl Core {
         );
         let dirs = self.layout.container_dirs(&id);
         undo.push("remove the container's rootfs", dirs.clone(), |core, id, dirs| {
-            async move { core.mech.files.remove_container_files(&id, &dirs).await }
+            async move { core.mech.mounts.remove_container_files(&id, &dirs).await }
         });
         self.mount_container_rootfs(&id, &container.meta.rootfs_snapshots, sandbox)
             .await?;
@@ -266,7 +266,7 @@ impl Core {
         let Some(u) = sandbox.meta.facts().userns else {
             return timed(
                 "container.rootfs",
-                self.mech.files.mount_rootfs(id, &dirs, lowerdirs),
+                self.mech.mounts.mount_rootfs(id, &dirs, lowerdirs),
             )
             .await;
         };
@@ -276,11 +276,11 @@ impl Core {
             gid: u.host_root_gid(),
         };
         self.mech
-            .files
+            .mounts
             .mount_idmapped_rootfs(id, &dirs, lowerdirs, &idmap)
             .await?;
         self.mech
-            .files
+            .binds
             .bind(id, &dirs.rootfs(), &self.layout.userns_rootfs(id))
             .await
     }
@@ -321,14 +321,14 @@ impl Core {
             let path = match &userns {
                 None => {
                     self.mech
-                        .files
+                        .mounts
                         .mount_image_volume(id, &dirs, n, lowerdirs)
                         .await?
                 }
                 Some(ns) => {
                     let target = self.layout.userns_image_volume(id, n);
                     self.mech
-                        .files
+                        .mounts
                         .mount_idmapped_image_volume(id, &target, lowerdirs, ns)
                         .await?;
                     target

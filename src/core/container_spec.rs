@@ -143,7 +143,7 @@ impl Core {
             for (n, v) in volumes.iter_mut().enumerate() {
                 let view = self.layout.userns_volume(id, n);
                 self.mech
-                    .files
+                    .binds
                     .idmapped_bind(id, &v.host_path, &view, &ns)
                     .await?;
                 v.host_path = view;
@@ -166,7 +166,7 @@ impl Core {
         for (n, host) in berth_spec::idmapped_mounts(id, config, userns.as_ref())? {
             let view = self.layout.userns_mount(id, n);
             self.mech
-                .files
+                .binds
                 .idmapped_bind(
                     id,
                     &host,

@@ -168,7 +168,7 @@ impl Core {
         undo.push(
             "remove the sandbox files",
             files.clone(),
-            |core, id, files| async move { core.mech.files.remove_pod_files(&id, &files).await },
+            |core, id, files| async move { core.mech.pod_files.remove_pod_files(&id, &files).await },
         );
         let content = PodFileContent {
             hostname: facts.hostname.clone(),
@@ -178,7 +178,7 @@ impl Core {
         };
         timed(
             "pod.files",
-            self.mech.files.write_pod_files(id, &files, content),
+            self.mech.pod_files.write_pod_files(id, &files, content),
         )
         .await?;
         // A userns pod's processes cannot search berth's 0700 dirs: what
@@ -192,15 +192,15 @@ impl Core {
         undo.push(
             "remove the pod's userns tree",
             tree.root.clone(),
-            |core, id, root| async move { core.mech.files.remove_mounted_tree(&id, &root).await },
+            |core, id, root| async move { core.mech.binds.remove_mounted_tree(&id, &root).await },
         );
         self.mech
-            .files
+            .binds
             .idmapped_bind(id, &files.root, &tree.files(), &tree.ns())
             .await?;
         if !facts.host_ipc {
             self.mech
-                .files
+                .binds
                 .idmapped_bind(id, &files.shm(), &tree.shm(), &tree.ns())
                 .await?;
         }
@@ -228,14 +228,14 @@ impl Core {
         timed(
             "pause.bundle",
             self.mech
-                .files
+                .pod_files
                 .write_pause_bundle(id, &files.bundle(), spec),
         )
         .await?;
         if facts.userns.is_some() {
             let target = self.layout.pod_userns(id).pause_rootfs();
             self.mech
-                .files
+                .binds
                 .bind(id, &files.bundle().join("rootfs"), &target)
                 .await?;
         }

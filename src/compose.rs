@@ -49,6 +49,9 @@ fn mechanisms(
     Mechanisms {
         network: Arc::new(real::Cni(cni.clone())),
         namespaces: Arc::new(real::NetNs),
+        pod_files: Arc::new(real::Host),
+        mounts: Arc::new(real::Host),
+        binds: Arc::new(real::Host),
         files: Arc::new(real::Host),
         runtime: Arc::new(real::Shims {
             layout: layout.clone(),

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-use cli::{Cli, Command, ConfigAction};
+use cli::{Cli, Command, ConfigAction, Flags};
 use config::{Config, Loaded};
 
 fn main() -> ExitCode {
@@ -32,44 +32,8 @@ fn main() -> ExitCode {
     sd_notify::take_socket();
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Config {
-            action: ConfigAction::Default,
-        }) => {
-            print!("{}", Config::default_toml());
-            ExitCode::SUCCESS
-        }
-        Some(Command::Config {
-            action: ConfigAction::DefaultCommented,
-        }) => {
-            print!("{}", Config::commented_default_toml());
-            ExitCode::SUCCESS
-        }
-        Some(Command::Config {
-            action: ConfigAction::Show,
-        }) => match cli.flags.load().and_then(|l| l.validate().map(|()| l)) {
-            Ok(loaded) => {
-                print!("{}", show(&loaded));
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(e.into()),
-        },
-        Some(Command::Check) => {
-            let loaded = match cli.flags.load() {
-                Ok(loaded) => loaded,
-                Err(e) => return fail(e.into()),
-            };
-            let mut items = check::run(&loaded.config, &check::RealHost);
-            // A configuration that does not validate is reported with the host's checks.
-            if let Err(e) = loaded.validate() {
-                items.insert(0, check::config_item(&e.to_string()));
-            }
-            print!("{}", check::render(&items));
-            if check::passed(&items) {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        Some(Command::Config { action }) => config_command(&cli.flags, action),
+        Some(Command::Check) => check_command(&cli.flags),
         Some(Command::Completions { shell }) => {
             clap_complete::generate(shell, &mut Cli::command(), "berth", &mut std::io::stdout());
             ExitCode::SUCCESS
@@ -81,52 +45,90 @@ fn main() -> ExitCode {
                 Err(e) => fail(e.into()),
             }
         }
-        Some(Command::Recover { dry_run }) => {
-            if !dry_run {
-                return fail(anyhow::anyhow!(
-                    "recovery runs when berth starts; use --dry-run to list what it would change"
-                ));
-            }
-            let config = match cli.flags.effective_config() {
-                Ok(config) => config,
-                Err(e) => return fail(e.into()),
-            };
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return fail(e.into()),
-            };
-            let layout = layout::Layout::new(&config.root, &config.state);
-            match runtime.block_on(compose::recovery_plan(&config, layout)) {
-                Ok(lines) if lines.is_empty() => {
-                    println!("nothing to recover");
-                    ExitCode::SUCCESS
-                }
-                Ok(lines) => {
-                    for line in lines {
-                        println!("{line}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(e.into()),
-            }
+        Some(Command::Recover { dry_run }) => recover_command(&cli.flags, dry_run),
+        None => serve(&cli.flags),
+    }
+}
+
+/// `berth config default|default-commented|show`.
+fn config_command(flags: &Flags, action: ConfigAction) -> ExitCode {
+    match action {
+        ConfigAction::Default => print!("{}", Config::default_toml()),
+        ConfigAction::DefaultCommented => print!("{}", Config::commented_default_toml()),
+        ConfigAction::Show => match flags.load().and_then(|l| l.validate().map(|()| l)) {
+            Ok(loaded) => print!("{}", show(&loaded)),
+            Err(e) => return fail(e.into()),
+        },
+    }
+    ExitCode::SUCCESS
+}
+
+/// `berth check`: the host's checks, and the configuration's.
+fn check_command(flags: &Flags) -> ExitCode {
+    let loaded = match flags.load() {
+        Ok(loaded) => loaded,
+        Err(e) => return fail(e.into()),
+    };
+    let mut items = check::run(&loaded.config, &check::RealHost);
+    // A configuration that does not validate is reported with the host's checks.
+    if let Err(e) = loaded.validate() {
+        items.insert(0, check::config_item(&e.to_string()));
+    }
+    print!("{}", check::render(&items));
+    if check::passed(&items) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `berth recover --dry-run`: what recovery would change.
+fn recover_command(flags: &Flags, dry_run: bool) -> ExitCode {
+    if !dry_run {
+        return fail(anyhow::anyhow!(
+            "recovery runs when berth starts; use --dry-run to list what it would change"
+        ));
+    }
+    let config = match flags.effective_config() {
+        Ok(config) => config,
+        Err(e) => return fail(e.into()),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(e.into()),
+    };
+    let layout = layout::Layout::new(&config.root, &config.state);
+    match runtime.block_on(compose::recovery_plan(&config, layout)) {
+        Ok(lines) if lines.is_empty() => {
+            println!("nothing to recover");
+            ExitCode::SUCCESS
         }
-        None => {
-            let loaded = match cli.flags.load().and_then(|l| l.validate().map(|()| l)) {
-                Ok(loaded) => loaded,
-                Err(e) => return fail(e.into()),
-            };
-            logging::init(&loaded.config);
-            tracing::info!(files = ?loaded.files, "configuration loaded");
-            match daemon::run(loaded.config) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e:#}");
-                    fail(e)
-                }
+        Ok(lines) => {
+            for line in lines {
+                println!("{line}");
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.into()),
+    }
+}
+
+/// `berth`: the daemon.
+fn serve(flags: &Flags) -> ExitCode {
+    let loaded = match flags.load().and_then(|l| l.validate().map(|()| l)) {
+        Ok(loaded) => loaded,
+        Err(e) => return fail(e.into()),
+    };
+    logging::init(&loaded.config);
+    tracing::info!(files = ?loaded.files, "configuration loaded");
+    match daemon::run(loaded.config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            fail(e)
         }
     }
 }

@@ -1,6 +1,6 @@
 //! An undo stack: each step that allocates registers how to give it back
 //! before it runs; on failure the steps unwind in reverse, and their errors
-//! are reported together with the original one.
+//! (each an [`Error`]) are reported together with the original one.
 //!
 //! Two kinds of step: those that give back a resource ([`Undo::push`]) and
 //! those that forget the object ([`Undo::push_forget`]: delete its record,
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 
-type Step = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'static>>;
+type Step = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'static>>;
 
 /// How long each undo step may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -33,7 +33,7 @@ impl Undo {
     /// Registers how to undo the step about to run.
     pub fn push<F>(&mut self, what: &'static str, step: F)
     where
-        F: Future<Output = Result<(), String>> + Send + 'static,
+        F: Future<Output = Result<(), Error>> + Send + 'static,
     {
         self.steps.push((what, false, Box::pin(step)));
     }
@@ -42,7 +42,7 @@ impl Undo {
     /// later step's undo failed, so the object is kept for a retry.
     pub fn push_forget<F>(&mut self, what: &'static str, step: F)
     where
-        F: Future<Output = Result<(), String>> + Send + 'static,
+        F: Future<Output = Result<(), Error>> + Send + 'static,
     {
         self.steps.push((what, true, Box::pin(step)));
     }
@@ -101,7 +101,7 @@ mod tests {
             undo.push("step", async move {
                 log.lock().unwrap().push(i);
                 if i == 1 {
-                    Err("busy".to_string())
+                    Err(Error::Internal("busy".into()))
                 } else {
                     Ok(())
                 }
@@ -130,7 +130,9 @@ mod tests {
             l.lock().unwrap().push("netns");
             Ok(())
         });
-        undo.push("CNI DEL", async { Err("plugin failed".to_string()) });
+        undo.push("CNI DEL", async {
+            Err(Error::Internal("plugin failed".into()))
+        });
         let err = undo.unwind(Error::DeadlineExceeded("slow".into())).await;
         // Resources still given back; the record kept.
         assert_eq!(*log.lock().unwrap(), vec!["netns"]);

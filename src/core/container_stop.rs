@@ -70,7 +70,7 @@ impl Core {
         }
         if let Err(e) = self
             .mech
-            .files
+            .mounts
             .unmount_rootfs(id, &self.layout.container_dirs(id))
             .await
         {
@@ -130,7 +130,7 @@ impl Core {
         self.container_event(container, EventKind::Stopped).await;
         self.delete_from_runtime(container).await?;
         self.mech
-            .files
+            .mounts
             .remove_container_files(&id, &self.layout.container_dirs(&id))
             .await?;
         self.mech

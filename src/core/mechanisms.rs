@@ -89,9 +89,11 @@ pub struct PodFileContent {
     pub shm: bool,
 }
 
-/// Files, directories and mounts of pods and containers.
+// Files, directories and mounts of pods and containers: four traits, by job.
+
+/// The files a pod's containers share, and the pause's bundle.
 #[async_trait]
-pub trait HostFiles: Send + Sync {
+pub trait PodFiles: Send + Sync {
     /// hostname, hosts, resolv.conf, and the /dev/shm tmpfs.
     async fn write_pod_files(
         &self,
@@ -105,6 +107,11 @@ pub trait HostFiles: Send + Sync {
     async fn remove_pod_files(&self, id: &str, files: &SandboxFiles) -> Result<(), Error>;
     /// The pause's bundle: its rootfs and `config.json`.
     async fn write_pause_bundle(&self, id: &str, bundle: &Path, spec: &Spec) -> Result<(), Error>;
+}
+
+/// A container's rootfs and image volumes: mounted, unmounted, removed.
+#[async_trait]
+pub trait ContainerMounts: Send + Sync {
     /// Mounts the container's overlay rootfs over the image's snapshots.
     async fn mount_rootfs(
         &self,
@@ -131,6 +138,27 @@ pub trait HostFiles: Send + Sync {
         lowerdirs: Vec<PathBuf>,
         userns: &Path,
     ) -> Result<(), Error>;
+    /// Mounts an image read-only for an image volume; where it is.
+    async fn mount_image_volume(
+        &self,
+        id: &str,
+        dirs: &ContainerDirs,
+        n: usize,
+        lowerdirs: Vec<PathBuf>,
+    ) -> Result<PathBuf, Error>;
+    /// Unmounts the rootfs and image volumes (and the rootfs's bind for a
+    /// userns pod); not mounted is fine.
+    async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
+    /// Unmounts and removes the container's dirs; absent is fine.
+    async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
+    /// Whether something is mounted on `path`.
+    fn is_mounted(&self, path: &Path) -> bool;
+}
+
+/// Bind mounts, plain and idmapped, into the userns trees of pods and
+/// containers (see [`crate::layout::Layout::userns_dir`]), and their removal.
+#[async_trait]
+pub trait Binds: Send + Sync {
     /// An idmapped bind mount of `source` (a dir or a file) on `target`
     /// (made, with its parents, mode 0711), through the user namespace
     /// file `userns`.
@@ -147,19 +175,11 @@ pub trait HostFiles: Send + Sync {
     /// Unmounts every mount at or below `dir`, then removes it; absent is
     /// fine. Never removes through a mount that is left.
     async fn remove_mounted_tree(&self, id: &str, dir: &Path) -> Result<(), Error>;
-    /// Mounts an image read-only for an image volume; where it is.
-    async fn mount_image_volume(
-        &self,
-        id: &str,
-        dirs: &ContainerDirs,
-        n: usize,
-        lowerdirs: Vec<PathBuf>,
-    ) -> Result<PathBuf, Error>;
-    /// Unmounts the rootfs and image volumes (and the rootfs's bind for a
-    /// userns pod); not mounted is fine.
-    async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
-    /// Unmounts and removes the container's dirs; absent is fine.
-    async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
+}
+
+/// Bundle specs, directories, and what recovery reads of the host's files.
+#[async_trait]
+pub trait Files: Send + Sync {
     /// Replaces the bundle's `config.json` atomically.
     async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error>;
     /// Reads the bundle's `config.json`.
@@ -168,8 +188,6 @@ pub trait HostFiles: Send + Sync {
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error>;
     /// Removes a directory tree; absent is fine.
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error>;
-    /// Whether something is mounted on `path`.
-    fn is_mounted(&self, path: &Path) -> bool;
     /// Whether `path` exists.
     fn exists(&self, path: &Path) -> bool;
     /// Names of the entries of `dir` (none when it is absent).
@@ -262,7 +280,10 @@ pub trait EventSink: Send + Sync {
 pub struct Mechanisms {
     pub network: Arc<dyn Network>,
     pub namespaces: Arc<dyn Namespaces>,
-    pub files: Arc<dyn HostFiles>,
+    pub pod_files: Arc<dyn PodFiles>,
+    pub mounts: Arc<dyn ContainerMounts>,
+    pub binds: Arc<dyn Binds>,
+    pub files: Arc<dyn Files>,
     pub runtime: Arc<dyn Runtime>,
     pub images: Arc<dyn Images>,
     pub events: Arc<dyn EventSink>,

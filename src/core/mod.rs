@@ -12,9 +12,11 @@ pub mod mechanisms;
 pub mod real;
 pub mod recovery;
 mod retry;
+mod rollback;
 
 mod container_create;
 mod container_exec;
+mod container_spec;
 mod container_start;
 mod container_stop;
 mod container_update;

@@ -176,7 +176,7 @@ impl Core {
                 ContainerState::Created if self.shim_alive(&id).await => {
                     plan.push(Action::AdoptStarted(id))
                 }
-                ContainerState::Created if !self.mech.files.is_mounted(&rootfs) => {
+                ContainerState::Created if !self.mech.mounts.is_mounted(&rootfs) => {
                     plan.push(Action::RemountContainer(id))
                 }
                 ContainerState::Created => {}
@@ -186,7 +186,7 @@ impl Core {
                         .files
                         .exists(&self.layout.runtime_root().join(&id))
                         || self.shim_alive(&id).await
-                        || self.mech.files.is_mounted(&rootfs)
+                        || self.mech.mounts.is_mounted(&rootfs)
                     {
                         plan.push(Action::ReleaseExited(id));
                     }
@@ -417,13 +417,13 @@ impl Core {
             }
             EntryKind::SandboxDir => {
                 self.mech
-                    .files
+                    .pod_files
                     .unmount_shm(&name, &self.layout.sandbox_files(&name))
                     .await?;
             }
             EntryKind::ContainerBundle => {
                 self.mech
-                    .files
+                    .mounts
                     .unmount_rootfs(&name, &self.layout.container_dirs(&name))
                     .await?;
             }

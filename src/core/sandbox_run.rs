@@ -11,13 +11,13 @@ use cri_api::v1;
 use prost::Message;
 
 use super::mechanisms::{EventKind, PodFileContent, UsernsPin};
+use super::rollback::Rollback;
 use super::{new_id, now_nanos, retry, timed, Core};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
 use crate::sandbox::facts::{sandbox_name, PodFacts};
 use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus};
-use crate::undo::Undo;
 
 /// What RunPodSandbox is asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,15 +67,15 @@ impl Core {
             return Ok(existing);
         }
         let running = self.pods_in_flight.begin(&name, &request, &id);
-        let mut undo = Undo::new();
-        {
-            let core = self.clone();
-            let (name, id) = (name.clone(), id.clone());
-            undo.push_forget("release the sandbox name", async move {
+        let mut undo = Rollback::new(self, &id);
+        undo.push_forget(
+            "release the sandbox name",
+            name.clone(),
+            |core, id, name| async move {
                 core.sandboxes.release_name_of(&name, &id);
                 Ok(())
-            });
-        }
+            },
+        );
         let meta = SandboxMeta {
             id: id.clone(),
             name: name.clone(),
@@ -126,13 +126,12 @@ impl Core {
 
     /// Every step after the name is reserved; each registers its undo first.
     async fn build_sandbox(
-        self: &Arc<Self>,
-        undo: &mut Undo,
+        &self,
+        undo: &mut Rollback,
         meta: SandboxMeta,
         spec: oci_spec::runtime::Spec,
         runtime: &str,
     ) -> Result<(), Error> {
-        let id = meta.id.clone();
         // Persist before creating anything, so a crash leaves a record to clean up from.
         // Locked from the moment it is visible: a Stop or Remove racing this
         // call waits until it has finished or rolled back.
@@ -145,37 +144,32 @@ impl Core {
         };
         let (sandbox, _lifecycle) = objects::create(self.sandboxes.clone(), meta, status).await?;
         failpoint::hit("run_pod_sandbox:after_record");
-        {
-            let core = self.clone();
-            let sandbox = sandbox.clone();
-            undo.push_forget("delete the sandbox record", async move {
-                objects::delete(core.sandboxes.clone(), &sandbox)
-                    .await
-                    .map_err(|e| e.to_string())
-            });
-        }
-        let config = sandbox.meta.config();
-        let facts = sandbox.meta.facts();
+        undo.push_forget("delete the sandbox record", sandbox.clone(), |core, _, sandbox| {
+            async move { objects::delete(core.sandboxes.clone(), &sandbox).await }
+        });
 
         // Network namespace and CNI.
         let ips = match sandbox.meta.netns.clone() {
             Some(path) => self.attach_network(undo, &sandbox, &path).await?,
             None => Vec::new(),
         };
-
-        // Files shared by the pod's containers.
-        let files = self.layout.sandbox_files(&id);
-        {
-            let core = self.clone();
-            let (id, files) = (id.clone(), files.clone());
-            undo.push("remove the sandbox files", async move {
-                core.mech
-                    .files
-                    .remove_pod_files(&id, &files)
-                    .await
-                    .map_err(|e| e.to_string())
-            });
+        self.make_pod_files(undo, &sandbox).await?;
+        if sandbox.meta.facts().pinned {
+            return self.pin_namespaces(undo, &sandbox, ips).await;
         }
+        self.start_pause(undo, &sandbox, &spec, runtime, ips).await
+    }
+
+    /// Files shared by the pod's containers.
+    async fn make_pod_files(&self, undo: &mut Rollback, sandbox: &Sandbox) -> Result<(), Error> {
+        let id = &sandbox.meta.id;
+        let (config, facts) = (sandbox.meta.config(), sandbox.meta.facts());
+        let files = self.layout.sandbox_files(id);
+        undo.push(
+            "remove the sandbox files",
+            files.clone(),
+            |core, id, files| async move { core.mech.pod_files.remove_pod_files(&id, &files).await },
+        );
         let content = PodFileContent {
             hostname: facts.hostname.clone(),
             host_network: facts.host_network,
@@ -184,67 +178,68 @@ impl Core {
         };
         timed(
             "pod.files",
-            self.mech.files.write_pod_files(&id, &files, content),
+            self.mech.pod_files.write_pod_files(id, &files, content),
         )
         .await?;
         // A userns pod's processes cannot search berth's 0700 dirs: what
         // they reach by path is bound into the pod's userns tree, the pod's
         // files idmapped (so they show owned by root inside, and nothing is
         // chowned).
-        let tree = self.layout.pod_userns(&id);
-        if facts.userns.is_some() {
-            {
-                let core = self.clone();
-                let (id, root) = (id.clone(), tree.root.clone());
-                undo.push("remove the pod's userns tree", async move {
-                    core.mech
-                        .files
-                        .remove_mounted_tree(&id, &root)
-                        .await
-                        .map_err(|e| e.to_string())
-                });
-            }
+        if facts.userns.is_none() {
+            return Ok(());
+        }
+        let tree = self.layout.pod_userns(id);
+        undo.push(
+            "remove the pod's userns tree",
+            tree.root.clone(),
+            |core, id, root| async move { core.mech.binds.remove_mounted_tree(&id, &root).await },
+        );
+        self.mech
+            .binds
+            .idmapped_bind(id, &files.root, &tree.files(), &tree.ns())
+            .await?;
+        if !facts.host_ipc {
             self.mech
-                .files
-                .idmapped_bind(&id, &files.root, &tree.files(), &tree.ns())
+                .binds
+                .idmapped_bind(id, &files.shm(), &tree.shm(), &tree.ns())
                 .await?;
-            if !facts.host_ipc {
-                self.mech
-                    .files
-                    .idmapped_bind(&id, &files.shm(), &tree.shm(), &tree.ns())
-                    .await?;
-            }
         }
+        Ok(())
+    }
 
-        if facts.pinned {
-            return self.pin_namespaces(undo, &sandbox, ips).await;
-        }
-
-        // The pause process.
-        let shim_dir = self.layout.shim_dir(&id);
-        {
-            let core = self.clone();
-            let (id, runtime) = (id.clone(), runtime.to_string());
-            undo.push("stop the pause process", async move {
-                core.destroy_pause(&id, &runtime)
-                    .await
-                    .map_err(|e| e.to_string())
-            });
-        }
+    /// The pause process, from its bundle; then the pod is ready.
+    async fn start_pause(
+        &self,
+        undo: &mut Rollback,
+        sandbox: &Arc<Sandbox>,
+        spec: &oci_spec::runtime::Spec,
+        runtime: &str,
+        ips: Vec<String>,
+    ) -> Result<(), Error> {
+        let id = &sandbox.meta.id;
+        let facts = sandbox.meta.facts();
+        let files = self.layout.sandbox_files(id);
+        let shim_dir = self.layout.shim_dir(id);
+        undo.push(
+            "stop the pause process",
+            runtime.to_string(),
+            |core, id, runtime| async move { core.destroy_pause(&id, &runtime).await },
+        );
         timed(
             "pause.bundle",
             self.mech
-                .files
-                .write_pause_bundle(&id, &files.bundle(), &spec),
+                .pod_files
+                .write_pause_bundle(id, &files.bundle(), spec),
         )
         .await?;
         if facts.userns.is_some() {
+            let target = self.layout.pod_userns(id).pause_rootfs();
             self.mech
-                .files
-                .bind(&id, &files.bundle().join("rootfs"), &tree.pause_rootfs())
+                .binds
+                .bind(id, &files.bundle().join("rootfs"), &target)
                 .await?;
         }
-        let mut opts = ShimOptions::new(&id, files.bundle(), &shim_dir);
+        let mut opts = ShimOptions::new(id, files.bundle(), &shim_dir);
         opts.runtime = PathBuf::from(runtime);
         opts.runtime_root = self.layout.runtime_root();
         opts.systemd_cgroup = self.spec_options.cgroup_driver_systemd;
@@ -257,7 +252,7 @@ impl Core {
             berth_shim::ShimPaths::new(&shim_dir).socket(),
             !facts.host_ipc,
         );
-        objects::save(&sandbox, move |s| {
+        objects::save(sandbox, move |s| {
             s.state = SandboxState::Ready;
             s.ips = ips;
             s.pid = Some(pid);
@@ -271,26 +266,20 @@ impl Core {
     /// A pod without a pause: its UTS and IPC namespaces pinned on files,
     /// then it is ready.
     async fn pin_namespaces(
-        self: &Arc<Self>,
-        undo: &mut Undo,
+        &self,
+        undo: &mut Rollback,
         sandbox: &Arc<Sandbox>,
         ips: Vec<String>,
     ) -> Result<(), Error> {
-        let id = sandbox.meta.id.clone();
+        let id = &sandbox.meta.id;
         let facts = sandbox.meta.facts();
-        let dir = self.layout.pod_ns(&id);
-        {
-            let core = self.clone();
-            let (id, dir) = (id.clone(), dir.clone());
-            undo.push("remove the pinned namespaces", async move {
-                core.mech
-                    .namespaces
-                    .unpin(&id, &dir)
-                    .await
-                    .map_err(|e| e.to_string())
-            });
-        }
-        timed("ns.pin", self.mech.namespaces.pin(&id, &dir, facts.pins())).await?;
+        let dir = self.layout.pod_ns(id);
+        undo.push(
+            "remove the pinned namespaces",
+            dir.clone(),
+            |core, id, dir| async move { core.mech.namespaces.unpin(&id, &dir).await },
+        );
+        timed("ns.pin", self.mech.namespaces.pin(id, &dir, facts.pins())).await?;
         failpoint::hit("run_pod_sandbox:after_pause");
         let shm = !facts.host_ipc;
         objects::save(sandbox, move |s| {
@@ -305,57 +294,43 @@ impl Core {
     /// The pod's network namespace and its CNI attachment, each undo first;
     /// the pod's IPs (recorded with the ready state).
     async fn attach_network(
-        self: &Arc<Self>,
-        undo: &mut Undo,
+        &self,
+        undo: &mut Rollback,
         sandbox: &Arc<Sandbox>,
         path: &Path,
     ) -> Result<Vec<String>, Error> {
-        let id = sandbox.meta.id.clone();
+        let id = &sandbox.meta.id;
         let config = sandbox.meta.config();
-        let path = path.to_path_buf();
-        {
-            let core = self.clone();
-            let (id, path) = (id.clone(), path.clone());
-            undo.push("remove the network namespace", async move {
-                core.mech
-                    .namespaces
-                    .remove_netns(&id, &path)
-                    .await
-                    .map_err(|e| e.to_string())
-            });
-        }
+        undo.push(
+            "remove the network namespace",
+            path.to_path_buf(),
+            |core, id, path| async move { core.mech.namespaces.remove_netns(&id, &path).await },
+        );
         let userns = sandbox.meta.facts().userns.map(|mapping| UsernsPin {
-            path: self.layout.pod_userns(&id).ns(),
+            path: self.layout.pod_userns(id).ns(),
             mapping,
         });
         timed(
             "netns.create",
-            self.mech
-                .namespaces
-                .create_netns(&id, &path, userns.as_ref()),
+            self.mech.namespaces.create_netns(id, path, userns.as_ref()),
         )
         .await?;
         failpoint::hit("run_pod_sandbox:after_netns");
 
-        let attachment = attachment(&id, &path, config);
-        {
-            let core = self.clone();
-            let (id, attachment, sandbox) = (id.clone(), attachment.clone(), sandbox.clone());
-            undo.push("CNI DEL", async move {
-                core.mech
-                    .network
-                    .del(&id, &attachment)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                objects::save(&sandbox, move |s| s.network_attached = false)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-            });
-        }
+        let attachment = attachment(id, path, config);
+        let args = (attachment.clone(), sandbox.clone());
+        undo.push(
+            "CNI DEL",
+            args,
+            |core, id, (attachment, sandbox)| async move {
+                core.mech.network.del(&id, &attachment).await?;
+                objects::save(&sandbox, move |s| s.network_attached = false).await?;
+                Ok(())
+            },
+        );
         // Recorded as attached when the record was made: a crash or a
         // failure during ADD still DELs.
-        let ips = timed("cni.add", self.mech.network.add(&id, &attachment)).await?;
+        let ips = timed("cni.add", self.mech.network.add(id, &attachment)).await?;
         failpoint::hit("run_pod_sandbox:after_cni");
         Ok(ips)
     }

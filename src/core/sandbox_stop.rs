@@ -50,7 +50,7 @@ impl Core {
         }
         let id = sandbox.meta.id.clone();
         self.mech
-            .files
+            .pod_files
             .remove_pod_files(&id, &self.layout.sandbox_files(&id))
             .await?;
         self.mech
@@ -113,7 +113,7 @@ impl Core {
         }
 
         self.mech
-            .files
+            .pod_files
             .unmount_shm(id, &self.layout.sandbox_files(id))
             .await?;
 

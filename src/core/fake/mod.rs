@@ -1,0 +1,198 @@
+//! Recording fakes of every mechanism, for unit tests of the core without
+//! root: one [`Fake`] plays the network, namespaces, host files, runtime,
+//! images and event sink, keeps what "exists" (netns, attachments, files,
+//! mounts, runtime containers), logs every call, and fails the steps a test
+//! names.
+
+mod files;
+mod images;
+mod mounts;
+mod net;
+mod shims;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use berth_shim::ExitInfo;
+use oci_spec::runtime::Spec;
+use tokio::sync::watch;
+
+use super::mechanisms::{EventKind, Mechanisms, RootfsIdmap};
+use crate::error::Error;
+
+/// A runtime container the fake runtime holds.
+#[derive(Debug, Clone)]
+pub struct FakeContainer {
+    pub started: bool,
+    /// Sent once the container's init has exited.
+    pub exit: watch::Sender<Option<ExitInfo>>,
+    /// Whether its shim answers.
+    pub shim_alive: bool,
+}
+
+/// What exists, as the fakes see it.
+#[derive(Debug, Default)]
+pub struct World {
+    pub netns: BTreeSet<PathBuf>,
+    /// Dirs with a pod's pinned UTS/IPC namespaces.
+    pub pins: BTreeSet<PathBuf>,
+    /// Sandbox ids with a CNI attachment.
+    pub attached: BTreeSet<String>,
+    pub pod_files: BTreeSet<String>,
+    pub shm_mounted: BTreeSet<String>,
+    pub bundles: BTreeSet<PathBuf>,
+    pub rootfs_mounted: BTreeSet<String>,
+    pub container_files: BTreeSet<String>,
+    /// Pinned user namespaces and their mappings.
+    pub userns: BTreeMap<PathBuf, berth_spec::UserNamespace>,
+    /// Mount points of idmapped (`Some(userns)`) and plain (`None`) binds.
+    pub binds: BTreeMap<PathBuf, Option<PathBuf>>,
+    /// The idmaps of the rootfs mounts, by container id.
+    pub rootfs_idmaps: BTreeMap<String, RootfsIdmap>,
+    pub runtime: BTreeMap<String, FakeContainer>,
+    /// Dir entries a recovery test lays out.
+    pub entries: BTreeMap<PathBuf, Vec<String>>,
+    pub events: Vec<(EventKind, String)>,
+    /// The bundles' specs as written, by path.
+    pub specs: BTreeMap<PathBuf, Spec>,
+    /// Resources applied to running containers, by id, in order.
+    pub updates: Vec<(String, oci_spec::runtime::LinuxResources)>,
+    /// What an ExecSync answers.
+    pub exec_output: berth_shim::ExecOutput,
+}
+
+impl World {
+    /// Records a bind mount on `target`: idmapped through `userns`, or plain.
+    pub fn bind(&mut self, target: &Path, userns: Option<&Path>) {
+        self.binds
+            .insert(target.to_path_buf(), userns.map(Path::to_path_buf));
+    }
+
+    /// Forgets every bind mount at or below `dir`.
+    pub fn unbind_below(&mut self, dir: &Path) {
+        self.binds.retain(|p, _| !p.starts_with(dir));
+    }
+}
+
+/// The fake of every mechanism.
+#[derive(Default)]
+pub struct Fake {
+    pub log: Mutex<Vec<String>>,
+    failing: Mutex<HashSet<String>>,
+    delays: Mutex<BTreeMap<String, std::time::Duration>>,
+    pub world: Mutex<World>,
+    pub images: Mutex<BTreeMap<String, berth_oci_image::Image>>,
+    /// The attachments CNI ADD was given.
+    pub added: Mutex<Vec<berth_cni::Attachment>>,
+}
+
+impl Fake {
+    pub fn new() -> Arc<Fake> {
+        let fake = Arc::new(Fake::default());
+        fake.add_image("busybox", "sha256:1111");
+        fake
+    }
+
+    /// Every mechanism, played by `fake`.
+    pub fn mechanisms(fake: &Arc<Fake>) -> Mechanisms {
+        Mechanisms {
+            network: fake.clone(),
+            namespaces: fake.clone(),
+            pod_files: fake.clone(),
+            mounts: fake.clone(),
+            binds: fake.clone(),
+            files: fake.clone(),
+            runtime: Arc::new(fake.clone()),
+            images: fake.clone(),
+            events: fake.clone(),
+        }
+    }
+
+    pub fn add_image(&self, name: &str, id: &str) {
+        let image = berth_oci_image::Image {
+            id: id.into(),
+            repo_tags: vec![format!("docker.io/library/{name}:latest")],
+            repo_digests: Vec::new(),
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: berth_oci_image::ImageConfig {
+                cmd: vec!["/bin/sh".into()],
+                ..Default::default()
+            },
+            layers: Vec::new(),
+            manifests: Vec::new(),
+            generation: 0,
+        };
+        self.images
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), image.clone());
+        self.images.lock().unwrap().insert(id.to_string(), image);
+    }
+
+    /// Makes every later call of `step` fail.
+    pub fn fail(&self, step: &str) {
+        self.failing.lock().unwrap().insert(step.to_string());
+    }
+
+    /// Lets `step` succeed again.
+    pub fn heal(&self, step: &str) {
+        self.failing.lock().unwrap().remove(step);
+    }
+
+    /// Makes every later call of `step` take `delay`.
+    pub fn delay(&self, step: &str, delay: std::time::Duration) {
+        self.delays.lock().unwrap().insert(step.to_string(), delay);
+    }
+
+    /// Logs a call of `step` for `id`, delaying or failing it when asked to.
+    async fn call(&self, step: &str, id: &str) -> Result<(), Error> {
+        self.log.lock().unwrap().push(format!("{step} {id}"));
+        let fails = self.failing.lock().unwrap().contains(step);
+        let delay = self.delays.lock().unwrap().get(step).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        if fails {
+            return Err(Error::Internal(format!("{id}: injected failure of {step}")));
+        }
+        Ok(())
+    }
+
+    /// The steps called, in order, without ids.
+    pub fn steps(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| l.split(' ').next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    /// How many times `step` ran.
+    pub fn count(&self, step: &str) -> usize {
+        self.steps().iter().filter(|s| *s == step).count()
+    }
+
+    /// Makes container `id`'s init exit with `code`.
+    pub fn exit(&self, id: &str, code: i32) {
+        if let Some(c) = self.world.lock().unwrap().runtime.get(id) {
+            c.exit.send_replace(Some(ExitInfo {
+                pid: 42,
+                exit_code: code,
+                exited_at_ns: 1,
+                oom_killed: false,
+            }));
+        }
+    }
+
+    /// Kills the shim of `id` (the container goes on, unwatched).
+    pub fn kill_shim(&self, id: &str) {
+        if let Some(c) = self.world.lock().unwrap().runtime.get_mut(id) {
+            c.shim_alive = false;
+        }
+    }
+}

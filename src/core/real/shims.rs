@@ -1,0 +1,138 @@
+//! The OCI runtime through one berth-shim per container (or pause).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use berth_shim::{ExitInfo, ShimClient, ShimOptions, ShimPaths, ShimState, SpawnOptions};
+use tonic::async_trait;
+
+use crate::core::mechanisms::{Runtime, Task};
+use crate::error::Error;
+use crate::layout::Layout;
+
+/// One shim.
+pub struct Shim(pub ShimClient);
+
+#[async_trait]
+impl Task for Shim {
+    async fn start(&self) -> Result<u32, Error> {
+        self.0
+            .start()
+            .await
+            .map_err(Error::runtime(self.0.id(), "starting"))
+    }
+    async fn wait(&self) -> Result<ExitInfo, Error> {
+        match self.0.wait().await {
+            Ok(info) => Ok(info),
+            // The shim went away: the exit file tells how it ended, if it did.
+            Err(e) => berth_shim::read_exit_file(self.0.exit_file())
+                .ok()
+                .flatten()
+                .ok_or_else(|| Error::runtime(self.0.id(), "waiting for the exit")(e)),
+        }
+    }
+    async fn kill(&self, signal: i32, all: bool) -> Result<(), Error> {
+        self.0
+            .kill(signal, all)
+            .await
+            .map_err(Error::runtime(self.0.id(), "signalling"))
+    }
+    async fn state(&self) -> Result<ShimState, Error> {
+        self.0
+            .state()
+            .await
+            .map_err(Error::runtime(self.0.id(), "reading the state"))
+    }
+    async fn delete(&self, force: bool) -> Result<(), Error> {
+        self.0
+            .delete(force)
+            .await
+            .map_err(Error::runtime(self.0.id(), "deleting"))
+    }
+    async fn exec_sync(
+        &self,
+        process: &oci_spec::runtime::Process,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<berth_shim::ExecOutput, Error> {
+        self.0
+            .exec_sync(process, timeout)
+            .await
+            .map_err(Error::runtime(self.0.id(), "exec"))
+    }
+    async fn exec(&self, opts: &berth_shim::ExecOptions) -> Result<berth_shim::IoStream, Error> {
+        self.0
+            .exec(opts)
+            .await
+            .map_err(Error::runtime(self.0.id(), "exec"))
+    }
+    async fn attach(&self, opts: berth_shim::AttachOptions) -> Result<berth_shim::IoStream, Error> {
+        self.0
+            .attach(opts)
+            .await
+            .map_err(Error::runtime(self.0.id(), "attach"))
+    }
+    async fn update(&self, resources: &oci_spec::runtime::LinuxResources) -> Result<(), Error> {
+        self.0
+            .update(resources)
+            .await
+            .map_err(Error::runtime(self.0.id(), "update"))
+    }
+    async fn reopen_log(&self) -> Result<(), Error> {
+        self.0
+            .reopen_log()
+            .await
+            .map_err(Error::runtime(self.0.id(), "reopening its log"))
+    }
+}
+
+/// Shims and the OCI runtime.
+pub struct Shims {
+    pub layout: Layout,
+    pub shim_binary: PathBuf,
+}
+
+#[async_trait]
+impl Runtime for Shims {
+    async fn create(&self, opts: ShimOptions) -> Result<Arc<dyn Task>, Error> {
+        let id = opts.id.clone();
+        let client = ShimClient::spawn(&SpawnOptions::new(&self.shim_binary, opts))
+            .await
+            .map_err(Error::runtime(&id, "creating"))?;
+        Ok(Arc::new(Shim(client)))
+    }
+
+    async fn connect(&self, id: &str, shim_dir: &Path) -> Result<Arc<dyn Task>, Error> {
+        let socket = ShimPaths::new(shim_dir).socket();
+        let client = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            ShimClient::connect(&socket),
+        )
+        .await
+        .map_err(|_| Error::DeadlineExceeded(format!("{id}: its shim did not answer in 5s")))?
+        .map_err(Error::runtime(id, "connecting to the shim"))?;
+        Ok(Arc::new(Shim(client)))
+    }
+
+    async fn delete(&self, id: &str, shim_dir: &Path, runtime: &str) -> Result<(), Error> {
+        let runtime = berth_shim::runc::Runtime::new(runtime, self.layout.runtime_root());
+        berth_shim::delete_container(shim_dir, &runtime, id)
+            .await
+            .map_err(Error::runtime(id, "deleting from the runtime"))
+    }
+
+    fn exit_file(&self, shim_dir: &Path) -> Option<ExitInfo> {
+        berth_shim::read_exit_file(&ShimPaths::new(shim_dir).exit_file())
+            .ok()
+            .flatten()
+    }
+
+    fn check(&self, id: &str, runtime: &str) -> Result<(), Error> {
+        match crate::process::find_executable(runtime) {
+            Some(_) => Ok(()),
+            // Internal, as a runtime that cannot run is at create (containerd: Unknown).
+            None => Err(Error::Internal(format!(
+                "pod {id}: runtime {runtime}: cannot run: no such executable (as a path or in PATH)"
+            ))),
+        }
+    }
+}

@@ -473,7 +473,7 @@ async fn image_volume_is_mounted_read_only() {
     let daemon = daemon(&net).await;
     let (pod, pod_config, _) = pod(&daemon, "imgvol").await;
     let layered = format!("{}/berth-test/layers:latest", registry().addr);
-    pull(&daemon, &layered).await;
+    let volume_id = pull(&daemon, &layered).await;
     let mut config = container("reader", &["sleep", "1000"]);
     config.mounts = vec![v1::Mount {
         container_path: "/imgvol".into(),
@@ -484,7 +484,18 @@ async fn image_volume_is_mounted_read_only() {
         readonly: true,
         ..Default::default()
     }];
+    // Asked for read-write: refused (image volumes are read-only).
+    let mut rw = config.clone();
+    rw.metadata.as_mut().unwrap().name = "writer".into();
+    rw.mounts[0].readonly = false;
+    let err = create(&daemon, &pod, &pod_config, rw).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
     let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
+    // The status names the exact image mounted (KEP-5365), as PullImage did.
+    let st = container_status(&daemon, &id).await;
+    let mount = st.mounts.iter().find(|m| m.container_path == "/imgvol");
+    let image_ref = mount.and_then(|m| m.image.as_ref()).map(|i| &i.image_ref);
+    assert_eq!(image_ref, Some(&volume_id), "{:?}", st.mounts);
     start(&daemon, &id).await;
     let out = exec_sync(&daemon, &id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
         .await

@@ -133,12 +133,12 @@ impl Core {
         id: &str,
         checked: Checked,
         sandbox: &Sandbox,
-        config: v1::ContainerConfig,
+        mut config: v1::ContainerConfig,
     ) -> Result<(ContainerMeta, berth_spec::ImageInfo), Error> {
         let image = checked.image;
         let info = image_info(&image);
         // Every snapshot the container will use, recorded before it is used.
-        let volume_snapshots = self.volume_snapshots(&config)?;
+        let volume_snapshots = self.pin_image_volumes(&mut config)?;
         let meta = ContainerMeta {
             id: id.to_string(),
             name: checked.name,
@@ -179,22 +179,36 @@ impl Core {
         Ok((image_name, image))
     }
 
-    /// The snapshots of the container's image volumes.
-    fn volume_snapshots(&self, config: &v1::ContainerConfig) -> Result<Vec<String>, Error> {
+    /// Pins each image volume to the image it names now: its
+    /// `ImageSpec.image_ref` (the id kubelet got from PullImage, KEP-5365)
+    /// when given, else its name, resolved once here and written into the
+    /// recorded config's `image_ref`, so that mounting, a restart and
+    /// ContainerStatus all use that very image. An image volume asked for
+    /// read-write is refused (they are read-only by definition). Their
+    /// snapshots.
+    fn pin_image_volumes(&self, config: &mut v1::ContainerConfig) -> Result<Vec<String>, Error> {
         let mut volume_snapshots = Vec::new();
-        for mount in &config.mounts {
-            if let Some(name) = mount
-                .image
-                .as_ref()
-                .map(|i| &i.image)
-                .filter(|i| !i.is_empty())
-            {
-                let volume = self.mech.images.get(name).ok_or_else(|| Error::NotFound {
-                    kind: "image (for an image volume)",
-                    id: name.clone(),
-                })?;
-                volume_snapshots.extend(chain_ids(&volume));
+        for (n, mount) in config.mounts.iter_mut().enumerate() {
+            let Some(spec) = mount.image.as_mut().filter(|i| !i.image.is_empty()) else {
+                continue;
+            };
+            if !mount.readonly {
+                return Err(Error::InvalidArgument(format!(
+                    "mounts[{n}]: image volume {:?} must be readonly (image volumes are read-only)",
+                    spec.image
+                )));
             }
+            let wanted = berth_spec::image_volume_key(spec).to_string();
+            let volume = self
+                .mech
+                .images
+                .get(&wanted)
+                .ok_or_else(|| Error::NotFound {
+                    kind: "image (for an image volume)",
+                    id: wanted.clone(),
+                })?;
+            spec.image_ref = volume.id.clone();
+            volume_snapshots.extend(chain_ids(&volume));
         }
         Ok(volume_snapshots)
     }
@@ -302,11 +316,12 @@ impl Core {
         let dirs = self.layout.container_dirs(id);
         let mut image_mounts = BTreeMap::new();
         for (n, mount) in container.meta.config().mounts.iter().enumerate() {
+            // Pinned at CreateContainer (`pin_image_volumes`).
             let Some(name) = mount
                 .image
                 .as_ref()
-                .map(|i| i.image.clone())
-                .filter(|i| !i.is_empty())
+                .filter(|i| !i.image.is_empty())
+                .map(|i| berth_spec::image_volume_key(i).to_string())
             else {
                 continue;
             };

@@ -57,7 +57,9 @@ pub use caps::{
 pub use cdi::{requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIRS};
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
-pub use mounts::{anonymous_volumes, clean_path, host_paths_to_create, AnonymousVolume};
+pub use mounts::{
+    anonymous_volumes, clean_path, host_paths_to_create, image_volume_key, AnonymousVolume,
+};
 pub use pause::{pause_spec, PauseRequest, PAUSE_COMMAND, PAUSE_CPU_SHARES, PAUSE_OOM_SCORE_ADJ};
 pub use process::{env_value, merge_env, process_args, process_env, working_dir, DEFAULT_PATH};
 pub use resources::{

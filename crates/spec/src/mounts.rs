@@ -409,6 +409,16 @@ pub(crate) fn mounts(inp: &MountInputs<'_>) -> Result<(Vec<Mount>, Option<String
     Ok((out, rootfs_propagation))
 }
 
+/// What an image volume's image is known by: the exact image kubelet
+/// pulled (`image_ref`, KEP-5365) when given, else its name.
+pub fn image_volume_key(image: &v1::ImageSpec) -> &str {
+    if image.image_ref.is_empty() {
+        &image.image
+    } else {
+        &image.image_ref
+    }
+}
+
 /// Where an image volume's content is: the caller's directory for that
 /// image, or `sub_path` inside it (which must not lead out of it).
 fn image_source(
@@ -418,7 +428,7 @@ fn image_source(
     sub_path: &str,
     image_mounts: &BTreeMap<String, PathBuf>,
 ) -> Result<PathBuf, Error> {
-    let root = image_mounts.get(&image.image).ok_or_else(|| {
+    let root = image_mounts.get(image_volume_key(image)).ok_or_else(|| {
         invalid(
             id,
             format!("{field}.image"),

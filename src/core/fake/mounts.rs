@@ -47,7 +47,10 @@ impl ContainerMounts for Fake {
         _lowerdirs: Vec<PathBuf>,
     ) -> Result<PathBuf, Error> {
         self.call("files.mount_image_volume", id).await?;
-        Ok(dirs.image_volume(n))
+        // A real (empty) dir in the test's temp dir: the spec resolves it.
+        let target = dirs.image_volume(n);
+        std::fs::create_dir_all(&target).map_err(Error::io(id, "making", &target))?;
+        Ok(target)
     }
     async fn mount_idmapped_image_volume(
         &self,

@@ -174,6 +174,7 @@ fn kubelet_pod(name: &str) -> SandboxRequest {
 }
 
 mod containers;
+mod image_volumes;
 mod pinned;
 mod recovery;
 mod retries;

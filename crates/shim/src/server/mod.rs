@@ -284,11 +284,14 @@ impl Shim {
             oom_killed,
         };
         let exit_file = self.paths.exit_file();
-        if let Err(e) = crate::write_exit_file(&exit_file, &info) {
-            log(format_args!("writing {}: {e}", exit_file.display()));
-        }
         {
+            // The file first, then everyone told; under the state's lock,
+            // so that no state request answers Running once the exit file
+            // is there (recovery reads both).
             let mut life = self.life();
+            if let Err(e) = crate::write_exit_file(&exit_file, &info) {
+                log(format_args!("writing {}: {e}", exit_file.display()));
+            }
             life.exit = Some(info);
             life.status = ContainerStatus::Stopped;
         }

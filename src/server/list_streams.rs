@@ -140,8 +140,8 @@ impl Cri {
         let listed = self
             .list_images(v1::ListImagesRequest { filter: req.filter })
             .await?;
-        Ok(stream_of(listed.images, |images| v1::StreamImagesResponse {
-            images,
+        Ok(stream_of(listed.images, |images| {
+            v1::StreamImagesResponse { images }
         }))
     }
 }

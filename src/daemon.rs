@@ -7,18 +7,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use cri_api::v1::image_service_server::ImageServiceServer;
-use cri_api::v1::runtime_service_server::RuntimeServiceServer;
 use nix::fcntl::{Flock, FlockArg};
 use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::config::Config;
-use crate::server::{metrics_endpoint, ImageApi, RuntimeApi};
-
-/// gRPC message size limit, as kubelet's and containerd's (16 MiB).
-const MAX_MESSAGE_SIZE: usize = 16 * 1024 * 1024;
+use crate::server::metrics_endpoint;
 
 /// How long in-flight calls may run on after SIGTERM or SIGINT.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -122,25 +116,9 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
         let _ = server_stop.wait_for(|stop| *stop).await;
     };
 
-    let server = tonic::transport::Server::builder()
-        .add_service(
-            RuntimeServiceServer::new(RuntimeApi(cri.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                .max_encoding_message_size(MAX_MESSAGE_SIZE),
-        )
-        .add_service(
-            ImageServiceServer::new(ImageApi(cri.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_SIZE)
-                .max_encoding_message_size(MAX_MESSAGE_SIZE),
-        )
-        .serve_with_incoming_shutdown(
-            // Clients that send the socket path as :authority (gRPC C-core,
-            // grpc-java, older grpc-go) are served: see berth-h2-authority.
-            tokio_stream::StreamExt::map(UnixListenerStream::new(listener), |conn| {
-                conn.map(berth_h2_authority::AuthorityFix::new)
-            }),
-            shutdown,
-        );
+    // Clients that send the socket path as :authority (gRPC C-core,
+    // grpc-java, older grpc-go) are served: see berth-h2-authority.
+    let server = crate::server::grpc::serve(listener, crate::server::grpc::routes(&cri), shutdown);
     let server = tokio::spawn(server);
 
     // Start-up work (recovery) runs here, while the gate answers Unavailable.
@@ -175,9 +153,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
     remove_socket(&socket);
     streaming.shutdown();
     match result {
-        Some(result) => result
-            .context("server task failed")?
-            .context("serving CRI")?,
+        Some(result) => result.context("server task failed")?,
         None => tracing::warn!(
             grace_secs = SHUTDOWN_GRACE.as_secs(),
             "connections still open after the shutdown grace period; exiting anyway"

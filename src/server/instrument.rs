@@ -1,12 +1,14 @@
 //! The one layer around every RPC: refuses calls until start-up (recovery)
 //! has finished, runs the handler on its own task so a client that cancels
-//! cannot cut the work short, logs the call in a span that names the RPC and
-//! the ids it touches, and maps the handler's error to a gRPC status.
+//! cannot cut the work short, answers `DeadlineExceeded` when the client's
+//! deadline passes first (the work still runs to its end), logs the call in
+//! a span that names the RPC and the ids it touches, and maps the handler's
+//! error to a gRPC status.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
+use tokio::time::Instant;
 use tonic::{Response, Status};
 use tracing::{field, Instrument};
 
@@ -43,17 +45,8 @@ pub trait RequestIds {
     }
 }
 
-/// Runs one RPC through the layer.
-pub async fn call<T, F>(
-    gate: &Gate,
-    rpc: &'static str,
-    ids: Ids,
-    body: F,
-) -> Result<Response<T>, Status>
-where
-    T: Send + 'static,
-    F: Future<Output = Result<T, Error>> + Send + 'static,
-{
+/// The span of one RPC, naming it and the ids it touches.
+fn rpc_span(rpc: &'static str, ids: &Ids) -> tracing::Span {
     let span = tracing::info_span!(
         "rpc",
         rpc,
@@ -70,6 +63,23 @@ where
     if let Some(image) = &ids.image {
         span.record("image", image.as_str());
     }
+    span
+}
+
+/// Runs one RPC through the layer. With a `deadline` (the client's), the
+/// call is answered `DeadlineExceeded` when the body has not finished by
+/// then; the body runs on to its end all the same, seeing its client gone.
+pub async fn call<T, F>(
+    gate: &Gate,
+    rpc: &'static str,
+    ids: Ids,
+    deadline: Option<Instant>,
+    body: F,
+) -> Result<Response<T>, Status>
+where
+    T: Send + 'static,
+    F: Future<Output = Result<T, Error>> + Send + 'static,
+{
     async move {
         if !gate.is_open() {
             tracing::debug!("refused: still starting up");
@@ -80,32 +90,82 @@ where
         // Own task: dropping this future (client cancelled) does not drop
         // the body, which can see its client go (core::caller).
         let (caller, body) = crate::core::caller::track(body);
-        let result = match tokio::spawn(body.in_current_span()).await {
-            Ok(result) => result,
-            Err(e) => Err(Error::Internal(format!("{rpc} handler failed: {e}"))),
+        let mut task = tokio::spawn(body.in_current_span());
+        let joined = match deadline {
+            None => (&mut task).await,
+            Some(deadline) => match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    // Dropped unanswered: the body sees its client gone.
+                    drop(caller);
+                    return Err(past_deadline(rpc, started, task));
+                }
+            },
         };
         caller.answered();
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let code = result.as_ref().err().map_or(tonic::Code::Ok, Error::code);
-        crate::counters::rpc_done(rpc, code, started.elapsed());
-        match result {
-            Ok(value) => {
-                tracing::debug!(elapsed_ms, "ok");
-                Ok(Response::new(value))
+        let result =
+            joined.unwrap_or_else(|e| Err(Error::Internal(format!("{rpc} handler failed: {e}"))));
+        answer(rpc, started, result)
+    }
+    .instrument(rpc_span(rpc, &ids))
+    .await
+}
+
+/// The answer of a call whose body has finished: logged, counted, and its
+/// error mapped to a status.
+fn answer<T>(
+    rpc: &'static str,
+    started: Instant,
+    result: Result<T, Error>,
+) -> Result<Response<T>, Status> {
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let code = result.as_ref().err().map_or(tonic::Code::Ok, Error::code);
+    crate::counters::rpc_done(rpc, code, started.elapsed());
+    match result {
+        Ok(value) => {
+            tracing::debug!(elapsed_ms, "ok");
+            Ok(Response::new(value))
+        }
+        Err(e) => {
+            if code == tonic::Code::Unimplemented {
+                tracing::debug!(elapsed_ms, ?code, error = %e, "failed");
+            } else {
+                tracing::warn!(elapsed_ms, ?code, error = %e, "failed");
             }
-            Err(e) => {
-                let code = e.code();
-                if code == tonic::Code::Unimplemented {
-                    tracing::debug!(elapsed_ms, ?code, error = %e, "failed");
-                } else {
-                    tracing::warn!(elapsed_ms, ?code, error = %e, "failed");
-                }
-                Err(e.into())
-            }
+            Err(e.into())
         }
     }
-    .instrument(span)
-    .await
+}
+
+/// The answer of a call whose client's deadline passed before its body
+/// finished: counted and logged as `DeadlineExceeded`; the body's own end
+/// is logged when it comes.
+fn past_deadline<T: Send + 'static>(
+    rpc: &'static str,
+    started: Instant,
+    task: tokio::task::JoinHandle<Result<T, Error>>,
+) -> Status {
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    crate::counters::rpc_done(rpc, tonic::Code::DeadlineExceeded, started.elapsed());
+    tracing::warn!(
+        elapsed_ms,
+        "client's deadline passed: answered DeadlineExceeded, the work goes on"
+    );
+    tokio::spawn(
+        async move {
+            let elapsed_ms = || started.elapsed().as_secs_f64() * 1000.0;
+            match task.await {
+                Ok(Ok(_)) => tracing::info!(elapsed_ms = elapsed_ms(), "finished after its client's deadline"),
+                Ok(Err(e)) => tracing::warn!(elapsed_ms = elapsed_ms(), code = ?e.code(), error = %e, "failed after its client's deadline"),
+                Err(e) => tracing::warn!(error = %e, "handler failed after its client's deadline"),
+            }
+        }
+        .in_current_span(),
+    );
+    Error::DeadlineExceeded(format!(
+        "deadline exceeded: {rpc} did not finish within the client's deadline (its work goes on)"
+    ))
+    .into()
 }
 
 #[cfg(test)]
@@ -117,12 +177,12 @@ mod tests {
     #[tokio::test]
     async fn closed_gate_answers_unavailable() {
         let gate = Gate::default();
-        let status = call(&gate, "Version", Ids::default(), async { Ok(1u32) })
+        let status = call(&gate, "Version", Ids::default(), None, async { Ok(1u32) })
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::Unavailable);
         gate.open();
-        let resp = call(&gate, "Version", Ids::default(), async { Ok(1u32) })
+        let resp = call(&gate, "Version", Ids::default(), None, async { Ok(1u32) })
             .await
             .unwrap();
         assert_eq!(resp.into_inner(), 1);
@@ -132,7 +192,7 @@ mod tests {
     async fn errors_map_to_status() {
         let gate = Gate::default();
         gate.open();
-        let status = call::<(), _>(&gate, "X", Ids::default(), async {
+        let status = call::<(), _>(&gate, "X", Ids::default(), None, async {
             Err(Error::InvalidArgument("bad".into()))
         })
         .await
@@ -145,7 +205,7 @@ mod tests {
     async fn panicking_handler_is_internal() {
         let gate = Gate::default();
         gate.open();
-        let status = call::<(), _>(&gate, "X", Ids::default(), async { panic!("boom") })
+        let status = call::<(), _>(&gate, "X", Ids::default(), None, async { panic!("boom") })
             .await
             .unwrap_err();
         assert_eq!(status.code(), Code::Internal);
@@ -158,7 +218,7 @@ mod tests {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let g = gate.clone();
         let caller = tokio::spawn(async move {
-            call(&g, "X", Ids::default(), async move {
+            call(&g, "X", Ids::default(), None, async move {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 let _ = tx.send(());
                 Ok(())
@@ -171,5 +231,50 @@ mod tests {
             .await
             .expect("body ran to its end")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn past_deadline_answers_deadline_exceeded_and_the_body_goes_on() {
+        let gate = Gate::default();
+        gate.open();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let deadline = Instant::now() + std::time::Duration::from_millis(20);
+        let status = call(&gate, "X", Ids::default(), Some(deadline), async move {
+            // The body sees its client gone, and runs on.
+            crate::core::caller::wait_gone().await;
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            let _ = tx.send(crate::core::caller::gone());
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::DeadlineExceeded);
+        assert!(status.message().contains("work goes on"), "{status:?}");
+        let saw_gone = tokio::time::timeout(std::time::Duration::from_secs(5), rx)
+            .await
+            .expect("body ran to its end")
+            .unwrap();
+        assert!(saw_gone);
+    }
+
+    #[tokio::test]
+    async fn call_within_its_deadline_is_answered() {
+        let gate = Gate::default();
+        gate.open();
+        let deadline = Instant::now() + std::time::Duration::from_secs(30);
+        let resp = call(&gate, "X", Ids::default(), Some(deadline), async {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            Ok(7u32)
+        })
+        .await
+        .unwrap();
+        assert_eq!(resp.into_inner(), 7);
+        // An error within the deadline is the body's, not DeadlineExceeded.
+        let status = call::<(), _>(&gate, "X", Ids::default(), Some(deadline), async {
+            Err(Error::InvalidArgument("bad".into()))
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument);
     }
 }

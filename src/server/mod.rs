@@ -1,5 +1,6 @@
 //! The CRI v1 server: the state every RPC shares, and thin tonic trait impls
-//! that only pass each call through [`instrument::call`] to its handler.
+//! that only pass each call (with its client's deadline) through
+//! [`instrument::call`] to its handler; `grpc.rs` serves them on the socket.
 //! Each RPC's handler lives in its own file beside this one (named after
 //! the RPC, e.g. `list_containers.rs`; the stats RPCs under `stats/`);
 //! `encode.rs` turns records into CRI messages for all of them.
@@ -7,11 +8,13 @@
 mod attach;
 mod container_status;
 mod create_container;
+mod deadline;
 pub mod encode;
 pub mod events;
 mod exec;
 mod exec_sync;
 mod get_container_events;
+pub mod grpc;
 mod ids;
 mod image_fs_info;
 mod image_status;
@@ -176,9 +179,10 @@ macro_rules! delegate {
         impl $service for $api {
             $(
                 async fn $method(&self, request: Request<v1::$req>) -> Result<Response<v1::$resp>, Status> {
+                    let deadline = deadline::of(&request);
                     let req = request.into_inner();
                     let cri = self.0.clone();
-                    instrument::call(&self.0.gate, $name, req.ids(), async move {
+                    instrument::call(&self.0.gate, $name, req.ids(), deadline, async move {
                         rpc_body!(cri, req, $name, $handler)
                     })
                     .await
@@ -188,9 +192,12 @@ macro_rules! delegate {
                 type $stream = BoxStream<v1::$item>;
 
                 async fn $smethod(&self, request: Request<v1::$sreq>) -> Result<Response<Self::$stream>, Status> {
+                    // The deadline bounds the handler here, and the whole
+                    // stream in `deadline::Deadlines`.
+                    let deadline = deadline::of(&request);
                     let req = request.into_inner();
                     let cri = self.0.clone();
-                    instrument::call(&self.0.gate, $sname, req.ids(), async move {
+                    instrument::call(&self.0.gate, $sname, req.ids(), deadline, async move {
                         rpc_body!(cri, req, $sname, $shandler)
                     })
                     .await

@@ -2,7 +2,7 @@
 
 use cri_api::v1;
 
-use super::descriptors::{BASE_LABELS, DESCRIPTORS};
+use super::descriptors::offered;
 use super::Cri;
 use crate::error::Error;
 
@@ -12,16 +12,11 @@ impl Cri {
         _req: v1::ListMetricDescriptorsRequest,
     ) -> Result<v1::ListMetricDescriptorsResponse, Error> {
         Ok(v1::ListMetricDescriptorsResponse {
-            descriptors: DESCRIPTORS
-                .iter()
+            descriptors: offered(&self.stats.host)
                 .map(|d| v1::MetricDescriptor {
                     name: d.name.to_string(),
                     help: d.help.to_string(),
-                    label_keys: BASE_LABELS
-                        .iter()
-                        .chain(d.extra_labels)
-                        .map(|k| k.to_string())
-                        .collect(),
+                    label_keys: d.label_keys(),
                 })
                 .collect(),
         })

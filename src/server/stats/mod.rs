@@ -4,7 +4,8 @@
 //! cgroup mounts, the background CPU sampler behind `usage_nano_cores`, and
 //! the readings of a container's and a pod's usage. `convert.rs` turns
 //! readings into CRI stats, `values.rs` into cAdvisor-style metrics, whose
-//! table is `descriptors.rs`.
+//! table is `descriptors.rs`; the metrics read more (`sample.rs`:
+//! `readings.rs`, `procs.rs`) where the host has it (`host.rs`).
 //!
 //! A container's cgroup is found from its pid. A pod's cgroup is the parent
 //! of its pause's (or, for a pod without a pause, a running container's)
@@ -18,11 +19,15 @@
 mod container_stats;
 mod convert;
 mod descriptors;
+mod host;
 mod list_container_stats;
 mod list_metric_descriptors;
 mod list_pod_sandbox_metrics;
 mod list_pod_sandbox_stats;
 mod pod_sandbox_stats;
+mod procs;
+mod readings;
+mod sample;
 mod values;
 
 use std::sync::{Arc, RwLock};
@@ -40,9 +45,11 @@ use crate::sandbox::{Sandbox, SandboxState};
 /// How often the sampler reads every container's and pod's CPU time.
 const SAMPLE_PERIOD: Duration = Duration::from_secs(2);
 
-/// What the stats RPCs share: the cgroup mounts and the CPU sampler.
+/// What the stats RPCs share: the cgroup mounts, what the host lets berth
+/// measure, and the CPU sampler.
 pub struct Collector {
     mounts: RwLock<Mounts>,
+    host: host::Host,
     pub(super) cpu: Arc<CpuSampler>,
 }
 
@@ -59,9 +66,11 @@ impl Collector {
             tracing::error!(error = %e, "reading cgroup mounts: no cgroup stats");
             Mounts::default()
         });
-        tracing::debug!(mode = ?mounts.mode(), "cgroup mode");
+        let host = host::Host::probe(&mounts);
+        tracing::debug!(?host, "cgroup mode and what the host lets berth measure");
         Collector {
             mounts: RwLock::new(mounts),
+            host,
             cpu: Arc::new(CpuSampler::new()),
         }
     }
@@ -249,7 +258,17 @@ impl Cri {
 
     /// Reads a container's cgroup and writable layer (blocking file reads).
     pub(super) fn read_container(&self, container: &Container) -> ContainerReading {
-        let stats = self.container_cgroup(container).and_then(|cg| {
+        self.read_container_in(container, self.container_cgroup(container).as_ref())
+    }
+
+    /// Reads a container's cgroup `cgroup` (its own, found already) and its
+    /// writable layer.
+    pub(super) fn read_container_in(
+        &self,
+        container: &Container,
+        cgroup: Option<&Cgroup>,
+    ) -> ContainerReading {
+        let stats = cgroup.and_then(|cg| {
             cg.stats()
                 .map_err(|e| {
                     if !e.is_not_found() {

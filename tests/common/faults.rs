@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cri_api::v1;
-
 use crate::common::pods::TestNet;
 use crate::common::{Daemon, Sandbox};
 
@@ -286,20 +284,10 @@ pub async fn assert_clean(daemon: &Daemon, net: &TestNet) {
 /// [`assert_clean`], with `own_mounts` (the test's own, such as a tmpfs
 /// under the root) not counted as leaks.
 pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Path]) {
-    let mut rt = daemon.runtime().await;
-    let pods = rt
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let cri = daemon.cri().await;
+    let pods = cri.list_pods(None).await.unwrap();
     assert!(pods.is_empty(), "pods left: {pods:?}");
-    let containers = rt
-        .list_containers(v1::ListContainersRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let containers = cri.list_containers(None).await.unwrap();
     assert!(containers.is_empty(), "containers left: {containers:?}");
     for dir in [
         "state/runtime",

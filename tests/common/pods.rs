@@ -123,15 +123,3 @@ pub fn pod_config_with_pause(name: &str) -> v1::PodSandboxConfig {
     });
     config
 }
-
-pub async fn run(daemon: &Daemon, config: v1::PodSandboxConfig) -> Result<String, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().pod_sandbox_id)
-}

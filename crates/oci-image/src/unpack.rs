@@ -1340,11 +1340,12 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
     fn whiteouts_become_overlay_whiteouts() {
-        if !is_root() {
-            eprintln!("skipped: whiteouts need root (mknod, trusted xattrs)");
-            return;
-        }
+        assert!(
+            is_root(),
+            "needs root: whiteouts are device nodes and trusted xattrs"
+        );
         let sb = Sandbox::new();
         let tar = build(&[
             E::Dir("data/"),
@@ -1378,11 +1379,9 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
     fn ownership_devices_and_xattrs_are_kept() {
-        if !is_root() {
-            eprintln!("skipped: ownership and device nodes need root");
-            return;
-        }
+        assert!(is_root(), "needs root: ownership and device nodes");
         let mut b = tar::Builder::new(Vec::new());
         let mut h = header(tar::EntryType::Regular, 1, 0o4755);
         h.set_uid(1000);
@@ -1684,17 +1683,14 @@ pub(crate) mod tests {
     }
 
     /// A tmpfs of 8 MiB filled up to 256 KiB free (less than 5% of it);
-    /// unmounted on drop. None when not root.
+    /// unmounted on drop. Fails the test when not root.
     pub(crate) struct FullFs {
         pub(crate) dir: tempfile::TempDir,
     }
 
     impl FullFs {
-        pub(crate) fn new() -> Option<FullFs> {
-            if !is_root() {
-                eprintln!("skipped: mounting a tmpfs needs root");
-                return None;
-            }
+        pub(crate) fn new() -> FullFs {
+            assert!(is_root(), "needs root: mounting a tmpfs");
             let dir = tempfile::tempdir().unwrap();
             nix::mount::mount(
                 Some("tmpfs"),
@@ -1710,7 +1706,7 @@ pub(crate) mod tests {
                 vec![1u8; (8 << 20) - (256 << 10)],
             )
             .unwrap();
-            Some(fs)
+            fs
         }
     }
 
@@ -1721,8 +1717,9 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
     fn the_free_space_reserve_is_kept() {
-        let Some(fs) = FullFs::new() else { return };
+        let fs = FullFs::new();
         let root = fs.dir.path().join("root");
         let apply = |tar: &[u8], limits: &UnpackLimits| {
             let _ = std::fs::remove_dir_all(&root);
@@ -1749,11 +1746,9 @@ pub(crate) mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
     fn the_inode_reserve_is_kept() {
-        if !is_root() {
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return;
-        }
+        assert!(is_root(), "needs root: mounting a tmpfs");
         let dir = tempfile::tempdir().unwrap();
         nix::mount::mount(
             Some("tmpfs"),

@@ -31,17 +31,6 @@ async fn pod_with_container(
     (pod, id)
 }
 
-fn leases(net: &TestNet) -> Vec<String> {
-    std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&net.subnet_prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn run_pod_sandbox_killed_at_each_step_is_rolled_back() {
@@ -64,9 +53,9 @@ async fn run_pod_sandbox_killed_at_each_step_is_rolled_back() {
         );
         daemon.assert_no_leftovers();
         assert!(
-            leases(&net).is_empty(),
+            net.leases().is_empty(),
             "{step}: IPAM lease left: {:?}",
-            leases(&net)
+            net.leases()
         );
         // The name is free again.
         let id = cri.run_pod(&pod_config("crashy")).await.unwrap();
@@ -97,7 +86,7 @@ async fn stop_pod_sandbox_killed_midway_can_be_stopped_again() {
         remove_pod(&daemon, &id).await;
         assert!(pods(&daemon).await.is_empty());
         daemon.assert_no_leftovers();
-        assert!(leases(&net).is_empty(), "{step}: IPAM lease left");
+        assert!(net.leases().is_empty(), "{step}: IPAM lease left");
     }
 }
 
@@ -352,9 +341,9 @@ async fn soak_with_random_kills_ends_without_leaks() {
     assert!(pods(&daemon).await.is_empty());
     daemon.assert_no_leftovers();
     assert!(
-        leases(&net).is_empty(),
+        net.leases().is_empty(),
         "IPAM leases left: {:?}",
-        leases(&net)
+        net.leases()
     );
     let shims = std::process::Command::new("pgrep")
         .args(["-f", &daemon.sandbox.dir.path().display().to_string()])
@@ -376,7 +365,7 @@ async fn orphans_of_a_lost_record_are_cleaned_up() {
     let mut daemon = Daemon::start_in(sandbox, &config).await;
     let cri = daemon.cri().await;
     let id = cri.run_pod(&pod_config("orphan")).await.unwrap();
-    assert_eq!(leases(&net).len(), 1);
+    assert_eq!(net.leases().len(), 1);
     kill(&mut daemon).await;
     // The record is lost: netns, dirs, the pause's shim and the CNI lease are orphans.
     std::fs::remove_file(
@@ -389,9 +378,9 @@ async fn orphans_of_a_lost_record_are_cleaned_up() {
     assert!(pods(&daemon).await.is_empty());
     daemon.assert_no_leftovers();
     assert!(
-        leases(&net).is_empty(),
+        net.leases().is_empty(),
         "IPAM lease left: {:?}",
-        leases(&net)
+        net.leases()
     );
     let left = std::fs::read_dir(daemon.sandbox.path("root/cni"))
         .map(|d| d.count())

@@ -234,20 +234,8 @@ impl Rigged {
         std::fs::rename(self.bin.join("fruntime.away"), self.bin.join("fruntime")).unwrap();
     }
     pub fn leases(&self) -> Vec<String> {
-        leases(&self.net)
+        self.net.leases()
     }
-}
-
-/// host-local's leases of `net`.
-pub fn leases(net: &TestNet) -> Vec<String> {
-    std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&net.subnet_prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Processes (other than the daemon) whose command line names the daemon's
@@ -321,9 +309,9 @@ pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Pat
         .collect();
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     assert!(
-        leases(net).is_empty(),
+        net.leases().is_empty(),
         "IPAM leases left: {:?}",
-        leases(net)
+        net.leases()
     );
     // Processes take a moment to be reaped after their shim lets go.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -6,18 +6,19 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::cri::{container_status, create, exec_sync, pull, remove_pod, start};
-use common::pods::{daemon, pod_config, run, TestNet};
+use common::cri::{container_status, pull, remove_pod, start};
+use common::pods::{daemon, pod_config, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 use tonic::Code;
 
 /// A pod with a log directory, and the busybox image pulled.
 async fn pod(daemon: &Daemon, name: &str) -> (String, v1::PodSandboxConfig, std::path::PathBuf) {
+    let cri = daemon.cri().await;
     let mut config = pod_config(name);
     let logs = daemon.sandbox.path(&format!("logs/{name}"));
     config.log_directory = logs.display().to_string();
-    let id = run(daemon, config.clone()).await.unwrap();
+    let id = cri.run_pod(&config).await.unwrap();
     pull(daemon, &registry().busybox()).await;
     (id, config, logs)
 }
@@ -35,22 +36,24 @@ async fn wait_exited(daemon: &Daemon, id: &str) -> v1::ContainerStatus {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn container_output_exit_code_and_log() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, logs) = pod(&daemon, "out").await;
-    let id = create(
-        &daemon,
-        &pod,
-        &pod_config,
-        container(
-            "printer",
-            &["sh", "-c", "echo hello; echo oops >&2; exit 3"],
-        ),
-    )
-    .await
-    .unwrap();
+    let id = cri
+        .create_container(
+            &pod,
+            &pod_config,
+            container(
+                "printer",
+                &["sh", "-c", "echo hello; echo oops >&2; exit 3"],
+            ),
+        )
+        .await
+        .unwrap();
     let st = container_status(&daemon, &id).await;
     assert_eq!(st.state, v1::ContainerState::ContainerCreated as i32);
     start(&daemon, &id).await;
@@ -81,16 +84,7 @@ async fn container_output_exit_code_and_log() {
     }
     remove_pod(&daemon, &pod).await;
     assert_eq!(
-        daemon
-            .runtime()
-            .await
-            .container_status(v1::ContainerStatusRequest {
-                container_id: id,
-                verbose: false
-            })
-            .await
-            .unwrap_err()
-            .code(),
+        cri.container_status(&id, false).await.unwrap_err().code(),
         Code::NotFound
     );
 }
@@ -155,10 +149,12 @@ async fn binary_env_values_reach_the_process_and_nul_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn exec_sync_env_user_workdir_and_stop() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "exec").await;
     let mut config = container("sleeper", &["sh", "-c", "trap '' TERM; sleep 1000"]);
     config.envs = vec![v1::KeyValue {
@@ -173,76 +169,60 @@ async fn exec_sync_env_user_workdir_and_stop() {
         }),
         ..Default::default()
     });
-    let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
+    let id = cri
+        .create_container(&pod, &pod_config, config)
+        .await
+        .unwrap();
     start(&daemon, &id).await;
     assert_eq!(
         container_status(&daemon, &id).await.state,
         v1::ContainerState::ContainerRunning as i32
     );
 
-    let out = exec_sync(
-        &daemon,
-        &id,
-        &["sh", "-c", "echo $FOO; pwd; id -u; hostname"],
-        10,
-    )
-    .await
-    .unwrap();
+    let out = cri
+        .exec_sync(&id, &["sh", "-c", "echo $FOO; pwd; id -u; hostname"], 10)
+        .await
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "bar\n/tmp\n1000\nexec\n"
     );
     assert_eq!(out.exit_code, 0);
-    let out = exec_sync(&daemon, &id, &["sh", "-c", "echo bad >&2; exit 5"], 10)
+    let out = cri
+        .exec_sync(&id, &["sh", "-c", "echo bad >&2; exit 5"], 10)
         .await
         .unwrap();
     assert_eq!(out.exit_code, 5);
     assert_eq!(String::from_utf8_lossy(&out.stderr), "bad\n");
-    let err = exec_sync(
-        &daemon,
-        &id,
-        &["sh", "-c", "head -c 20000000 /dev/zero"],
-        30,
-    )
-    .await
-    .unwrap_err();
+    let err = cri
+        .exec_sync(&id, &["sh", "-c", "head -c 20000000 /dev/zero"], 30)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(err.message().contains("16 MiB"));
     let started = Instant::now();
-    let err = exec_sync(&daemon, &id, &["sleep", "30"], 1)
-        .await
-        .unwrap_err();
+    let err = cri.exec_sync(&id, &["sleep", "30"], 1).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // Listing.
-    let mut rt = daemon.runtime().await;
-    let listed = rt
-        .list_containers(v1::ListContainersRequest {
-            filter: Some(v1::ContainerFilter {
-                pod_sandbox_id: pod[..10].to_string(),
-                state: Some(v1::ContainerStateValue {
-                    state: v1::ContainerState::ContainerRunning as i32,
-                }),
-                label_selector: [("name".to_string(), "sleeper".to_string())].into(),
-                ..Default::default()
+    let listed = cri
+        .list_containers(Some(v1::ContainerFilter {
+            pod_sandbox_id: pod[..10].to_string(),
+            state: Some(v1::ContainerStateValue {
+                state: v1::ContainerState::ContainerRunning as i32,
             }),
-        })
+            label_selector: [("name".to_string(), "sleeper".to_string())].into(),
+            ..Default::default()
+        }))
         .await
-        .unwrap()
-        .into_inner()
-        .containers;
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].id, id);
 
     // TERM is ignored: the grace period runs out and SIGKILL ends it.
     let started = Instant::now();
-    rt.stop_container(v1::StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 1,
-    })
-    .await
-    .unwrap();
+    cri.stop_container(&id, 1).await.unwrap();
     let elapsed = started.elapsed();
     assert!(
         elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(15),
@@ -252,18 +232,9 @@ async fn exec_sync_env_user_workdir_and_stop() {
     assert_eq!(st.state, v1::ContainerState::ContainerExited as i32);
     assert_eq!(st.exit_code, 137);
     // Stop again, remove twice: all fine.
-    rt.stop_container(v1::StopContainerRequest {
-        container_id: id.clone(),
-        timeout: 1,
-    })
-    .await
-    .unwrap();
+    cri.stop_container(&id, 1).await.unwrap();
     for _ in 0..2 {
-        rt.remove_container(v1::RemoveContainerRequest {
-            container_id: id.clone(),
-        })
-        .await
-        .unwrap();
+        cri.remove_container(&id).await.unwrap();
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(&id), "rootfs still mounted");
@@ -271,10 +242,12 @@ async fn exec_sync_env_user_workdir_and_stop() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn bad_container_requests() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "bad").await;
     let mut missing_image = container("c", &["true"]);
     missing_image.image = Some(v1::ImageSpec {
@@ -282,28 +255,23 @@ async fn bad_container_requests() {
         ..Default::default()
     });
     assert_eq!(
-        create(&daemon, &pod, &pod_config, missing_image)
+        cri.create_container(&pod, &pod_config, missing_image)
             .await
             .unwrap_err()
             .code(),
         Code::NotFound
     );
     assert_eq!(
-        create(
-            &daemon,
-            "no-such-pod",
-            &pod_config,
-            container("c", &["true"])
-        )
-        .await
-        .unwrap_err()
-        .code(),
+        cri.create_container("no-such-pod", &pod_config, container("c", &["true"]))
+            .await
+            .unwrap_err()
+            .code(),
         Code::NotFound
     );
     let mut no_meta = container("c", &["true"]);
     no_meta.metadata = None;
     assert_eq!(
-        create(&daemon, &pod, &pod_config, no_meta)
+        cri.create_container(&pod, &pod_config, no_meta)
             .await
             .unwrap_err()
             .code(),
@@ -317,7 +285,8 @@ async fn bad_container_requests() {
         host_path: "relative/berth-test".into(),
         ..Default::default()
     }];
-    let err = create(&daemon, &pod, &pod_config, bad_mount)
+    let err = cri
+        .create_container(&pod, &pod_config, bad_mount)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
@@ -348,50 +317,36 @@ async fn bad_container_requests() {
         host_path: missing.display().to_string(),
         ..Default::default()
     }];
-    create(&daemon, &pod, &pod_config, new_dir).await.unwrap();
+    cri.create_container(&pod, &pod_config, new_dir)
+        .await
+        .unwrap();
     assert!(missing.is_dir(), "{} was not created", missing.display());
-    let id = create(&daemon, &pod, &pod_config, container("c", &["true"]))
+    let id = cri
+        .create_container(&pod, &pod_config, container("c", &["true"]))
         .await
         .unwrap();
     assert_eq!(
-        create(&daemon, &pod, &pod_config, container("c", &["true"]))
+        cri.create_container(&pod, &pod_config, container("c", &["true"]))
             .await
             .unwrap_err()
             .code(),
         Code::AlreadyExists
     );
     assert_eq!(
-        exec_sync(&daemon, &id, &["true"], 5)
-            .await
-            .unwrap_err()
-            .code(),
+        cri.exec_sync(&id, &["true"], 5).await.unwrap_err().code(),
         Code::FailedPrecondition
     );
     // A stopped pod takes no new containers; removing it removes its containers.
-    daemon
-        .runtime()
-        .await
-        .stop_pod_sandbox(v1::StopPodSandboxRequest {
-            pod_sandbox_id: pod.clone(),
-        })
-        .await
-        .unwrap();
+    cri.stop_pod(&pod).await.unwrap();
     assert_eq!(
-        create(&daemon, &pod, &pod_config, container("d", &["true"]))
+        cri.create_container(&pod, &pod_config, container("d", &["true"]))
             .await
             .unwrap_err()
             .code(),
         Code::FailedPrecondition
     );
     remove_pod(&daemon, &pod).await;
-    let left = daemon
-        .runtime()
-        .await
-        .list_containers(v1::ListContainersRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let left = cri.list_containers(None).await.unwrap();
     assert!(left.is_empty());
     let n = std::fs::read_dir(daemon.sandbox.path("state/containers"))
         .map(|d| d.count())
@@ -400,53 +355,47 @@ async fn bad_container_requests() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn reopen_log_and_update_resources() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, logs) = pod(&daemon, "upd").await;
-    let id = create(
-        &daemon,
-        &pod,
-        &pod_config,
-        container(
-            "ticker",
-            &[
-                "sh",
-                "-c",
-                "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done",
-            ],
-        ),
-    )
-    .await
-    .unwrap();
+    let id = cri
+        .create_container(
+            &pod,
+            &pod_config,
+            container(
+                "ticker",
+                &[
+                    "sh",
+                    "-c",
+                    "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done",
+                ],
+            ),
+        )
+        .await
+        .unwrap();
     start(&daemon, &id).await;
     let log = logs.join("ticker.log");
     tokio::time::sleep(Duration::from_millis(500)).await;
     std::fs::rename(&log, logs.join("ticker.log.1")).unwrap();
-    let mut rt = daemon.runtime().await;
-    rt.reopen_container_log(v1::ReopenContainerLogRequest {
-        container_id: id.clone(),
-    })
-    .await
-    .unwrap();
+    cri.reopen_container_log(&id).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let fresh = std::fs::read_to_string(&log).unwrap();
     assert!(fresh.contains(" stdout F tick"), "{fresh}");
 
-    rt.update_container_resources(v1::UpdateContainerResourcesRequest {
-        container_id: id.clone(),
-        linux: Some(v1::LinuxContainerResources {
+    cri.update_container_resources(
+        &id,
+        v1::LinuxContainerResources {
             memory_limit_in_bytes: 64 << 20,
             ..Default::default()
-        }),
-        ..Default::default()
-    })
+        },
+    )
     .await
     .unwrap();
-    let out = exec_sync(
-        &daemon,
-        &id,
+    let out = cri.exec_sync(&id,
         &["sh", "-c", "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"],
         10,
     )
@@ -467,10 +416,12 @@ async fn reopen_log_and_update_resources() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn image_volume_is_mounted_read_only() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "imgvol").await;
     let layered = format!("{}/berth-test/layers:latest", registry().addr);
     let volume_id = pull(&daemon, &layered).await;
@@ -488,16 +439,22 @@ async fn image_volume_is_mounted_read_only() {
     let mut rw = config.clone();
     rw.metadata.as_mut().unwrap().name = "writer".into();
     rw.mounts[0].readonly = false;
-    let err = create(&daemon, &pod, &pod_config, rw).await.unwrap_err();
+    let err = cri
+        .create_container(&pod, &pod_config, rw)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
-    let id = create(&daemon, &pod, &pod_config, config).await.unwrap();
+    let id = cri
+        .create_container(&pod, &pod_config, config)
+        .await
+        .unwrap();
     // The status names the exact image mounted (KEP-5365), as PullImage did.
     let st = container_status(&daemon, &id).await;
     let mount = st.mounts.iter().find(|m| m.container_path == "/imgvol");
     let image_ref = mount.and_then(|m| m.image.as_ref()).map(|i| &i.image_ref);
     assert_eq!(image_ref, Some(&volume_id), "{:?}", st.mounts);
     start(&daemon, &id).await;
-    let out = exec_sync(&daemon, &id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
+    let out = cri.exec_sync(&id, &["sh", "-c", "test -x /imgvol/bin/busybox && echo present; touch /imgvol/x 2>/dev/null && echo writable || echo read-only"], 10)
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "present\nread-only\n");
@@ -507,10 +464,12 @@ async fn image_volume_is_mounted_read_only() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let mut pod_cfg = pod_config("fields");
     pod_cfg.log_directory = daemon.sandbox.path("logs/fields").display().to_string();
     pod_cfg.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
@@ -520,7 +479,7 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
         }),
         ..Default::default()
     });
-    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    let pod = cri.run_pod(&pod_cfg).await.unwrap();
     pull(&daemon, &registry().busybox()).await;
     let host_dir = daemon.sandbox.path("hostdata");
     std::fs::create_dir_all(&host_dir).unwrap();
@@ -561,7 +520,7 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
             ..Default::default()
         }),
     });
-    let a = create(&daemon, &pod, &pod_cfg, a).await.unwrap();
+    let a = cri.create_container(&pod, &pod_cfg, a).await.unwrap();
     start(&daemon, &a).await;
     let mut b = container("b", &["sleep", "999"]);
     b.linux = Some(v1::LinuxContainerConfig {
@@ -574,16 +533,16 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
         }),
         ..Default::default()
     });
-    let b = create(&daemon, &pod, &pod_cfg, b).await.unwrap();
+    let b = cri.create_container(&pod, &pod_cfg, b).await.unwrap();
     start(&daemon, &b).await;
 
     let sh = |script: &str| vec!["sh".to_string(), "-c".to_string(), script.to_string()];
     let run_in = |id: String, script: String| {
-        let daemon = &daemon;
+        let cri = &cri;
         async move {
             let cmd = sh(&script);
             let refs: Vec<&str> = cmd.iter().map(String::as_str).collect();
-            let out = exec_sync(daemon, &id, &refs, 10).await.unwrap();
+            let out = cri.exec_sync(&id, &refs, 10).await.unwrap();
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         }
     };
@@ -638,16 +597,7 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
     assert_eq!(run_in(b.clone(), "hostname".into()).await, "fields");
     assert_eq!(run_in(a.clone(), "hostname".into()).await, "fields");
     // Evented PLEG reads the containers from the pod's status.
-    let pod_status = daemon
-        .runtime()
-        .await
-        .pod_sandbox_status(v1::PodSandboxStatusRequest {
-            pod_sandbox_id: pod.clone(),
-            verbose: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let pod_status = daemon.cri().await.pod_status(&pod, false).await.unwrap();
     assert_eq!(pod_status.containers_statuses.len(), 2);
     assert!(pod_status.timestamp > 0);
     let ps = run_in(b.clone(), "ps -o args".into()).await;
@@ -659,20 +609,22 @@ async fn security_context_mounts_limits_and_shared_namespaces_take_effect() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn shared_pid_namespace_container_leaves_no_processes() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "orphans").await;
     // No namespace options: the container joins the pod's PID namespace.
-    let id = create(
-        &daemon,
-        &pod,
-        &pod_config,
-        container("forker", &["sh", "-c", "sleep 3331 & exit 0"]),
-    )
-    .await
-    .unwrap();
+    let id = cri
+        .create_container(
+            &pod,
+            &pod_config,
+            container("forker", &["sh", "-c", "sleep 3331 & exit 0"]),
+        )
+        .await
+        .unwrap();
     let started = Instant::now();
     start(&daemon, &id).await;
     let st = wait_exited(&daemon, &id).await;
@@ -701,19 +653,21 @@ async fn shared_pid_namespace_container_leaves_no_processes() {
 /// A container that exits is deleted from the runtime then (its shim exits
 /// too), so RemoveContainer only has its files and record left to remove.
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn exited_container_leaves_the_runtime_at_exit() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "gone").await;
-    let id = create(
-        &daemon,
-        &pod,
-        &pod_config,
-        container("brief", &["sh", "-c", "exit 0"]),
-    )
-    .await
-    .unwrap();
+    let id = cri
+        .create_container(
+            &pod,
+            &pod_config,
+            container("brief", &["sh", "-c", "exit 0"]),
+        )
+        .await
+        .unwrap();
     start(&daemon, &id).await;
     let paths = common::cri::ContainerPaths::new(&daemon, &id);
     assert!(paths.shim_socket.parent().unwrap().is_dir());
@@ -732,14 +686,7 @@ async fn exited_container_leaves_the_runtime_at_exit() {
     // The record stays until RemoveContainer, which stays idempotent.
     assert_eq!(container_status(&daemon, &id).await.exit_code, 0);
     for _ in 0..2 {
-        daemon
-            .runtime()
-            .await
-            .remove_container(v1::RemoveContainerRequest {
-                container_id: id.clone(),
-            })
-            .await
-            .unwrap();
+        daemon.cri().await.remove_container(&id).await.unwrap();
     }
     assert!(!paths.shim_socket.parent().unwrap().exists());
     remove_pod(&daemon, &pod).await;
@@ -788,16 +735,18 @@ fn mount_at(host: &std::path::Path, propagation: v1::MountPropagation) -> v1::Mo
 /// in the container. Bidirectional (rshared, privileged): a mount the
 /// container makes shows on the host. Private: neither.
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn mount_propagation_takes_effect() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let mut pod_cfg = pod_config("prop");
     pod_cfg.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
         privileged: true,
         ..Default::default()
     });
-    let pod = run(&daemon, pod_cfg.clone()).await.unwrap();
+    let pod = cri.run_pod(&pod_cfg).await.unwrap();
     pull(&daemon, &registry().busybox()).await;
     let shared = SharedMount::new(daemon.sandbox.path("propagated"));
     let host = shared.0.clone();
@@ -807,11 +756,11 @@ async fn mount_propagation_takes_effect() {
         &host,
         v1::MountPropagation::PropagationHostToContainer,
     )];
-    let slave = create(&daemon, &pod, &pod_cfg, slave).await.unwrap();
+    let slave = cri.create_container(&pod, &pod_cfg, slave).await.unwrap();
     start(&daemon, &slave).await;
     let mut private = container("private", &["sleep", "1000"]);
     private.mounts = vec![mount_at(&host, v1::MountPropagation::PropagationPrivate)];
-    let private = create(&daemon, &pod, &pod_cfg, private).await.unwrap();
+    let private = cri.create_container(&pod, &pod_cfg, private).await.unwrap();
     start(&daemon, &private).await;
     let mut bidi = container("bidi", &["sleep", "1000"]);
     bidi.mounts = vec![mount_at(
@@ -825,7 +774,7 @@ async fn mount_propagation_takes_effect() {
         }),
         ..Default::default()
     });
-    let bidi = create(&daemon, &pod, &pod_cfg, bidi).await.unwrap();
+    let bidi = cri.create_container(&pod, &pod_cfg, bidi).await.unwrap();
     start(&daemon, &bidi).await;
 
     // Host → containers.
@@ -838,12 +787,10 @@ async fn mount_propagation_takes_effect() {
     assert!(st.success());
     std::fs::write(host.join("fromhost/marker"), "late\n").unwrap();
     let read = |id: String, path: &'static str| {
-        let daemon = &daemon;
+        let cri = &cri;
         async move {
             let cmd = format!("cat {path} 2>/dev/null || echo absent");
-            let out = exec_sync(daemon, &id, &["sh", "-c", &cmd], 10)
-                .await
-                .unwrap();
+            let out = cri.exec_sync(&id, &["sh", "-c", &cmd], 10).await.unwrap();
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         }
     };
@@ -855,9 +802,7 @@ async fn mount_propagation_takes_effect() {
     );
 
     // Container → host (and the slave sees it too, through the host).
-    let out = exec_sync(
-        &daemon,
-        &bidi,
+    let out = cri.exec_sync(&bidi,
         &[
             "sh",
             "-c",
@@ -881,10 +826,12 @@ async fn mount_propagation_takes_effect() {
 /// The RuntimeDefault profile denies what Unconfined allows: creating a user
 /// namespace (`unshare` without CAP_SYS_ADMIN).
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "seccomp").await;
     let mut outcomes = Vec::new();
     for (name, profile) in [
@@ -905,9 +852,10 @@ async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
             }),
             ..Default::default()
         });
-        let id = create(&daemon, &pod, &pod_config, c).await.unwrap();
+        let id = cri.create_container(&pod, &pod_config, c).await.unwrap();
         start(&daemon, &id).await;
-        let out = exec_sync(&daemon, &id, &["unshare", "-U", "true"], 10)
+        let out = cri
+            .exec_sync(&id, &["unshare", "-U", "true"], 10)
             .await
             .unwrap();
         outcomes.push((
@@ -928,46 +876,33 @@ async fn runtime_default_seccomp_denies_a_syscall_unconfined_allows() {
 /// ps` read them); a container's status carries the image's repo digest in
 /// `image_ref` and the image id in `image_id`.
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn image_ref_and_image_id_as_containerd_fills_them() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let (pod, pod_config, _) = pod(&daemon, "imageref").await;
     let image_id = pull(&daemon, &registry().busybox()).await;
-    let image = daemon
-        .images()
-        .await
-        .image_status(v1::ImageStatusRequest {
-            image: Some(v1::ImageSpec {
-                image: registry().busybox(),
-                ..Default::default()
-            }),
-            verbose: false,
-        })
+    let image = cri
+        .image_status(&registry().busybox())
         .await
         .unwrap()
-        .into_inner()
-        .image
         .unwrap();
     let digest = image.repo_digests.first().expect("a repo digest").clone();
     assert_ne!(digest, image_id);
-    let id = create(&daemon, &pod, &pod_config, container("ref", &["true"]))
+    let id = cri
+        .create_container(&pod, &pod_config, container("ref", &["true"]))
         .await
         .unwrap();
 
-    let listed = daemon
-        .runtime()
+    let listed = cri
+        .list_containers(Some(v1::ContainerFilter {
+            id: id.clone(),
+            ..Default::default()
+        }))
         .await
-        .list_containers(v1::ListContainersRequest {
-            filter: Some(v1::ContainerFilter {
-                id: id.clone(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+        .unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].image_ref, image_id, "ListContainers image_ref");
     assert_eq!(listed[0].image_id, image_id, "ListContainers image_id");

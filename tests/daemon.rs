@@ -26,8 +26,9 @@ fn conditions(resp: &v1::StatusResponse) -> HashMap<String, v1::RuntimeCondition
 async fn version_names_berth_and_v1() {
     let daemon = Daemon::start("").await;
     let resp = daemon
-        .runtime()
+        .cri()
         .await
+        .runtime()
         .version(v1::VersionRequest {
             version: "v1".into(),
         })
@@ -47,13 +48,7 @@ async fn status_ready_with_runtime_and_network() {
         CNI_CONFLIST,
     )
     .unwrap();
-    let resp = daemon
-        .runtime()
-        .await
-        .status(v1::StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = daemon.cri().await.status(true).await.unwrap();
     let conds = conditions(&resp);
     assert!(conds["RuntimeReady"].status, "{:?}", conds["RuntimeReady"]);
     assert!(conds["NetworkReady"].status, "{:?}", conds["NetworkReady"]);
@@ -71,13 +66,7 @@ async fn status_not_ready_without_runtime_binary_or_network() {
         "[runtime]\ndefault_handler = \"runc\"\n[runtime.handlers.runc]\nbinary = \"/nonexistent/runc\"\n[runtime.handlers.crun]\nbinary = \"crun\"\n",
     )
     .await;
-    let resp = daemon
-        .runtime()
-        .await
-        .status(v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = daemon.cri().await.status(false).await.unwrap();
     assert!(resp.info.is_empty(), "info only when verbose");
     let conds = conditions(&resp);
     let runtime = &conds["RuntimeReady"];
@@ -96,7 +85,8 @@ async fn status_not_ready_without_runtime_binary_or_network() {
 #[tokio::test]
 async fn runtime_config_reports_cgroupfs_and_keeps_pod_cidr() {
     let daemon = Daemon::start("").await;
-    let mut rt = daemon.runtime().await;
+    let cri = daemon.cri().await;
+    let mut rt = cri.runtime();
     let resp = rt
         .runtime_config(v1::RuntimeConfigRequest {})
         .await
@@ -122,18 +112,15 @@ async fn runtime_config_reports_cgroupfs_and_keeps_pod_cidr() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    let status = rt
-        .status(v1::StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner();
+    let status = cri.status(true).await.unwrap();
     assert_eq!(status.info["podCIDR"], "\"10.244.1.0/24\"");
 }
 
 #[tokio::test]
 async fn rpcs_not_built_yet_are_unimplemented() {
     let daemon = Daemon::start("").await;
-    let mut rt = daemon.runtime().await;
+    let cri = daemon.cri().await;
+    let mut rt = cri.runtime();
     let err = rt
         .checkpoint_container(v1::CheckpointContainerRequest::default())
         .await

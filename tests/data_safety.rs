@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::cri::{container_status, create, exec_sync, pull, remove_pod, start, wait_exited};
-use common::pods::{daemon, pod_config, run, TestNet};
+use common::cri::{container_status, pull, remove_pod, start, wait_exited};
+use common::pods::{daemon, pod_config, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 
@@ -35,10 +35,12 @@ fn zstd_container(image: &str, name: &str, command: &[&str]) -> v1::ContainerCon
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn removing_an_image_keeps_the_layers_its_containers_use() {
     require_root!();
     let net = TestNet::new();
     let mut daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     // busybox shares its one layer with the zstd image; the zstd image's
     // marker layer is its own.
     pull(&daemon, &registry().busybox()).await;
@@ -46,43 +48,34 @@ async fn removing_an_image_keeps_the_layers_its_containers_use() {
     pull(&daemon, &image).await;
     assert_eq!(snapshots(&daemon), 2);
     let config = pod_config("keep-layers");
-    let pod = run(&daemon, config.clone()).await.unwrap();
-    let running = create(
-        &daemon,
-        &pod,
-        &config,
-        zstd_container(&image, "running", &["sleep", "3600"]),
-    )
-    .await
-    .unwrap();
-    start(&daemon, &running).await;
-    let created = create(
-        &daemon,
-        &pod,
-        &config,
-        zstd_container(&image, "created", &["cat", "/etc/zstd-marker"]),
-    )
-    .await
-    .unwrap();
-
-    daemon
-        .images()
-        .await
-        .remove_image(v1::RemoveImageRequest {
-            image: Some(v1::ImageSpec {
-                image: image.clone(),
-                ..Default::default()
-            }),
-        })
+    let pod = cri.run_pod(&config).await.unwrap();
+    let running = cri
+        .create_container(
+            &pod,
+            &config,
+            zstd_container(&image, "running", &["sleep", "3600"]),
+        )
         .await
         .unwrap();
+    start(&daemon, &running).await;
+    let created = cri
+        .create_container(
+            &pod,
+            &config,
+            zstd_container(&image, "created", &["cat", "/etc/zstd-marker"]),
+        )
+        .await
+        .unwrap();
+
+    cri.remove_image(&image).await.unwrap();
     // The image is gone; its layer is not.
     assert_eq!(
         snapshots(&daemon),
         2,
         "a snapshot a container uses was removed"
     );
-    let out = exec_sync(&daemon, &running, &["cat", "/etc/zstd-marker"], 10)
+    let out = cri
+        .exec_sync(&running, &["cat", "/etc/zstd-marker"], 10)
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "zstd\n");
@@ -102,13 +95,15 @@ async fn removing_an_image_keeps_the_layers_its_containers_use() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn container_status_says_who_the_process_is_and_how_it_stops() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let config = pod_config("statuses");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     let mut c = common::cri::container("app", &["sleep", "3600"]);
     c.linux = Some(v1::LinuxContainerConfig {
         security_context: Some(v1::LinuxContainerSecurityContext {
@@ -120,7 +115,7 @@ async fn container_status_says_who_the_process_is_and_how_it_stops() {
         ..Default::default()
     });
     c.stop_signal = v1::Signal::Sigint as i32;
-    let id = create(&daemon, &pod, &config, c).await.unwrap();
+    let id = cri.create_container(&pod, &config, c).await.unwrap();
     let st = container_status(&daemon, &id).await;
     let user = st.user.and_then(|u| u.linux).expect("ContainerStatus.user");
     assert_eq!((user.uid, user.gid), (1234, 5678));
@@ -128,7 +123,7 @@ async fn container_status_says_who_the_process_is_and_how_it_stops() {
     assert_eq!(st.stop_signal, v1::Signal::Sigint as i32);
     // What the process really runs as, inside.
     start(&daemon, &id).await;
-    let out = exec_sync(&daemon, &id, &["id"], 10).await.unwrap();
+    let out = cri.exec_sync(&id, &["id"], 10).await.unwrap();
     let id_out = String::from_utf8_lossy(&out.stdout);
     assert!(
         id_out.contains("uid=1234") && id_out.contains("gid=5678") && id_out.contains("42"),

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use common::pods::TestNet;
 use common::{Daemon, Sandbox};
-use cri_api::v1;
 
 #[tokio::test]
 async fn logs_to_a_file_have_no_ansi_escapes() {
@@ -98,7 +97,9 @@ fn shims_of(needle: &str) -> Vec<u32> {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn ready_is_notified_once_serving_and_shims_do_not_get_notify_socket() {
+    require_root!();
     let net = TestNet::new();
     let sandbox = Sandbox::new();
     let cni = sandbox.cni_dir();
@@ -133,39 +134,25 @@ async fn ready_is_notified_once_serving_and_shims_do_not_get_notify_socket() {
     assert_eq!(n, b"READY=1");
 
     // READY means serving: the first call after it answers, gate open.
-    let mut rt = common::connect_runtime(&sandbox.socket()).await.unwrap();
-    rt.version(v1::VersionRequest::default()).await.unwrap();
-    let status = rt
-        .status(v1::StatusRequest::default())
-        .await
-        .expect("Status right after READY=1");
-    assert!(status.into_inner().status.is_some());
+    let cri = common::cri::Cri::connect(&sandbox.socket()).await.unwrap();
+    cri.version().await.unwrap();
+    let status = cri.status(false).await.expect("Status right after READY=1");
+    assert!(status.status.is_some());
 
     // The pod's shim (started by berth after READY) did not inherit
     // NOTIFY_SOCKET: a pod with a pause (a shared PID namespace), so that it
     // has a shim of its own.
-    let id = rt
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(common::pods::pod_config_with_pause("notify")),
-            runtime_handler: String::new(),
-        })
+    let id = cri
+        .run_pod(&common::pods::pod_config_with_pause("notify"))
         .await
-        .expect("RunPodSandbox")
-        .into_inner()
-        .pod_sandbox_id;
+        .expect("RunPodSandbox");
     let shims = shims_of(sandbox.dir.path().to_str().unwrap());
     let mut environs = Vec::new();
     for pid in &shims {
         environs.push(std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default());
     }
-    rt.stop_pod_sandbox(v1::StopPodSandboxRequest {
-        pod_sandbox_id: id.clone(),
-    })
-    .await
-    .unwrap();
-    rt.remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: id })
-        .await
-        .unwrap();
+    cri.stop_pod(&id).await.unwrap();
+    cri.remove_pod(&id).await.unwrap();
     assert!(!shims.is_empty(), "no berth-shim found for the pod");
     for environ in environs {
         assert!(!environ.is_empty());

@@ -13,23 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::cri::{container, exec, pull, remove_pod, run_container};
-use common::pods::{daemon, pod_config, pod_config_with_pause, run, TestNet};
+use common::pods::{daemon, pod_config, pod_config_with_pause, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 
-macro_rules! require_root {
-    () => {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipping: needs root");
-            return;
-        }
-    };
-}
-
 async fn verbose(daemon: &Daemon, id: &str) -> (v1::PodSandboxStatus, serde_json::Value) {
-    let resp = common::cri::pod_status_verbose(daemon, id)
-        .await
-        .expect("PodSandboxStatus");
+    let cri = daemon.cri().await;
+    let resp = cri.pod_status(id, true).await.expect("PodSandboxStatus");
     let info = serde_json::from_str(&resp.info["info"]).unwrap();
     (resp.status.unwrap(), info)
 }
@@ -61,13 +51,15 @@ fn processes_naming(id: &str) -> Vec<u32> {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
     require_root!();
     let net = TestNet::new();
     let mut daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let config = pod_config("pinned");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     let (status, info) = verbose(&daemon, &pod).await;
     assert_eq!(status.state, v1::PodSandboxState::SandboxReady as i32);
     assert!(info["pid"].is_null(), "a pause runs: {info}");
@@ -118,7 +110,8 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
         }),
         ..Default::default()
     });
-    let e = common::cri::create(&daemon, &pod, &config, shared)
+    let e = cri
+        .create_container(&pod, &config, shared)
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
@@ -134,14 +127,9 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
 
     // Pod stats read the network counters from the namespace itself when no
     // container runs in it.
-    let mut rt = daemon.runtime().await;
+    let cri = daemon.cri().await;
     for id in [&a, &b, &c] {
-        rt.stop_container(v1::StopContainerRequest {
-            container_id: id.to_string(),
-            timeout: 0,
-        })
-        .await
-        .unwrap();
+        cri.stop_container(id, 0).await.unwrap();
     }
     let ip = status.network.unwrap().ip;
     let ping = Command::new("ping")
@@ -149,13 +137,10 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
         .status()
         .unwrap();
     assert!(ping.success(), "the pod's IP {ip} does not answer");
-    let stats = rt
-        .pod_sandbox_stats(v1::PodSandboxStatsRequest {
-            pod_sandbox_id: pod.clone(),
-        })
+    let stats = cri
+        .pod_stats(&pod)
         .await
         .unwrap()
-        .into_inner()
         .stats
         .unwrap()
         .linux
@@ -168,7 +153,7 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
         .find(|i| i.name == "eth0")
         .expect("eth0");
     assert!(eth0.rx_bytes.unwrap().value > 0, "{eth0:?}");
-    drop(rt);
+    drop(cri);
 
     // Stop unpins; nothing is left.
     remove_pod(&daemon, &pod).await;
@@ -180,13 +165,15 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_shared_pid_namespace_or_the_switch_keeps_a_pause() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let config = pod_config_with_pause("shared");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     let (_, info) = verbose(&daemon, &pod).await;
     assert!(info["pid"].as_u64().is_some(), "no pause: {info}");
     assert!(info["pinnedNamespaces"].is_null(), "{info}");
@@ -202,19 +189,21 @@ async fn a_shared_pid_namespace_or_the_switch_keeps_a_pause() {
 
     // drop_infra_ctr = false: a pause even where nothing needs one.
     let daemon = common::pods::daemon_with(&net, "[runtime]\ndrop_infra_ctr = false\n").await;
-    let pod = run(&daemon, pod_config("always")).await.unwrap();
+    let pod = cri.run_pod(&pod_config("always")).await.unwrap();
     let (_, info) = verbose(&daemon, &pod).await;
     assert!(info["pid"].as_u64().is_some(), "no pause: {info}");
     remove_pod(&daemon, &pod).await;
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn pins_lost_while_berth_was_down_make_the_pod_not_ready() {
     require_root!();
     let net = TestNet::new();
     let mut daemon = daemon(&net).await;
-    let pod = run(&daemon, pod_config("lost")).await.unwrap();
-    let kept = run(&daemon, pod_config("kept")).await.unwrap();
+    let cri = daemon.cri().await;
+    let pod = cri.run_pod(&pod_config("lost")).await.unwrap();
+    let kept = cri.run_pod(&pod_config("kept")).await.unwrap();
     let (_, info) = verbose(&daemon, &pod).await;
     let uts = PathBuf::from(info["pinnedNamespaces"]["uts"].as_str().unwrap());
     // As a reboot would (for one pod): the pins go while berth is down.
@@ -234,25 +223,17 @@ async fn pins_lost_while_berth_was_down_make_the_pod_not_ready() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_daemon_dropped_by_a_failed_test_takes_its_containers_with_it() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let config = pod_config("dropped");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     let c = run_container(&daemon, &pod, &config, container("c", &["sleep", "1000"])).await;
-    let info = daemon
-        .runtime()
-        .await
-        .container_status(v1::ContainerStatusRequest {
-            container_id: c.clone(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .info;
+    let info = cri.container_status(&c, true).await.unwrap().info;
     let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
     let pid = info["pid"].as_u64().expect("a pid");
     assert!(Path::new(&format!("/proc/{pid}")).exists());

@@ -18,12 +18,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::cri::Cri;
 use common::pods::pod_config;
-use common::{connect_runtime, registry};
+use common::registry;
 use cri_api::v1;
-use cri_api::v1::runtime_service_client::RuntimeServiceClient;
 use faults::{Lcg, Rig};
-use tonic::transport::Channel;
 use tonic::Code;
 
 /// How long the workers run (`BERTH_SOAK_SECS` to change it).
@@ -66,25 +65,25 @@ fn add(c: &AtomicU64) {
 }
 
 /// A client, or None while the daemon is down.
-async fn client(socket: &Path) -> Option<RuntimeServiceClient<Channel>> {
-    match tokio::time::timeout(Duration::from_secs(2), connect_runtime(socket)).await {
+async fn client(socket: &Path) -> Option<Cri> {
+    match tokio::time::timeout(Duration::from_secs(2), Cri::connect(socket)).await {
         Ok(Ok(c)) => Some(c),
         _ => None,
     }
 }
 
-/// One call with a hang limit: its result, or the code of its failure
-/// (Unavailable while the daemon is down).
+/// One call (on a connection of its own) with a hang limit: its result, or
+/// the code of its failure (Unavailable while the daemon is down).
 async fn call<T, F, Fut>(counts: &Counts, socket: &Path, f: F) -> Result<T, Code>
 where
-    F: FnOnce(RuntimeServiceClient<Channel>) -> Fut,
-    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    F: FnOnce(Cri) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
-    let Some(rt) = client(socket).await else {
+    let Some(cri) = client(socket).await else {
         return Err(Code::Unavailable);
     };
-    match tokio::time::timeout(CALL_LIMIT, f(rt)).await {
-        Ok(Ok(r)) => Ok(r.into_inner()),
+    match tokio::time::timeout(CALL_LIMIT, f(cri)).await {
+        Ok(Ok(r)) => Ok(r),
         Ok(Err(s)) => {
             // Unknown "transport error": the daemon was killed mid-call.
             if s.code() == Code::Internal && s.message().contains("injected CNI failure") {
@@ -110,19 +109,10 @@ async fn run_pod(
     config: &v1::PodSandboxConfig,
     deadline: Duration,
 ) -> Result<String, Code> {
-    let mut req = tonic::Request::new(v1::RunPodSandboxRequest {
-        config: Some(config.clone()),
-        runtime_handler: String::new(),
-    });
-    req.set_timeout(deadline);
-    let r = call(counts, socket, |mut rt| async move {
-        match tokio::time::timeout(deadline, rt.run_pod_sandbox(req)).await {
-            Ok(r) => r,
-            Err(_) => Err(tonic::Status::deadline_exceeded("client gave up")),
-        }
+    call(counts, socket, |cri| async move {
+        cri.with_deadline(deadline).run_pod(config).await
     })
-    .await;
-    r.map(|r| r.pod_sandbox_id)
+    .await
 }
 
 async fn create_and_start(
@@ -132,25 +122,15 @@ async fn create_and_start(
     pod_cfg: &v1::PodSandboxConfig,
     name: &str,
 ) -> Result<String, Code> {
-    let req = v1::CreateContainerRequest {
-        pod_sandbox_id: pod.into(),
-        config: Some(common::cri::as_kubelet_sends(
-            pod_cfg,
-            common::cri::container(name, &["sleep", "1000"]),
-        )),
-        sandbox_config: Some(pod_cfg.clone()),
-    };
-    let id = call(counts, socket, |mut rt| async move {
-        rt.create_container(req).await
+    let config = common::cri::container(name, &["sleep", "1000"]);
+    let id = call(counts, socket, |cri| async move {
+        cri.create_container(pod, pod_cfg, config).await
     })
-    .await?
-    .container_id;
+    .await?;
     add(&counts.containers_created);
-    let req = v1::StartContainerRequest {
-        container_id: id.clone(),
-    };
-    call(counts, socket, |mut rt| async move {
-        rt.start_container(req).await
+    let started = &id;
+    call(counts, socket, |cri| async move {
+        cri.start_container(started).await
     })
     .await?;
     add(&counts.containers_started);
@@ -158,19 +138,13 @@ async fn create_and_start(
 }
 
 async fn stop_and_remove(counts: &Counts, socket: &Path, pod: &str) -> Result<(), Code> {
-    let id = pod.to_string();
-    call(counts, socket, |mut rt| async move {
-        rt.stop_pod_sandbox(v1::StopPodSandboxRequest { pod_sandbox_id: id })
-            .await
-    })
-    .await?;
-    let id = pod.to_string();
-    call(counts, socket, |mut rt| async move {
-        rt.remove_pod_sandbox(v1::RemovePodSandboxRequest { pod_sandbox_id: id })
-            .await
-    })
-    .await?;
-    Ok(())
+    call(counts, socket, |cri| async move { cri.stop_pod(pod).await }).await?;
+    call(
+        counts,
+        socket,
+        |cri| async move { cri.remove_pod(pod).await },
+    )
+    .await
 }
 
 /// The pods labelled `app=<name>`, as kubelet finds what its abandoned
@@ -180,14 +154,11 @@ async fn pods_named(counts: &Counts, socket: &Path, name: &str) -> Result<Vec<St
         label_selector: [("app".to_string(), name.to_string())].into(),
         ..Default::default()
     };
-    let r = call(counts, socket, |mut rt| async move {
-        rt.list_pod_sandbox(v1::ListPodSandboxRequest {
-            filter: Some(filter),
-        })
-        .await
+    let pods = call(counts, socket, |cri| async move {
+        cri.list_pods(Some(filter)).await
     })
     .await?;
-    Ok(r.items.into_iter().map(|p| p.id).collect())
+    Ok(pods.into_iter().map(|p| p.id).collect())
 }
 
 /// Removes every pod of `name` (and `known`), retrying through restarts;
@@ -330,13 +301,8 @@ async fn worker(
 /// lease, every container belongs to a listed pod, a running one answers
 /// exec, a created one has its rootfs mounted.
 async fn assert_whole(daemon: &common::Daemon, rig: &faults::Rigged) -> (usize, usize) {
-    let mut rt = daemon.runtime().await;
-    let pods = rt
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let cri = daemon.cri().await;
+    let pods = cri.list_pods(None).await.unwrap();
     let leases = rig.leases();
     let mut pod_ids = HashMap::new();
     for p in &pods {
@@ -353,12 +319,7 @@ async fn assert_whole(daemon: &common::Daemon, rig: &faults::Rigged) -> (usize, 
             );
         }
     }
-    let containers = rt
-        .list_containers(v1::ListContainersRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let containers = cri.list_containers(None).await.unwrap();
     for c in &containers {
         assert!(
             pod_ids.contains_key(&c.pod_sandbox_id),
@@ -367,7 +328,7 @@ async fn assert_whole(daemon: &common::Daemon, rig: &faults::Rigged) -> (usize, 
             c.pod_sandbox_id
         );
         if c.state == v1::ContainerState::ContainerRunning as i32 {
-            let out = common::cri::exec_sync(daemon, &c.id, &["true"], 10).await;
+            let out = cri.exec_sync(&c.id, &["true"], 10).await;
             assert!(
                 out.as_ref().is_ok_and(|o| o.exit_code == 0),
                 "running container {} does not answer: {out:?}",
@@ -386,6 +347,7 @@ async fn assert_whole(daemon: &common::Daemon, rig: &faults::Rigged) -> (usize, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn soak_concurrent_clients_with_random_kills() {
     require_root!();
     let seed: u64 = std::env::var("BERTH_SOAK_SEED")
@@ -484,13 +446,7 @@ async fn soak_concurrent_clients_with_random_kills() {
     assert_eq!(c(&counts.wedged), 0, "pods wedged");
     assert!(c(&counts.pods) > 0 && c(&counts.containers_started) > 0);
     // Remove everything that is left; then nothing may remain.
-    let mut rt = daemon.runtime().await;
-    let pods = rt
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = daemon.cri().await.list_pods(None).await.unwrap();
     for p in pods {
         common::cri::remove_pod(&daemon, &p.id).await;
     }

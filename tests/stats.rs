@@ -10,10 +10,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::cri::{
-    container, create, exec, pod_status, pull, remove_pod, run_container, start, wait_exited,
-    PodCgroup,
+    container, exec, pod_status, pull, remove_pod, run_container, start, wait_exited, PodCgroup,
 };
-use common::pods::{daemon, run, TestNet};
+use common::pods::{daemon, TestNet};
 use common::{prom, registry, Daemon};
 use cri_api::v1;
 use cri_api::v1::ContainerEventType as Ev;
@@ -24,14 +23,11 @@ fn val(v: Option<v1::UInt64Value>) -> u64 {
 
 async fn container_stats(daemon: &Daemon, id: &str) -> v1::ContainerStats {
     daemon
-        .runtime()
+        .cri()
         .await
-        .container_stats(v1::ContainerStatsRequest {
-            container_id: id.into(),
-        })
+        .container_stats(id)
         .await
         .expect("ContainerStats")
-        .into_inner()
         .stats
         .expect("stats")
 }
@@ -66,28 +62,21 @@ async fn list_container_stats(
     filter: v1::ContainerStatsFilter,
 ) -> BTreeSet<String> {
     let stats = daemon
-        .runtime()
+        .cri()
         .await
-        .list_container_stats(v1::ListContainerStatsRequest {
-            filter: Some(filter),
-        })
+        .list_container_stats(Some(filter))
         .await
-        .expect("ListContainerStats")
-        .into_inner()
-        .stats;
+        .expect("ListContainerStats");
     ids(&stats)
 }
 
 async fn pod_stats(daemon: &Daemon, pod: &str) -> v1::LinuxPodSandboxStats {
     let stats = daemon
-        .runtime()
+        .cri()
         .await
-        .pod_sandbox_stats(v1::PodSandboxStatsRequest {
-            pod_sandbox_id: pod.into(),
-        })
+        .pod_stats(pod)
         .await
         .expect("PodSandboxStats")
-        .into_inner()
         .stats
         .expect("stats");
     assert_eq!(stats.attributes.expect("attributes").id, pod);
@@ -102,13 +91,15 @@ fn eth0(stats: &v1::LinuxPodSandboxStats) -> v1::NetworkInterfaceUsage {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn container_and_pod_stats() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     let cgroup = PodCgroup::new("stats");
     let config = cgroup.pod_config("stats");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     pull(&daemon, &registry().busybox()).await;
     let burner = run_container(
         &daemon,
@@ -197,13 +188,7 @@ async fn container_and_pod_stats() {
 
     // ImageFsInfo: the writable layers' filesystem (kubelet's containerfs)
     // beside the image store's, holding at least the 8 MiB just written.
-    let fs = daemon
-        .images()
-        .await
-        .image_fs_info(v1::ImageFsInfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let fs = cri.image_fs_info().await.unwrap();
     assert_eq!(fs.image_filesystems.len(), 1, "{fs:?}");
     let [containers] = fs.container_filesystems.as_slice() else {
         panic!("one container filesystem: {fs:?}");
@@ -287,36 +272,20 @@ async fn container_and_pod_stats() {
     assert!(val(eth0(&stats).tx_bytes) >= 3 * 84);
 
     // ListPodSandboxStats filters.
-    let list = |id: &str, app: &str| v1::ListPodSandboxStatsRequest {
-        filter: Some(v1::PodSandboxStatsFilter {
+    let list = |id: &str, app: &str| {
+        cri.list_pod_stats(Some(v1::PodSandboxStatsFilter {
             id: id.into(),
             label_selector: [("app".to_string(), app.to_string())].into(),
-        }),
+        }))
     };
-    let mut rt = daemon.runtime().await;
-    let found = rt
-        .list_pod_sandbox_stats(list(&pod[..12], "stats"))
-        .await
-        .unwrap()
-        .into_inner()
-        .stats;
+    let found = list(&pod[..12], "stats").await.unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].linux.as_ref().unwrap().containers.len(), 2);
-    let none = rt
-        .list_pod_sandbox_stats(list("", "nobody"))
-        .await
-        .unwrap()
-        .into_inner()
-        .stats;
+    let none = list("", "nobody").await.unwrap();
     assert!(none.is_empty());
 
     // cAdvisor-style metrics kubelet can read.
-    let descriptors = rt
-        .list_metric_descriptors(v1::ListMetricDescriptorsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .descriptors;
+    let descriptors = cri.list_metric_descriptors().await.unwrap();
     for name in [
         "container_cpu_usage_seconds_total",
         "container_memory_working_set_bytes",
@@ -325,12 +294,7 @@ async fn container_and_pod_stats() {
         let d = descriptors.iter().find(|d| d.name == name).expect(name);
         assert_eq!(d.label_keys[..3], ["id", "name", "image"]);
     }
-    let metrics = rt
-        .list_pod_sandbox_metrics(v1::ListPodSandboxMetricsRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .pod_metrics;
+    let metrics = cri.list_pod_metrics().await.unwrap();
     let ours = metrics
         .iter()
         .find(|m| m.pod_sandbox_id == pod)
@@ -389,14 +353,16 @@ fn state_of(event: &v1::ContainerEventResponse, id: &str) -> Option<i32> {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn events_follow_a_pod_and_two_containers_in_order() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
-    let mut events = daemon
+    // A stream: the raw client.
+    let mut events = cri
         .runtime()
-        .await
         .get_container_events(v1::GetEventsRequest {})
         .await
         .expect("GetContainerEvents")
@@ -404,11 +370,13 @@ async fn events_follow_a_pod_and_two_containers_in_order() {
 
     let cgroup = PodCgroup::new("events");
     let config = cgroup.pod_config("events");
-    let pod = run(&daemon, config.clone()).await.unwrap();
-    let c1 = create(&daemon, &pod, &config, container("one", &["sleep", "1000"]))
+    let pod = cri.run_pod(&config).await.unwrap();
+    let c1 = cri
+        .create_container(&pod, &config, container("one", &["sleep", "1000"]))
         .await
         .unwrap();
-    let c2 = create(&daemon, &pod, &config, container("two", &["sleep", "1000"]))
+    let c2 = cri
+        .create_container(&pod, &config, container("two", &["sleep", "1000"]))
         .await
         .unwrap();
     start(&daemon, &c1).await;
@@ -493,27 +461,30 @@ async fn events_follow_a_pod_and_two_containers_in_order() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_stalled_event_subscriber_does_not_slow_the_runtime() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let cgroup = PodCgroup::new("stalled");
 
     let started = Instant::now();
-    let base = run(&daemon, cgroup.pod_config("base")).await.unwrap();
+    let base = cri.run_pod(&cgroup.pod_config("base")).await.unwrap();
     let baseline = started.elapsed();
 
     // One subscriber never reads (on its own connection); another reads all.
-    let mut stalled_client = daemon.runtime().await;
+    let mut stalled_client = daemon.cri().await.runtime();
     let _stalled = stalled_client
         .get_container_events(v1::GetEventsRequest {})
         .await
         .unwrap()
         .into_inner();
     let mut live = daemon
-        .runtime()
+        .cri()
         .await
+        .runtime()
         .get_container_events(v1::GetEventsRequest {})
         .await
         .unwrap()
@@ -534,15 +505,15 @@ async fn a_stalled_event_subscriber_does_not_slow_the_runtime() {
     // Events that grow to megabytes: each carries every container's status,
     // each status a 16 KiB annotation. Far more than HTTP/2 windows hold.
     let config = cgroup.pod_config("flood");
-    let flood = run(&daemon, config.clone()).await.unwrap();
+    let flood = cri.run_pod(&config).await.unwrap();
     for i in 0..CONTAINERS {
         let mut c = container(&format!("c{i}"), &["sleep", "1000"]);
         c.annotations.insert("big".into(), "x".repeat(16 << 10));
-        create(&daemon, &flood, &config, c).await.unwrap();
+        cri.create_container(&flood, &config, c).await.unwrap();
     }
 
     let started = Instant::now();
-    let after = run(&daemon, cgroup.pod_config("after")).await.unwrap();
+    let after = cri.run_pod(&cgroup.pod_config("after")).await.unwrap();
     let took = started.elapsed();
     assert!(
         took < baseline * 4 + Duration::from_secs(5),
@@ -560,14 +531,16 @@ async fn a_stalled_event_subscriber_does_not_slow_the_runtime() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn oom_killed_container_reports_oomkilled() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let cgroup = PodCgroup::new("oom");
     let config = cgroup.pod_config("oom");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     // tail keeps the newline-free "line" of /dev/zero in memory until killed.
     let mut hog = container("hog", &["sh", "-c", "tail /dev/zero"]);
     hog.linux = Some(v1::LinuxContainerConfig {
@@ -689,11 +662,9 @@ async fn metrics_endpoint_serves_prometheus_text_and_counts_calls() {
 
     // A failed call is counted with its code.
     let err = daemon
-        .runtime()
+        .cri()
         .await
-        .container_stats(v1::ContainerStatsRequest {
-            container_id: "nope".into(),
-        })
+        .container_stats("nope")
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
@@ -716,16 +687,13 @@ async fn metrics_endpoint_is_off_by_default() {
     assert!(!daemon.stderr().contains("serving Prometheus metrics"));
 }
 
+/// As root: user namespaces are probed with an idmapped mount.
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn status_lists_runtime_handlers_and_features() {
+    require_root!();
     let daemon = Daemon::start("").await;
-    let resp = daemon
-        .runtime()
-        .await
-        .status(v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = daemon.cri().await.status(false).await.unwrap();
     let names: Vec<&str> = resp
         .runtime_handlers
         .iter()
@@ -786,13 +754,7 @@ async fn status_lists_runtime_handlers_and_features() {
     assert!(runtime_features.supplemental_groups_policy);
 
     // Verbose: what the host's security modules give containers.
-    let verbose = daemon
-        .runtime()
-        .await
-        .status(v1::StatusRequest { verbose: true })
-        .await
-        .unwrap()
-        .into_inner();
+    let verbose = daemon.cri().await.status(true).await.unwrap();
     let lsm: serde_json::Value = serde_json::from_str(&verbose.info["lsm"]).unwrap();
     let apparmor = std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
         .is_ok_and(|s| s.trim() == "Y");
@@ -827,14 +789,16 @@ fn prometheus_reader_accepts_good_and_refuses_bad_text() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn step_timings_show_where_a_pod_start_goes() {
     require_root!();
     let net = TestNet::new();
     let daemon = common::pods::daemon_with(&net, "[metrics]\naddress = \"127.0.0.1:0\"\n").await;
+    let cri = daemon.cri().await;
     let addr = metrics_address(&daemon).await;
     pull(&daemon, &registry().busybox()).await;
     let config = common::pods::pod_config("steps");
-    let pod = run(&daemon, config.clone()).await.unwrap();
+    let pod = cri.run_pod(&config).await.unwrap();
     run_container(&daemon, &pod, &config, container("c", &["sleep", "1000"])).await;
     let (_, _, body) = prom::http_get(&addr, "/metrics").await;
     let exp = prom::parse(&body).unwrap();

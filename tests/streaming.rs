@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use berth_streaming::client::{
     ClientError, CommandOptions, Finished, RemoteCommand, SpdyPortForward, Transport, WsPortForward,
 };
+use common::cri::Streams;
 use common::cri::{container, pull, remove_pod, run_container};
-use common::pods::{pod_config, run, TestNet};
-use common::streaming::{attach_url, daemon_with, exec_url, port_forward_url, Streams};
+use common::pods::{pod_config, TestNet};
+use common::streaming::daemon_with;
 use common::{registry, Daemon};
 use cri_api::v1;
 use tonic::Code;
@@ -35,8 +36,9 @@ const TRANSPORTS: &[(Transport, &str)] = &[
 async fn pod(name: &str, extra: &str) -> (TestNet, Daemon, String, v1::PodSandboxConfig) {
     let net = TestNet::new();
     let daemon = daemon_with(&net, extra).await;
+    let cri = daemon.cri().await;
     let config = pod_config(name);
-    let id = run(&daemon, config.clone()).await.expect("RunPodSandbox");
+    let id = cri.run_pod(&config).await.expect("RunPodSandbox");
     pull(&daemon, &registry().busybox()).await;
     (net, daemon, id, config)
 }
@@ -78,7 +80,8 @@ async fn exec_stream(
     s: Streams,
     (transport, protocol): (Transport, &str),
 ) -> RemoteCommand {
-    let url = exec_url(daemon, id, cmd, s).await.expect("Exec");
+    let cri = daemon.cri().await;
+    let url = cri.exec(id, cmd, s).await.expect("Exec");
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
     let rc = RemoteCommand::connect(&url, transport, options(s), &[protocol])
         .await
@@ -113,9 +116,11 @@ async fn processes(daemon: &Daemon, id: &str, needle: &str) -> Vec<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn exec_over_spdy_and_websocket() {
     require_root!();
     let (_net, daemon, pod, id) = shell_pod("exec", "").await;
+    let cri = daemon.cri().await;
 
     for &transport in TRANSPORTS {
         let what = transport.1;
@@ -205,22 +210,17 @@ async fn exec_over_spdy_and_websocket() {
             stdin: false,
         },
     ] {
-        let err = exec_url(&daemon, &id, &["true"], bad).await.unwrap_err();
+        let err = cri.exec(&id, &["true"], bad).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "{bad:?}: {err}");
     }
-    let created = common::cri::create(
-        &daemon,
-        &pod,
-        &pod_config("exec"),
-        container("idle", &["true"]),
-    )
-    .await
-    .unwrap();
-    let err = exec_url(&daemon, &created, &["true"], OUT_ERR)
+    let created = cri
+        .create_container(&pod, &pod_config("exec"), container("idle", &["true"]))
         .await
-        .unwrap_err();
+        .unwrap();
+    let err = cri.exec(&created, &["true"], OUT_ERR).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
-    let err = exec_url(&daemon, "nosuchcontainer", &["true"], OUT_ERR)
+    let err = cri
+        .exec("nosuchcontainer", &["true"], OUT_ERR)
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err}");
@@ -229,9 +229,11 @@ async fn exec_over_spdy_and_websocket() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn attach_to_a_container_echoing_its_stdin() {
     require_root!();
     let (_net, daemon, pod, pod_config) = pod("attach", "").await;
+    let cri = daemon.cri().await;
     let mut config = container("echo", &["cat"]);
     config.stdin = true;
     let id = run_container(&daemon, &pod, &pod_config, config).await;
@@ -242,7 +244,7 @@ async fn attach_to_a_container_echoing_its_stdin() {
         tty: false,
     };
     for &transport in &TRANSPORTS[..2] {
-        let url = attach_url(&daemon, &id, all).await.expect("Attach");
+        let url = cri.attach(&id, all).await.expect("Attach");
         let mut rc = RemoteCommand::connect(&url, transport.0, options(all), &[transport.1])
             .await
             .unwrap();
@@ -265,15 +267,17 @@ async fn attach_to_a_container_echoing_its_stdin() {
         container("quiet", &["sleep", "3600"]),
     )
     .await;
-    let err = attach_url(&daemon, &other, all).await.unwrap_err();
+    let err = cri.attach(&other, all).await.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
     remove_pod(&daemon, &pod).await;
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn port_forward_into_the_pod() {
     require_root!();
     let (_net, daemon, pod, pod_config) = pod("forward", "").await;
+    let cri = daemon.cri().await;
     // A server in the pod's network namespace, one answer per connection.
     let server = ["nc", "-ll", "-p", "8080", "-e", "echo", "hi from the pod"];
     let server = container("server", &server);
@@ -282,9 +286,7 @@ async fn port_forward_into_the_pod() {
     // SPDY: wait for the server to listen, then forward a few connections.
     let deadline = Instant::now() + WAIT;
     loop {
-        let url = port_forward_url(&daemon, &pod, &[])
-            .await
-            .expect("PortForward");
+        let url = cri.port_forward(&pod, &[]).await.expect("PortForward");
         let mut pf = SpdyPortForward::connect(&url).await.unwrap();
         let got = pf.open(8080).await.unwrap().finish(WAIT).await.unwrap();
         if got.error.is_empty() {
@@ -304,9 +306,7 @@ async fn port_forward_into_the_pod() {
 
     // WebSocket: the ports come with the request.
     for protocol in ["v4.channel.k8s.io", "portforward.k8s.io"] {
-        let url = port_forward_url(&daemon, &pod, &[8080])
-            .await
-            .expect("PortForward");
+        let url = cri.port_forward(&pod, &[8080]).await.expect("PortForward");
         let pf = WsPortForward::connect(&url, &[protocol], &[8080])
             .await
             .unwrap();
@@ -319,14 +319,12 @@ async fn port_forward_into_the_pod() {
         assert_eq!(got[0].error, "", "{protocol}");
     }
 
-    let err = port_forward_url(&daemon, "nosuchpod", &[80])
-        .await
-        .unwrap_err();
+    let err = cri.port_forward("nosuchpod", &[80]).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err}");
-    let err = port_forward_url(&daemon, &pod, &[70000]).await.unwrap_err();
+    let err = cri.port_forward(&pod, &[70000]).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
     remove_pod(&daemon, &pod).await;
-    let err = port_forward_url(&daemon, &pod, &[8080]).await.unwrap_err();
+    let err = cri.port_forward(&pod, &[8080]).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err}");
 }
 
@@ -338,15 +336,15 @@ fn http_status(e: ClientError) -> (u16, String) {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn tokens_are_single_use_and_expire() {
     require_root!();
     let (_net, mut daemon, pod, id) =
         shell_pod("tokens", "[streaming]\ntoken_ttl = \"2s\"\n").await;
+    let cri = daemon.cri().await;
 
     for (transport, _) in &TRANSPORTS[..2] {
-        let url = exec_url(&daemon, &id, &["echo", "once"], OUT_ERR)
-            .await
-            .unwrap();
+        let url = cri.exec(&id, &["echo", "once"], OUT_ERR).await.unwrap();
         let rc = RemoteCommand::connect(&url, *transport, options(OUT_ERR), &[])
             .await
             .unwrap();
@@ -357,9 +355,7 @@ async fn tokens_are_single_use_and_expire() {
         assert!(body.contains("already been used"), "{body}");
     }
 
-    let url = exec_url(&daemon, &id, &["echo", "late"], OUT_ERR)
-        .await
-        .unwrap();
+    let url = cri.exec(&id, &["echo", "late"], OUT_ERR).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let late = RemoteCommand::connect(&url, Transport::Spdy, options(OUT_ERR), &[]).await;
     let (status, body) = http_status(late.err().expect("an expired token is refused"));
@@ -368,9 +364,7 @@ async fn tokens_are_single_use_and_expire() {
 
     // The server stops with the daemon.
     remove_pod(&daemon, &pod).await;
-    let gone = exec_url(&daemon, &id, &["true"], OUT_ERR)
-        .await
-        .unwrap_err();
+    let gone = cri.exec(&id, &["true"], OUT_ERR).await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound, "{gone}");
     let addr = url
         .trim_start_matches("http://")
@@ -390,6 +384,7 @@ async fn tokens_are_single_use_and_expire() {
 /// `streaming.idle_timeout`: a session with no traffic for that long ends
 /// (and its process with it); one with traffic lives on.
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn idle_sessions_end() {
     require_root!();
     let (_net, daemon, pod, id) = shell_pod("idle", "[streaming]\nidle_timeout = \"2s\"\n").await;

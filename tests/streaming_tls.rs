@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use berth_streaming::client::{
     ClientError, CommandOptions, Dialer, RemoteCommand, SpdyPortForward, Transport,
 };
+use common::cri::Streams;
 use common::cri::{container, pull, remove_pod, run_container};
-use common::pods::{pod_config, run, TestNet};
-use common::streaming::{daemon_with, exec_url, port_forward_url, Streams};
+use common::pods::{pod_config, TestNet};
+use common::streaming::daemon_with;
 use common::{registry, Daemon};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -46,8 +47,9 @@ fn text(bytes: &[u8]) -> String {
 async fn tls_pod(name: &str, extra: &str) -> (TestNet, Daemon, String, String) {
     let net = TestNet::new();
     let daemon = daemon_with(&net, extra).await;
+    let cri = daemon.cri().await;
     let config = pod_config(name);
-    let pod = run(&daemon, config.clone()).await.expect("RunPodSandbox");
+    let pod = cri.run_pod(&config).await.expect("RunPodSandbox");
     pull(&daemon, &registry().busybox()).await;
     let shell = run_container(
         &daemon,
@@ -64,11 +66,13 @@ async fn tls_pod(name: &str, extra: &str) -> (TestNet, Daemon, String, String) {
 /// Exec over both transports, and port-forward through the tunnel, all
 /// over https with `dialer`.
 async fn streams_over_https(daemon: &Daemon, pod: &str, id: &str, dialer: &Dialer) {
+    let cri = daemon.cri().await;
     for (transport, protocol) in [
         (Transport::Spdy, "v4.channel.k8s.io"),
         (Transport::WebSocket, "v5.channel.k8s.io"),
     ] {
-        let url = exec_url(daemon, id, &["echo", "over", "https"], OUT_ERR)
+        let url = cri
+            .exec(id, &["echo", "over", "https"], OUT_ERR)
             .await
             .expect("Exec");
         assert!(url.starts_with("https://127.0.0.1:"), "{url}");
@@ -83,9 +87,7 @@ async fn streams_over_https(daemon: &Daemon, pod: &str, id: &str, dialer: &Diale
     // Port-forward through the WebSocket tunnel, once nc listens.
     let deadline = Instant::now() + WAIT;
     loop {
-        let url = port_forward_url(daemon, pod, &[])
-            .await
-            .expect("PortForward");
+        let url = cri.port_forward(pod, &[]).await.expect("PortForward");
         assert!(url.starts_with("https://"), "{url}");
         let mut pf = SpdyPortForward::connect_tunnelled_with(dialer, &url)
             .await
@@ -105,7 +107,8 @@ async fn streams_over_https(daemon: &Daemon, pod: &str, id: &str, dialer: &Diale
 
 /// A plain HTTP client gets 400 from the TLS server.
 async fn plain_http_is_refused(daemon: &Daemon, id: &str) {
-    let url = exec_url(daemon, id, &["echo", "x"], OUT_ERR).await.unwrap();
+    let cri = daemon.cri().await;
+    let url = cri.exec(id, &["echo", "x"], OUT_ERR).await.unwrap();
     let plain = url.replace("https://", "http://");
     match RemoteCommand::connect(&plain, Transport::Spdy, OPTS, &[]).await {
         Err(ClientError::Http { status, body }) => {
@@ -118,9 +121,11 @@ async fn plain_http_is_refused(daemon: &Daemon, id: &str) {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn self_signed_tls_streaming() {
     require_root!();
     let (_net, daemon, pod, id) = tls_pod("tls-self", "[streaming]\nenable_tls = true\n").await;
+    let cri = daemon.cri().await;
     let cert = daemon.sandbox.path("state/streaming/tls.crt");
     let pem = std::fs::read(&cert).expect("the daemon wrote its certificate");
     let dialer = Dialer::trusting(&pem).unwrap();
@@ -130,9 +135,7 @@ async fn self_signed_tls_streaming() {
     // A client that trusts another certificate is refused in the handshake.
     let other = berth_streaming::TlsIdentity::self_signed(&["127.0.0.1".into()]).unwrap();
     let wrong = Dialer::trusting(other.cert_pem().as_bytes()).unwrap();
-    let url = exec_url(&daemon, &id, &["echo", "x"], OUT_ERR)
-        .await
-        .unwrap();
+    let url = cri.exec(&id, &["echo", "x"], OUT_ERR).await.unwrap();
     let err = RemoteCommand::connect_with(&wrong, &url, Transport::Spdy, OPTS, &[])
         .await
         .err()
@@ -222,6 +225,7 @@ fn openssl_certs(dir: &Path) -> (Vec<u8>, String, String) {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn configured_certificate_tls_streaming() {
     require_root!();
     let certs = tempfile::tempdir().unwrap();
@@ -241,6 +245,7 @@ async fn configured_certificate_tls_streaming() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_key_that_does_not_match_stops_the_start() {
     require_root!();
     let certs = tempfile::tempdir().unwrap();

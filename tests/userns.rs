@@ -11,8 +11,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::cri::{create, exec, exec_sync, pull, remove_pod, start};
-use common::pods::{pod_config, run, TestNet};
+use common::cri::{exec, pull, remove_pod, start};
+use common::pods::{pod_config, TestNet};
 use common::{registry, Daemon, Sandbox};
 use cri_api::v1;
 use tonic::Code;
@@ -98,16 +98,7 @@ async fn out(daemon: &Daemon, id: &str, cmd: &[&str]) -> String {
 
 /// The container's pid on the host, from verbose ContainerStatus.
 async fn host_pid(daemon: &Daemon, id: &str) -> u32 {
-    let resp = daemon
-        .runtime()
-        .await
-        .container_status(v1::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let resp = daemon.cri().await.container_status(id, true).await.unwrap();
     let info: serde_json::Value = serde_json::from_str(&resp.info["info"]).unwrap();
     info["pid"].as_u64().expect("a pid") as u32
 }
@@ -171,14 +162,16 @@ fn owned_dir(daemon: &Daemon, name: &str, uid: u32) -> PathBuf {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
 
     let pod_a = userns_pod("userns-a", pod_userns(100000));
-    let a = run(&daemon, pod_a.clone()).await.expect("RunPodSandbox");
+    let a = cri.run_pod(&pod_a.clone()).await.expect("RunPodSandbox");
     let shared = owned_dir(&daemon, "empty-dir", 100000);
     // A root-owned host dir asked for idmapped (uidMappings: the pod's).
     let idmapped = owned_dir(&daemon, "idmapped", 0);
@@ -190,14 +183,14 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
         gid_mappings: vec![map(0, 100000, 65536)],
         ..Default::default()
     };
-    let c = create(
-        &daemon,
-        &a,
-        &pod_a,
-        sleeper("c", &pod_a, vec![host_dir_mount(&shared), idmapped_mount]),
-    )
-    .await
-    .expect("CreateContainer");
+    let c = cri
+        .create_container(
+            &a,
+            &pod_a,
+            sleeper("c", &pod_a, vec![host_dir_mount(&shared), idmapped_mount]),
+        )
+        .await
+        .expect("CreateContainer");
     start(&daemon, &c).await;
 
     // The mapping, root inside.
@@ -274,7 +267,8 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
     let root_file = daemon.sandbox.path("empty-dir/root-only");
     std::fs::write(&root_file, b"host\n").unwrap();
     std::fs::set_permissions(&root_file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let denied = exec_sync(&daemon, &c, &["sh", "-c", "echo x >> /data/root-only"], 30)
+    let denied = cri
+        .exec_sync(&c, &["sh", "-c", "echo x >> /data/root-only"], 30)
         .await
         .unwrap();
     assert_ne!(denied.exit_code, 0, "root inside wrote a host root file");
@@ -282,18 +276,19 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
 
     // A second pod with another range cannot read the first's files.
     let pod_b = userns_pod("userns-b", pod_userns(200000));
-    let b = run(&daemon, pod_b.clone()).await.expect("RunPodSandbox b");
-    let cb = create(
-        &daemon,
-        &b,
-        &pod_b,
-        sleeper("cb", &pod_b, vec![host_dir_mount(&shared)]),
-    )
-    .await
-    .unwrap();
+    let b = cri.run_pod(&pod_b.clone()).await.expect("RunPodSandbox b");
+    let cb = cri
+        .create_container(
+            &b,
+            &pod_b,
+            sleeper("cb", &pod_b, vec![host_dir_mount(&shared)]),
+        )
+        .await
+        .unwrap();
     start(&daemon, &cb).await;
     assert_eq!(host_uids(host_pid(&daemon, &cb).await), [200000; 4]);
-    let read = exec_sync(&daemon, &cb, &["cat", "/data/secret"], 30)
+    let read = cri
+        .exec_sync(&cb, &["cat", "/data/secret"], 30)
         .await
         .unwrap();
     assert_ne!(read.exit_code, 0, "pod b read pod a's file");
@@ -324,26 +319,13 @@ async fn a_userns_pod_runs_as_root_inside_and_an_unprivileged_range_outside() {
     }
 
     // Stats work for such a container.
-    let stats = daemon
-        .runtime()
-        .await
-        .container_stats(v1::ContainerStatsRequest {
-            container_id: c.clone(),
-        })
-        .await
-        .expect("ContainerStats")
-        .into_inner();
+    let stats = cri.container_stats(&c).await.expect("ContainerStats");
     assert!(stats.stats.unwrap().cpu.is_some());
     // Pod stats read the network of its netns (owned by its user namespace).
-    let pod_stats = daemon
-        .runtime()
-        .await
-        .pod_sandbox_stats(v1::PodSandboxStatsRequest {
-            pod_sandbox_id: a.clone(),
-        })
+    let pod_stats = cri
+        .pod_stats(&a)
         .await
         .expect("PodSandboxStats")
-        .into_inner()
         .stats
         .unwrap()
         .linux
@@ -379,10 +361,12 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn bad_userns_requests_are_invalid_and_leave_nothing() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let with = |f: fn(&mut v1::UserNamespace)| {
         let mut u = pod_userns(100000);
@@ -436,24 +420,17 @@ async fn bad_userns_requests_are_invalid_and_leave_nothing() {
         }),
     ];
     for (what, config) in bad {
-        let e = run(&daemon, config).await.expect_err(what);
+        let e = cri.run_pod(&config).await.expect_err(what);
         assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
         assert!(e.message().contains("namespace_options"), "{what}: {e:?}");
     }
-    let pods = daemon
-        .runtime()
-        .await
-        .list_pod_sandbox(v1::ListPodSandboxRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let pods = cri.list_pods(None).await.unwrap();
     assert!(pods.is_empty(), "{pods:?}");
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 
     // A container that asks for another mapping, or the host's, than its pod.
     let pod = userns_pod("good", pod_userns(100000));
-    let p = run(&daemon, pod.clone()).await.unwrap();
+    let p = cri.run_pod(&pod).await.unwrap();
     for (what, ns) in [
         ("another range", ns_options(pod_userns(300000))),
         (
@@ -473,7 +450,10 @@ async fn bad_userns_requests_are_invalid_and_leave_nothing() {
             .as_mut()
             .unwrap()
             .namespace_options = Some(ns);
-        let e = create(&daemon, &p, &pod, config).await.expect_err(what);
+        let e = cri
+            .create_container(&p, &pod, config)
+            .await
+            .expect_err(what);
         assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
     }
     let containers = std::fs::read_dir(daemon.sandbox.path("state/containers"))
@@ -486,10 +466,12 @@ async fn bad_userns_requests_are_invalid_and_leave_nothing() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn node_mode_is_the_hosts_user_namespace() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let pod = userns_pod(
         "node",
@@ -498,8 +480,9 @@ async fn node_mode_is_the_hosts_user_namespace() {
             ..Default::default()
         },
     );
-    let p = run(&daemon, pod.clone()).await.expect("RunPodSandbox");
-    let c = create(&daemon, &p, &pod, sleeper("c", &pod, Vec::new()))
+    let p = cri.run_pod(&pod).await.expect("RunPodSandbox");
+    let c = cri
+        .create_container(&p, &pod, sleeper("c", &pod, Vec::new()))
         .await
         .unwrap();
     start(&daemon, &c).await;
@@ -514,17 +497,13 @@ async fn node_mode_is_the_hosts_user_namespace() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn status_reports_user_namespaces_and_a_restart_keeps_the_pod() {
     require_root!();
     let net = TestNet::new();
     let mut daemon = daemon(&net).await;
-    let status = daemon
-        .runtime()
-        .await
-        .status(v1::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
+    let cri = daemon.cri().await;
+    let status = cri.status(false).await.unwrap();
     // Probed here: this host makes user namespaces and idmapped mounts,
     // and runc and crun are installed (crun claims them only where it runs
     // containers at all).
@@ -537,16 +516,19 @@ async fn status_reports_user_namespaces_and_a_restart_keeps_the_pod() {
 
     pull(&daemon, &registry().busybox()).await;
     let pod = userns_pod("restart", pod_userns(100000));
-    let p = run(&daemon, pod.clone()).await.unwrap();
-    let c = create(&daemon, &p, &pod, sleeper("c", &pod, Vec::new()))
+    let p = cri.run_pod(&pod).await.unwrap();
+    let c = cri
+        .create_container(&p, &pod, sleeper("c", &pod, Vec::new()))
         .await
         .unwrap();
     start(&daemon, &c).await;
     daemon.restart().await;
+    let cri = daemon.cri().await;
     // Exec and a new container in the same pod still work after a restart.
     let id = out(&daemon, &c, &["id", "-u"]).await;
     assert_eq!(id.trim(), "0");
-    let c2 = create(&daemon, &p, &pod, sleeper("c2", &pod, Vec::new()))
+    let c2 = cri
+        .create_container(&p, &pod, sleeper("c2", &pod, Vec::new()))
         .await
         .unwrap();
     start(&daemon, &c2).await;
@@ -557,15 +539,17 @@ async fn status_reports_user_namespaces_and_a_restart_keeps_the_pod() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let layered = format!("{}/berth-test/layers:latest", registry().addr);
     pull(&daemon, &layered).await;
     let pod = userns_pod("imgvol", pod_userns(100000));
-    let p = run(&daemon, pod.clone()).await.unwrap();
+    let p = cri.run_pod(&pod).await.unwrap();
     // Three layers (a read-only overlay), and one (a read-only bind).
     let image_mount = |path: &str, image: &str| v1::Mount {
         container_path: path.into(),
@@ -580,7 +564,8 @@ async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
         image_mount("/imgvol", &layered),
         image_mount("/bb", &registry().busybox()),
     ];
-    let c = create(&daemon, &p, &pod, sleeper("c", &pod, mounts))
+    let c = cri
+        .create_container(&p, &pod, sleeper("c", &pod, mounts))
         .await
         .expect("CreateContainer with an image volume");
     start(&daemon, &c).await;
@@ -588,7 +573,8 @@ async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
         out(&daemon, &c, &["stat", "-c", "%u:%g", "/imgvol/bin/busybox"]).await,
         "0:0\n"
     );
-    let w = exec_sync(&daemon, &c, &["touch", "/imgvol/x"], 10)
+    let w = cri
+        .exec_sync(&c, &["touch", "/imgvol/x"], 10)
         .await
         .unwrap();
     assert_ne!(w.exit_code, 0, "the image volume is writable");
@@ -597,28 +583,28 @@ async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
 }
 
 #[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn attach_and_port_forward_reach_a_userns_pod() {
     use berth_streaming::client::{CommandOptions, RemoteCommand, SpdyPortForward, Transport};
-    use common::streaming::{attach_url, port_forward_url, Streams};
+    use common::cri::Streams;
     require_root!();
     let net = TestNet::new();
     let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
     let pod = userns_pod("streams", pod_userns(100000));
-    let p = run(&daemon, pod.clone()).await.unwrap();
+    let p = cri.run_pod(&pod).await.unwrap();
     // Root inside may bind a low port: it owns the pod's network namespace.
     let mut server = sleeper("server", &pod, Vec::new());
     server.command = ["nc", "-ll", "-p", "80", "-e", "echo", "hi from userns"]
         .map(String::from)
         .to_vec();
-    let s = create(&daemon, &p, &pod, server).await.unwrap();
+    let s = cri.create_container(&p, &pod, server).await.unwrap();
     start(&daemon, &s).await;
     let wait = Duration::from_secs(30);
     let deadline = std::time::Instant::now() + wait;
     loop {
-        let url = port_forward_url(&daemon, &p, &[])
-            .await
-            .expect("PortForward");
+        let url = cri.port_forward(&p, &[]).await.expect("PortForward");
         let mut pf = SpdyPortForward::connect(&url).await.unwrap();
         let got = pf.open(80).await.unwrap().finish(wait).await.unwrap();
         if got.error.is_empty() {
@@ -635,7 +621,7 @@ async fn attach_and_port_forward_reach_a_userns_pod() {
     let mut echo = sleeper("echo", &pod, Vec::new());
     echo.command = vec!["cat".into()];
     echo.stdin = true;
-    let e = create(&daemon, &p, &pod, echo).await.unwrap();
+    let e = cri.create_container(&p, &pod, echo).await.unwrap();
     start(&daemon, &e).await;
     let all = Streams {
         stdin: true,
@@ -643,7 +629,7 @@ async fn attach_and_port_forward_reach_a_userns_pod() {
         stderr: true,
         tty: false,
     };
-    let url = attach_url(&daemon, &e, all).await.expect("Attach");
+    let url = cri.attach(&e, all).await.expect("Attach");
     let options = CommandOptions {
         stdin: true,
         stdout: true,

@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cri_api::v1;
-
 use crate::common::pods::TestNet;
 use crate::common::{Daemon, Sandbox};
 
@@ -236,20 +234,8 @@ impl Rigged {
         std::fs::rename(self.bin.join("fruntime.away"), self.bin.join("fruntime")).unwrap();
     }
     pub fn leases(&self) -> Vec<String> {
-        leases(&self.net)
+        self.net.leases()
     }
-}
-
-/// host-local's leases of `net`.
-pub fn leases(net: &TestNet) -> Vec<String> {
-    std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&net.subnet_prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Processes (other than the daemon) whose command line names the daemon's
@@ -286,20 +272,10 @@ pub async fn assert_clean(daemon: &Daemon, net: &TestNet) {
 /// [`assert_clean`], with `own_mounts` (the test's own, such as a tmpfs
 /// under the root) not counted as leaks.
 pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Path]) {
-    let mut rt = daemon.runtime().await;
-    let pods = rt
-        .list_pod_sandbox(v1::ListPodSandboxRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .items;
+    let cri = daemon.cri().await;
+    let pods = cri.list_pods(None).await.unwrap();
     assert!(pods.is_empty(), "pods left: {pods:?}");
-    let containers = rt
-        .list_containers(v1::ListContainersRequest { filter: None })
-        .await
-        .unwrap()
-        .into_inner()
-        .containers;
+    let containers = cri.list_containers(None).await.unwrap();
     assert!(containers.is_empty(), "containers left: {containers:?}");
     for dir in [
         "state/runtime",
@@ -333,9 +309,9 @@ pub async fn assert_clean_but(daemon: &Daemon, net: &TestNet, own_mounts: &[&Pat
         .collect();
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     assert!(
-        leases(net).is_empty(),
+        net.leases().is_empty(),
         "IPAM leases left: {:?}",
-        leases(net)
+        net.leases()
     );
     // Processes take a moment to be reaped after their shim lets go.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -42,6 +42,18 @@ impl TestNet {
 }
 
 impl TestNet {
+    /// host-local's leases of this network (its IPs in use).
+    pub fn leases(&self) -> Vec<String> {
+        std::fs::read_dir(format!("/var/lib/cni/networks/{}", self.name))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&self.subnet_prefix))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Removes the bridge and the IPAM leases of this network.
     fn clean(&self) {
         let _ = Command::new("ip")
@@ -122,16 +134,4 @@ pub fn pod_config_with_pause(name: &str) -> v1::PodSandboxConfig {
         ..kubelet_namespaces()
     });
     config
-}
-
-pub async fn run(daemon: &Daemon, config: v1::PodSandboxConfig) -> Result<String, tonic::Status> {
-    daemon
-        .runtime()
-        .await
-        .run_pod_sandbox(v1::RunPodSandboxRequest {
-            config: Some(config),
-            runtime_handler: String::new(),
-        })
-        .await
-        .map(|r| r.into_inner().pod_sandbox_id)
 }

@@ -144,10 +144,8 @@ fn v1_cgroup() {
 #[test]
 fn own_cgroup_on_this_host() {
     let mounts = Mounts::read().unwrap();
-    let Some(mode) = mounts.mode() else {
-        eprintln!("skipping: no cgroup hierarchy mounted");
-        return;
-    };
+    // Every Linux host berth runs on has one: without, the test fails, saying so.
+    let mode = mounts.mode().expect("needs a mounted cgroup hierarchy");
     let cg = Cgroup::for_pid(&mounts, std::process::id()).unwrap();
     eprintln!("mode {mode:?}, cgroup {}", cg.path());
     let stats = cg.stats().unwrap();

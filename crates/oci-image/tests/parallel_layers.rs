@@ -135,8 +135,9 @@ async fn pull(dir: &Path, image: &str, downloads: usize) -> (Duration, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn the_layers_of_one_pull_unpack_at_once_within_the_download_bound() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     push(&reg, "berth-test/four-layers").await;
     // Manifest and config pass at full speed; the layers crawl.
@@ -169,8 +170,9 @@ async fn the_layers_of_one_pull_unpack_at_once_within_the_download_bound() {
 /// whose blob is in at once, is still being unpacked: the download slot is
 /// not held for the unpacking (it was, so the layers went one after another).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn a_layer_that_unpacks_slowly_frees_its_download_slot() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     // 4 GiB that are all hole: a tiny blob that takes a while to unpack
     // (its zeros are read, not written).

@@ -32,8 +32,9 @@ fn assert_no_leftovers(root: &Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn pull_by_tag_then_look_up_every_way() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;
@@ -111,8 +112,9 @@ async fn pull_by_tag_then_look_up_every_way() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn pull_by_digest_and_by_tag_plus_digest() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;
@@ -154,8 +156,9 @@ async fn pull_by_digest_and_by_tag_plus_digest() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn short_names_through_mirrors() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     // A dead endpoint first: endpoints are tried in order.
     let dead = {
@@ -201,8 +204,9 @@ async fn short_names_through_mirrors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn pull_with_credentials() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(Some("berth:s3cret")).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;
@@ -238,8 +242,9 @@ async fn pull_with_credentials() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn layers_whiteouts_and_opaque_dirs_stack_in_overlayfs() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;
@@ -320,8 +325,9 @@ async fn layers_whiteouts_and_opaque_dirs_stack_in_overlayfs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn multi_platform_index_picks_the_host() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;
@@ -346,8 +352,9 @@ async fn multi_platform_index_picks_the_host() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn concurrent_pulls_do_the_work_once() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let proxy = Proxy::start(&reg.addr, support::PASS, 0).await;
     let name = format!("{}/berth-test/layers:latest", proxy.addr);
@@ -387,8 +394,9 @@ async fn concurrent_pulls_do_the_work_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn a_registry_that_stalls_mid_pull_times_out() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     // Manifest and config fit in the first 64 KiB; the busybox layer does not.
     let proxy = Proxy::start(&reg.addr, support::STALL, 64 * 1024).await;
@@ -416,8 +424,9 @@ async fn a_registry_that_stalls_mid_pull_times_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn corrupt_and_lying_content_is_refused_and_cleaned_up() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     // One flipped byte inside the layer blob.
     let proxy = Proxy::start(&reg.addr, support::CORRUPT, 200 * 1024).await;
@@ -451,8 +460,9 @@ async fn corrupt_and_lying_content_is_refused_and_cleaned_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn removal_frees_blobs_and_snapshots() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let s = store(dir.path(), RegistryConfig::default()).await;

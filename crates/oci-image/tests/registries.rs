@@ -57,12 +57,10 @@ fn hosts_cfg(dir: &Path) -> RegistryConfig {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry, busybox-static and openssl: hack/test.sh runs it (--include-ignored)"]
 async fn https_registry_with_a_private_ca_through_hosts_toml() {
-    skip_unless_ready!();
-    if !have_openssl() {
-        eprintln!("skipped: needs openssl");
-        return;
-    }
+    require_ready!();
+    assert!(have_openssl(), "needs openssl (hack/install-deps.sh)");
     let certs = Certs::make();
     let reg = Registry::start_with(Options {
         tls: Some(&certs),
@@ -134,12 +132,10 @@ async fn https_registry_with_a_private_ca_through_hosts_toml() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry, busybox-static and openssl: hack/test.sh runs it (--include-ignored)"]
 async fn registry_that_requires_client_certificates() {
-    skip_unless_ready!();
-    if !have_openssl() {
-        eprintln!("skipped: needs openssl");
-        return;
-    }
+    require_ready!();
+    assert!(have_openssl(), "needs openssl (hack/install-deps.sh)");
     let certs = Certs::make();
     let reg = Registry::start_with(Options {
         tls: Some(&certs),
@@ -188,8 +184,9 @@ async fn registry_that_requires_client_certificates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn mirror_only_never_contacts_the_upstream() {
-    skip_unless_ready!();
+    require_ready!();
     let mirror = Registry::start(None).await;
     // The registry the images are named under: it must see no connection.
     let upstream = Tripwire::start().await;
@@ -285,8 +282,9 @@ async fn mirror_only_never_contacts_the_upstream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
 async fn node_credentials_from_a_docker_config_json() {
-    skip_unless_ready!();
+    require_ready!();
     let reg = Registry::start(Some("berth:s3cret")).await;
     let name = reg.image(BUSYBOX);
     let files = tempfile::tempdir().unwrap();

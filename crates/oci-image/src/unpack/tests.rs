@@ -273,11 +273,12 @@ fn overlay_xattrs_from_the_layer_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 fn whiteouts_become_overlay_whiteouts() {
-    if !is_root() {
-        eprintln!("skipped: whiteouts need root (mknod, trusted xattrs)");
-        return;
-    }
+    assert!(
+        is_root(),
+        "needs root: whiteouts are device nodes and trusted xattrs"
+    );
     let sb = Sandbox::new();
     let tar = build(&[
         E::Dir("data/"),
@@ -311,11 +312,9 @@ fn whiteouts_become_overlay_whiteouts() {
 }
 
 #[test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 fn ownership_devices_and_xattrs_are_kept() {
-    if !is_root() {
-        eprintln!("skipped: ownership and device nodes need root");
-        return;
-    }
+    assert!(is_root(), "needs root: ownership and device nodes");
     let mut b = tar::Builder::new(Vec::new());
     let mut h = header(tar::EntryType::Regular, 1, 0o4755);
     h.set_uid(1000);
@@ -617,17 +616,14 @@ fn entries_sizes_and_the_stream_are_bounded() {
 }
 
 /// A tmpfs of 8 MiB filled up to 256 KiB free (less than 5% of it);
-/// unmounted on drop. None when not root.
+/// unmounted on drop. Fails the test when not root.
 pub(crate) struct FullFs {
     pub(crate) dir: tempfile::TempDir,
 }
 
 impl FullFs {
-    pub(crate) fn new() -> Option<FullFs> {
-        if !is_root() {
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
+    pub(crate) fn new() -> FullFs {
+        assert!(is_root(), "needs root: mounting a tmpfs");
         let dir = tempfile::tempdir().unwrap();
         nix::mount::mount(
             Some("tmpfs"),
@@ -643,7 +639,7 @@ impl FullFs {
             vec![1u8; (8 << 20) - (256 << 10)],
         )
         .unwrap();
-        Some(fs)
+        fs
     }
 }
 
@@ -654,8 +650,9 @@ impl Drop for FullFs {
 }
 
 #[test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 fn the_free_space_reserve_is_kept() {
-    let Some(fs) = FullFs::new() else { return };
+    let fs = FullFs::new();
     let root = fs.dir.path().join("root");
     let apply = |tar: &[u8], limits: &UnpackLimits| {
         let _ = std::fs::remove_dir_all(&root);
@@ -682,11 +679,9 @@ fn the_free_space_reserve_is_kept() {
 }
 
 #[test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 fn the_inode_reserve_is_kept() {
-    if !is_root() {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
+    assert!(is_root(), "needs root: mounting a tmpfs");
     let dir = tempfile::tempdir().unwrap();
     nix::mount::mount(
         Some("tmpfs"),

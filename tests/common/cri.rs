@@ -341,7 +341,6 @@ impl Cri {
             stdin: s.stdin,
             stdout: s.stdout,
             stderr: s.stderr,
-            ..Default::default()
         });
         Ok(self.answer(self.runtime().exec(req)).await?.url)
     }
@@ -354,7 +353,6 @@ impl Cri {
             stdin: s.stdin,
             stdout: s.stdout,
             stderr: s.stderr,
-            ..Default::default()
         });
         Ok(self.answer(self.runtime().attach(req)).await?.url)
     }

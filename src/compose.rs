@@ -18,6 +18,12 @@ use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
 use crate::server::Cri;
 
+/// The on-disk layout of a configuration: the one place a `Layout` is made
+/// (the daemon's start-up and the recovery dry run both take it from here).
+pub fn layout(config: &Config) -> Layout {
+    Layout::new(&config.root, &config.state)
+}
+
 /// The CNI client of a configuration.
 fn cni_client(config: &Config, layout: &Layout) -> berth_cni::Cni {
     berth_cni::Cni::new(berth_cni::CniOptions {

@@ -64,7 +64,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     // but read nothing in them: every subtree is 0700, set explicitly, not
     // left to the umask (records and bundles hold the pods' secrets; writable
     // layers and snapshots may hold setuid binaries).
-    let layout = crate::layout::Layout::new(&config.root, &config.state);
+    let layout = crate::compose::layout(&config);
     for dir in [&config.root, &config.state] {
         make_dir(dir, 0o711)?;
         set_mode(dir, 0o711)?;

@@ -100,7 +100,7 @@ fn recover_command(flags: &Flags, dry_run: bool) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(e.into()),
     };
-    let layout = layout::Layout::new(&config.root, &config.state);
+    let layout = compose::layout(&config);
     match runtime.block_on(compose::recovery_plan(&config, layout)) {
         Ok(lines) if lines.is_empty() => {
             println!("nothing to recover");

@@ -189,6 +189,7 @@ async fn a_shared_pid_namespace_or_the_switch_keeps_a_pause() {
 
     // drop_infra_ctr = false: a pause even where nothing needs one.
     let daemon = common::pods::daemon_with(&net, "[runtime]\ndrop_infra_ctr = false\n").await;
+    let cri = daemon.cri().await;
     let pod = cri.run_pod(&pod_config("always")).await.unwrap();
     let (_, info) = verbose(&daemon, &pod).await;
     assert!(info["pid"].as_u64().is_some(), "no pause: {info}");

@@ -17,10 +17,16 @@
 #
 # Deterministic and idempotent: the same digests every run; blobs the
 # registry has are not sent again. Prints ADDR/repo:tag@digest per image.
+# BERTH_TEST_IMAGES_BIN: the builder, built already (hack/test.sh: the one
+# `cargo test --workspace` builds with the workspace's features, where
+# `cargo run -p berth-oci-image` would build dependencies again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $# -lt 1 ]]; then
   sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
+fi
+if [[ -n ${BERTH_TEST_IMAGES_BIN:-} ]]; then
+  exec "$BERTH_TEST_IMAGES_BIN" "$@"
 fi
 exec cargo run --quiet --locked -p berth-oci-image --example build_test_images -- "$@"

@@ -24,8 +24,16 @@ shift || true
 cargo_fuzz_version=0.13.2
 target_dir=${BERTH_FUZZ_TARGET_DIR:-/var/tmp/berth-fuzz-target}
 
+took() {
+  local s=$((SECONDS - $1))
+  printf '%dm%02ds' $((s / 60)) $((s % 60))
+}
+
 if ! cargo fuzz --version 2>/dev/null | grep -qF "$cargo_fuzz_version"; then
-  cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
+  start=$SECONDS
+  # In a temp dir of its own: CARGO_TARGET_DIR is berth's.
+  env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
+  echo "fuzz: cargo-fuzz install $(took "$start")"
 fi
 
 cd fuzz
@@ -45,7 +53,9 @@ if [[ ${#targets[@]} == 0 ]]; then
   done < <(cargo fuzz list)
 fi
 
+start=$SECONDS
 cargo fuzz build "${build[@]}"
+echo "fuzz: build $(took "$start")"
 
 failed=()
 started=$(date +%s)

@@ -13,9 +13,10 @@
 # kept between runs. Inputs the fuzzer finds are kept in fuzz/corpus/TARGET
 # (not in git); fuzz/seeds/TARGET are the starting inputs in git
 # (fuzz/seeds/make.py writes the binary ones), fuzz/dicts/TARGET.dict the
-# tokens libFuzzer splices in. A crash stops nothing else: every target
-# runs, then the crashing inputs are printed in hex, each to become a unit
-# test, and the script fails.
+# tokens libFuzzer splices in. BERTH_FUZZ_JOBS targets run at a time (one
+# per CPU). A crash stops nothing else: every target runs, then the crashing
+# inputs are printed in hex, each to become a unit test, and the script
+# fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,11 +58,11 @@ start=$SECONDS
 cargo fuzz build "${build[@]}"
 echo "fuzz: build $(took "$start")"
 
-failed=()
-started=$(date +%s)
-for t in "${targets[@]}"; do
+# One target: its corpus cut down when it grew past 2000 inputs, then the
+# fuzzing; its output in $target_dir/fuzz-TARGET.log.
+fuzz_one() {
+  local t=$1 opts=()
   mkdir -p "corpus/$t" "seeds/$t"
-  opts=()
   if [[ -f dicts/$t.dict ]]; then
     opts+=(-dict="dicts/$t.dict")
   fi
@@ -83,15 +84,40 @@ for t in "${targets[@]}"; do
       rm -rf "corpus/$t.merged"
     fi
   fi
-  echo "fuzz: $t for ${seconds}s"
-  if ! cargo fuzz run "${build[@]}" "$t" "corpus/$t" "seeds/$t" -- \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${opts[@]}" \
-      >"$target_dir/fuzz-$t.log" 2>&1; then
+  cargo fuzz run "${build[@]}" "$t" "corpus/$t" "seeds/$t" -- \
+    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 "${opts[@]}" \
+    >"$target_dir/fuzz-$t.log" 2>&1
+}
+
+# BERTH_FUZZ_JOBS targets at a time (the number of CPUs): each fuzzer is one
+# process on one core.
+jobs=${BERTH_FUZZ_JOBS:-$(nproc)}
+declare -A running=()
+failed=()
+# Waits for one target to finish and reports it.
+reap() {
+  local pid rc=0 t
+  wait -n -p pid "${!running[@]}" || rc=$?
+  t=${running[$pid]}
+  unset "running[$pid]"
+  if ((rc != 0)); then
     failed+=("$t")
     tail -n 40 "$target_dir/fuzz-$t.log"
   else
-    grep -E '^Done ' "$target_dir/fuzz-$t.log" || true
+    grep -E '^Done ' "$target_dir/fuzz-$t.log" | sed "s/^/fuzz: $t: /" || true
   fi
+}
+started=$(date +%s)
+for t in "${targets[@]}"; do
+  while ((${#running[@]} >= jobs)); do
+    reap
+  done
+  echo "fuzz: $t for ${seconds}s"
+  fuzz_one "$t" &
+  running[$!]=$t
+done
+while ((${#running[@]} > 0)); do
+  reap
 done
 echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - started))s"
 

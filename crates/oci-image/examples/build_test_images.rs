@@ -7,6 +7,8 @@ mod images;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
+    // This crate's reqwest has no TLS provider of its own.
+    berth_oci_image::install_crypto_provider();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (addr, auth) = match args.as_slice() {
         [addr] => (addr.clone(), None),

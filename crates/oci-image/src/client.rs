@@ -70,6 +70,18 @@ pub(crate) async fn read_capped(mut res: Response, cap: usize) -> Result<Vec<u8>
     Ok(out)
 }
 
+/// Makes ring the process's default rustls provider, once: reqwest is built
+/// without a provider of its own (`rustls-no-provider`) and takes the
+/// default, so every `reqwest::Client` of the process needs it first
+/// (berth's own clients call it; so must a test's). A provider another part
+/// of the process installed first stays.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// HTTP clients by TLS settings, shared by pulls (connections are reused).
 #[derive(Default)]
 pub(crate) struct ClientCache {
@@ -115,6 +127,7 @@ impl ClientCache {
             return Ok(c.clone());
         }
         let cfg_err = |m: String| Error::Config(format!("{}: {m}", spec.source));
+        install_crypto_provider();
         let mut b = reqwest::Client::builder()
             .user_agent("berth")
             .connect_timeout(

@@ -31,6 +31,7 @@ mod store;
 mod unpack;
 
 pub use auth::Auth;
+pub use client::install_crypto_provider;
 pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};
 pub use error::{Error, ErrorKind};
 pub use image::{Image, ImageConfig, Layer};

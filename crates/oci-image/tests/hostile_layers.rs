@@ -106,6 +106,7 @@ fn noise(len: usize) -> Vec<u8> {
 async fn push(reg: &Registry, repo: &str, tar: Vec<u8>) -> (String, usize) {
     let layer = images::layer(tar, OCI_GZIP);
     let config = images::config(images::host_arch(), "", &[&layer]);
+    berth_oci_image::install_crypto_provider();
     Pusher::new(&reg.addr, None)
         .image(repo, Some("latest"), false, &config, &[&layer])
         .await

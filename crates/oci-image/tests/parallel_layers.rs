@@ -53,6 +53,7 @@ async fn push(reg: &Registry, repo: &str) {
 async fn push_layers(reg: &Registry, repo: &str, layers: &[images::Layer]) {
     let refs: Vec<&images::Layer> = layers.iter().collect();
     let config = images::config(images::host_arch(), "", &refs);
+    berth_oci_image::install_crypto_provider();
     Pusher::new(&reg.addr, None)
         .image(repo, Some("latest"), false, &config, &refs)
         .await

@@ -3,14 +3,14 @@
 //! (self-signed), and the rustls configurations of the server and of a
 //! client that trusts a given CA (for tests and tools).
 //!
-//! The crypto provider is aws-lc-rs, named explicitly, so nothing depends
+//! The crypto provider is ring, named explicitly, so nothing depends
 //! on which providers other crates of the process enable.
 
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use tokio_rustls::rustls::crypto::aws_lc_rs;
+use tokio_rustls::rustls::crypto::ring;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -143,13 +143,12 @@ impl TlsIdentity {
 
     /// The server side: TLS 1.2 and 1.3, HTTP/1.1 (ALPN `http/1.1`).
     pub(crate) fn server_config(&self) -> Result<Arc<ServerConfig>, Error> {
-        let mut config =
-            ServerConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
-                .with_safe_default_protocol_versions()
-                .map_err(|e| tls_err(e.to_string()))?
-                .with_no_client_auth()
-                .with_single_cert(self.chain.clone(), self.key.clone_key())
-                .map_err(|e| tls_err(format!("certificate and key: {e}")))?;
+        let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_err(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(self.chain.clone(), self.key.clone_key())
+            .map_err(|e| tls_err(format!("certificate and key: {e}")))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -164,7 +163,7 @@ pub fn client_config(ca_pem: &[u8]) -> Result<Arc<ClientConfig>, Error> {
             .add(cert)
             .map_err(|e| tls_err(format!("the CA: {e}")))?;
     }
-    let config = ClientConfig::builder_with_provider(Arc::new(aws_lc_rs::default_provider()))
+    let config = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_err(e.to_string()))?
         .with_root_certificates(roots)

@@ -112,6 +112,8 @@ impl Registry {
             pushed: Default::default(),
         };
         let creds = auth.and_then(|a| a.split_once(':'));
+        // This crate's reqwest has no TLS provider of its own.
+        berth_oci_image::install_crypto_provider();
         let pusher = match opts.tls {
             None => images::Pusher::new(&registry.addr, creds),
             Some(c) => {

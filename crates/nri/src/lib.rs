@@ -37,4 +37,5 @@ pub mod api {
 pub mod api_ttrpc {
     include!(concat!(env!("OUT_DIR"), "/api_ttrpc.rs"));
 }
+pub mod merge;
 pub mod mux;

@@ -231,7 +231,7 @@ impl api_ttrpc::Plugin for Service {
             .script
             .adjust
             .to_api()
-            .map_err(|e| ttrpc::Error::Others(e))?;
+            .map_err(ttrpc::Error::Others)?;
         Ok(api::CreateContainerResponse {
             adjust: protobuf::MessageField::some(adjust),
             update: self.0.script.updates.iter().map(|u| u.to_api()).collect(),

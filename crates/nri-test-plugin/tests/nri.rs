@@ -1,0 +1,363 @@
+//! berth-nri against the test plugin over real unix sockets.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use berth_nri::{api, Config, Host, Nri};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_berth-nri-test-plugin");
+
+#[derive(Default)]
+struct FakeHost {
+    pods: Vec<api::PodSandbox>,
+    ctrs: Vec<api::Container>,
+    updates: Mutex<Vec<(String, Vec<api::ContainerUpdate>)>>,
+}
+
+#[async_trait::async_trait]
+impl Host for FakeHost {
+    async fn snapshot(&self) -> (Vec<api::PodSandbox>, Vec<api::Container>) {
+        (self.pods.clone(), self.ctrs.clone())
+    }
+    async fn update_containers(
+        &self,
+        plugin: &str,
+        updates: Vec<api::ContainerUpdate>,
+        _evict: Vec<api::ContainerEviction>,
+    ) -> Vec<api::ContainerUpdate> {
+        self.updates.lock().unwrap().push((plugin.into(), updates));
+        Vec::new()
+    }
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    nri: Nri,
+    host: Arc<FakeHost>,
+    children: Vec<tokio::process::Child>,
+}
+
+fn pod() -> api::PodSandbox {
+    let mut p = api::PodSandbox::new();
+    p.id = "pod1".into();
+    p.name = "web".into();
+    p.namespace = "default".into();
+    p.labels.insert("app".into(), "web".into());
+    p.annotations.insert("a".into(), "b".into());
+    p
+}
+
+fn ctr() -> api::Container {
+    let mut c = api::Container::new();
+    c.id = "ctr1".into();
+    c.pod_sandbox_id = "pod1".into();
+    c.name = "nginx".into();
+    c.env = vec!["PATH=/bin".into()];
+    c
+}
+
+async fn start(host: FakeHost, plugin_dir: Option<PathBuf>) -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Arc::new(host);
+    let cfg = Config {
+        socket_path: dir.path().join("nri/nri.sock"),
+        plugin_path: plugin_dir.unwrap_or_else(|| dir.path().join("none")),
+        plugin_config_path: dir.path().join("conf"),
+        registration_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_millis(700),
+        ..Config::default()
+    };
+    let nri = Nri::start(cfg, host.clone()).await.unwrap();
+    Env {
+        dir,
+        nri,
+        host,
+        children: Vec::new(),
+    }
+}
+
+impl Env {
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("nri/nri.sock")
+    }
+
+    fn log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.events"))
+    }
+
+    /// Starts an external test plugin and waits until it is active.
+    async fn plugin(&mut self, idx: &str, name: &str, script: &str) {
+        let before = self.nri.plugins().len();
+        self.spawn(idx, name, script);
+        wait_for(|| self.nri.plugins().len() > before).await;
+    }
+
+    fn spawn(&mut self, idx: &str, name: &str, script: &str) {
+        let sp = self.dir.path().join(format!("{name}.json"));
+        std::fs::write(&sp, script).unwrap();
+        let child = tokio::process::Command::new(BIN)
+            .args([
+                "--socket",
+                self.socket().to_str().unwrap(),
+                "--idx",
+                idx,
+                "--name",
+                name,
+            ])
+            .arg("--script")
+            .arg(&sp)
+            .arg("--events")
+            .arg(self.log(name))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.children.push(child);
+    }
+}
+
+async fn wait_for(mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "condition not met in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn names(path: &Path) -> Vec<String> {
+    events(path)
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn events_arrive_in_order_and_adjustment_merges() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin("10", "a", r#"{"subscribe": ["RunPodSandbox", "CreateContainer", "StartContainer", "StopContainer", "RemoveContainer", "RemovePodSandbox"],
+        "adjust": {"env": {"FOO": "bar"}, "annotations": {"x": "y"}, "mounts": [{"destination": "/data", "source": "/src", "type": "bind", "options": ["rbind"]}],
+        "hooks": {"prestart": [{"path": "/bin/true"}]}, "devices": [{"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229}],
+        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 512}], "oom_score_adj": -100,
+        "resources": {"cpu_shares": 512, "memory_limit": 1048576, "unified": {"memory.high": "1M"}}}}"#).await;
+    let info = env.nri.plugins();
+    assert_eq!((info[0].index.as_str(), info[0].name.as_str()), ("10", "a"));
+    env.nri.run_pod_sandbox(&pod()).await.unwrap();
+    let res = env.nri.create_container(&pod(), &ctr()).await.unwrap();
+    env.nri.start_container(&pod(), &ctr()).await.unwrap();
+    env.nri.post_start_container(&pod(), &ctr()).await.unwrap(); // not subscribed
+    env.nri.stop_container(&pod(), &ctr()).await.unwrap();
+    env.nri.remove_container(&pod(), &ctr()).await.unwrap();
+    env.nri.remove_pod_sandbox(&pod()).await.unwrap();
+    let a = &res.adjust;
+    assert_eq!(a.env[0].key, "FOO");
+    assert_eq!(a.annotations["x"], "y");
+    assert_eq!(a.mounts[0].destination, "/data");
+    assert_eq!(a.hooks.prestart[0].path, "/bin/true");
+    assert_eq!(a.linux.devices[0].path, "/dev/fuse");
+    assert_eq!(a.rlimits[0].hard, 1024);
+    assert_eq!(a.linux.oom_score_adj.value, -100);
+    assert_eq!(a.linux.resources.cpu.shares.value, 512);
+    assert_eq!(a.linux.resources.memory.limit.value, 1048576);
+    assert_eq!(a.linux.resources.unified["memory.high"], "1M");
+    let log = env.log("a");
+    let got: Vec<String> = names(&log)
+        .into_iter()
+        .filter(|n| n != "Registered")
+        .collect();
+    let want = [
+        "Configure",
+        "Synchronize",
+        "RunPodSandbox",
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+        "RemovePodSandbox",
+    ];
+    assert_eq!(got, want);
+    let ev = events(&log);
+    let create = ev.iter().find(|e| e["event"] == "CreateContainer").unwrap();
+    assert_eq!(create["pod"]["namespace"], "default");
+    assert_eq!(create["pod"]["labels"]["app"], "web");
+    assert_eq!(create["container"]["name"], "nginx");
+    let cfg = ev.iter().find(|e| e["event"] == "Configure").unwrap();
+    assert_eq!(cfg["runtime_name"], "berth");
+    assert_eq!(cfg["request_timeout"], 700);
+    let stats = env.nri.stats();
+    assert!(
+        stats[0].requests >= 8 && stats[0].failures == 0,
+        "{stats:?}"
+    );
+}
+
+#[tokio::test]
+async fn two_plugins_merge_and_conflict_names_both() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin("20", "b", r#"{"subscribe": ["CreateContainer"], "adjust": {"env": {"B": "2"}, "resources": {"cpu_shares": 2}}}"#).await;
+    env.plugin(
+        "10",
+        "a",
+        r#"{"subscribe": ["CreateContainer"], "adjust": {"env": {"A": "1"}}}"#,
+    )
+    .await;
+    let res = env.nri.create_container(&pod(), &ctr()).await.unwrap();
+    let keys: Vec<&str> = res.adjust.env.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["A", "B"], "plugins run in index order");
+    // B saw A's adjustment.
+    let b = events(&env.log("b"));
+    let c = b.iter().find(|e| e["event"] == "CreateContainer").unwrap();
+    assert!(c["container"]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e == "A=1"));
+    env.plugin(
+        "30",
+        "c",
+        r#"{"subscribe": ["CreateContainer"], "adjust": {"resources": {"cpu_shares": 3}}}"#,
+    )
+    .await;
+    let err = env
+        .nri
+        .create_container(&pod(), &ctr())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("30-c") && err.contains("20-b") && err.contains("CPUShares"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn plugin_error_fails_the_event_with_its_name() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin("10", "bad", r#"{"subscribe": ["CreateContainer"], "misbehave": {"CreateContainer": {"error": "no way"}}}"#).await;
+    let err = env
+        .nri
+        .create_container(&pod(), &ctr())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("10-bad") && err.contains("CreateContainer") && err.contains("no way"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn hanging_plugin_is_cut_off_and_crashing_one_dropped() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin(
+        "10",
+        "hang",
+        r#"{"subscribe": ["CreateContainer"], "misbehave": {"CreateContainer": "hang"}}"#,
+    )
+    .await;
+    env.plugin(
+        "20",
+        "crash",
+        r#"{"subscribe": ["RunPodSandbox"], "misbehave": {"RunPodSandbox": "crash"}}"#,
+    )
+    .await;
+    env.plugin(
+        "30",
+        "good",
+        r#"{"subscribe": ["CreateContainer", "RunPodSandbox"], "adjust": {"env": {"G": "1"}}}"#,
+    )
+    .await;
+    let t = Instant::now();
+    let res = env.nri.create_container(&pod(), &ctr()).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(700 + 1500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(res.adjust.env[0].key, "G");
+    env.nri.run_pod_sandbox(&pod()).await.unwrap();
+    wait_for(|| env.nri.plugins().len() == 1).await;
+    assert_eq!(env.nri.plugins()[0].name, "good");
+    assert!(names(&env.log("good")).contains(&"RunPodSandbox".to_string()));
+}
+
+#[tokio::test]
+async fn late_plugin_is_synchronized_and_unsolicited_update_reaches_host() {
+    let host = FakeHost {
+        pods: vec![pod()],
+        ctrs: vec![ctr()],
+        ..Default::default()
+    };
+    let mut env = start(host, None).await;
+    env.plugin("10", "late", r#"{"subscribe": ["CreateContainer"], "update_after_sync": [{"container_id": "ctr1", "resources": {"cpu_shares": 99}}]}"#).await;
+    let ev = events(&env.log("late"));
+    let sync = ev.iter().find(|e| e["event"] == "Synchronize").unwrap();
+    assert_eq!(sync["pods"][0]["id"], "pod1");
+    assert_eq!(sync["containers"][0]["id"], "ctr1");
+    wait_for(|| !env.host.updates.lock().unwrap().is_empty()).await;
+    let (who, ups) = env.host.updates.lock().unwrap()[0].clone();
+    assert_eq!(who, "10-late");
+    assert_eq!(ups[0].linux.resources.cpu.shares.value, 99);
+    wait_for(|| names(&env.log("late")).contains(&"UpdateContainersResult".to_string())).await;
+}
+
+#[tokio::test]
+async fn registration_timeout_and_oversize_frame_drop_the_plugin() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.spawn("10", "mute", r#"{"misbehave": {"Register": "hang"}}"#);
+    env.plugin(
+        "20",
+        "big",
+        r#"{"subscribe": ["RunPodSandbox"], "misbehave": {"RunPodSandbox": "oversize"}}"#,
+    )
+    .await;
+    let t = Instant::now();
+    env.nri.run_pod_sandbox(&pod()).await.unwrap();
+    assert!(t.elapsed() < Duration::from_millis(1500));
+    wait_for(|| env.nri.plugins().is_empty()).await;
+    // The mute one never made it in, even after its registration timeout.
+    // TODO: the test plugin does not log "Closed" after the runtime gives up
+    // on it; the plugin-side view of that close is not verified yet.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(env.nri.plugins().is_empty());
+}
+
+#[tokio::test]
+async fn preinstalled_plugin_registers_over_fd3() {
+    let plugins = tempfile::tempdir().unwrap();
+    let log = plugins.path().join("events");
+    let wrapper = plugins.path().join("05-pre");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {BIN} --events {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let env = start(FakeHost::default(), Some(plugins.path().into())).await;
+    let info = env.nri.plugins();
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(
+        (info[0].index.as_str(), info[0].name.as_str()),
+        ("05", "pre")
+    );
+    assert_eq!(info[0].kind, berth_nri::PluginKind::Launched);
+    env.nri.run_pod_sandbox(&pod()).await.unwrap(); // subscribed to all
+    wait_for(|| names(&log).contains(&"RunPodSandbox".to_string())).await;
+    env.nri.shutdown().await;
+    assert!(env.nri.plugins().is_empty());
+}

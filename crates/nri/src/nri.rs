@@ -1,0 +1,240 @@
+//! The NRI adaptation: the plugin set, accepting and launching plugins, and
+//! synchronizing new plugins with the runtime's state.
+//!
+//! Like containerd/nri, events are serialized (one at a time, every plugin
+//! in index order), and a plugin joins the set only after Synchronize. The
+//! sync lock (a read-write lock) closes the gap between the snapshot given
+//! to a new plugin and its joining: the runtime holds a read guard
+//! ([`Nri::block_plugin_sync`]) from before it creates a pod or container
+//! until the object is in the state the snapshot reads, and a plugin's
+//! Synchronize holds the write side, so no object is missed by both.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use tokio::sync::{Mutex, OwnedRwLockReadGuard, RwLock};
+use tokio::task::JoinHandle;
+
+use crate::api;
+use crate::launch;
+use crate::plugin::{self, Launch, Plugin};
+use crate::{Config, Error, Host, PluginInfo, PluginStats};
+
+pub(crate) struct Inner {
+    pub cfg: Config,
+    pub host: Arc<dyn Host>,
+    /// The active plugins, sorted by index then name.
+    pub plugins: StdMutex<Vec<Arc<Plugin>>>,
+    /// Serializes events, as NRI's adaptation mutex does.
+    pub event_lock: Mutex<()>,
+    sync_lock: Arc<RwLock<()>>,
+    accept: StdMutex<Option<JoinHandle<()>>>,
+}
+
+/// The NRI runtime side. Cheap to clone.
+#[derive(Clone)]
+pub struct Nri {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// Held by the runtime while it creates an object, so that a plugin being
+/// synchronized either sees the object in its snapshot or gets its events.
+pub struct PluginSyncBlock(#[allow(dead_code)] OwnedRwLockReadGuard<()>);
+
+impl Nri {
+    /// Starts NRI: launches, registers and synchronizes the pre-installed
+    /// plugins (each bounded by the timeouts; failures are logged and the
+    /// plugin skipped), then listens for external ones.
+    pub async fn start(cfg: Config, host: Arc<dyn Host>) -> Result<Nri, Error> {
+        let inner = Arc::new(Inner {
+            cfg,
+            host,
+            plugins: StdMutex::new(Vec::new()),
+            event_lock: Mutex::new(()),
+            sync_lock: Arc::new(RwLock::new(())),
+            accept: StdMutex::new(None),
+        });
+        let found = launch::discover(&inner.cfg.plugin_path, &inner.cfg.plugin_config_path)
+            .await
+            .map_err(|source| Error::Setup {
+                path: inner.cfg.plugin_path.clone(),
+                source,
+            })?;
+        for d in found {
+            let name = format!("{}-{}", d.idx, d.name);
+            match launch::spawn(&d) {
+                Ok((stream, l)) => {
+                    if let Err(e) = attach(&inner, stream, Some(l), d.config).await {
+                        tracing::warn!(plugin = %name, error = %e, "pre-installed NRI plugin failed to start");
+                    }
+                }
+                Err(e) => tracing::warn!(plugin = %name, error = %e, "cannot launch NRI plugin"),
+            }
+        }
+        if !inner.cfg.disable_connections {
+            let listener = listen(&inner.cfg.socket_path)?;
+            let weak = Arc::downgrade(&inner);
+            let task = tokio::spawn(accept_loop(listener, weak));
+            if let Ok(mut a) = inner.accept.lock() {
+                *a = Some(task);
+            }
+        }
+        Ok(Nri { inner })
+    }
+
+    /// Blocks plugin synchronization until the returned guard is dropped.
+    pub async fn block_plugin_sync(&self) -> PluginSyncBlock {
+        PluginSyncBlock(self.inner.sync_lock.clone().read_owned().await)
+    }
+
+    /// The active plugins, in invocation order.
+    pub fn plugins(&self) -> Vec<PluginInfo> {
+        self.active()
+            .iter()
+            .map(|p| PluginInfo {
+                name: p.name.clone(),
+                index: p.idx.clone(),
+                kind: p.kind,
+                pid: p.pid,
+                events: p.events().events(),
+            })
+            .collect()
+    }
+
+    /// Per-plugin request counters.
+    pub fn stats(&self) -> Vec<PluginStats> {
+        self.active()
+            .iter()
+            .map(|p| PluginStats {
+                plugin: p.full_name(),
+                ..p.stats()
+            })
+            .collect()
+    }
+
+    /// Stops listening, tells every plugin (bounded) and disconnects them.
+    pub async fn shutdown(&self) {
+        if let Some(t) = self.inner.accept.lock().ok().and_then(|mut a| a.take()) {
+            t.abort();
+        }
+        let _ = std::fs::remove_file(&self.inner.cfg.socket_path);
+        let plugins =
+            std::mem::take(&mut *self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()));
+        for p in plugins {
+            let _ = p
+                .call(
+                    "Shutdown",
+                    p.client().shutdown(p.context(), &api::Empty::new()),
+                )
+                .await;
+            p.close();
+        }
+    }
+
+    /// The plugins still connected (dropping the closed ones).
+    pub(crate) fn active(&self) -> Vec<Arc<Plugin>> {
+        let mut g = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        g.retain(|p| !p.is_closed());
+        g.clone()
+    }
+}
+
+/// Creates the NRI socket: parent directory 0700 if missing, socket 0600.
+fn listen(path: &Path) -> Result<tokio::net::UnixListener, Error> {
+    let setup = |source| Error::Setup {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(setup)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(setup)?;
+        }
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(setup(e)),
+    }
+    let l = tokio::net::UnixListener::bind(path).map_err(setup)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(setup)?;
+    Ok(l)
+}
+
+async fn accept_loop(l: tokio::net::UnixListener, inner: std::sync::Weak<Inner>) {
+    loop {
+        let stream = match l.accept().await {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accepting NRI plugin connection");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        // Each connection registers on its own task: a plugin that never
+        // registers must not hold up the next one.
+        tokio::spawn(async move {
+            if let Err(e) = attach(&inner, stream, None, String::new()).await {
+                tracing::warn!(error = %e, "external NRI plugin failed to start");
+            }
+        });
+    }
+}
+
+/// Registers, configures and synchronizes one plugin, then adds it to the
+/// set.
+async fn attach(
+    inner: &Arc<Inner>,
+    stream: tokio::net::UnixStream,
+    launch: Option<Launch>,
+    config: String,
+) -> Result<(), String> {
+    let cfg = &inner.cfg;
+    let p = plugin::connect(
+        stream,
+        launch,
+        inner.host.clone(),
+        cfg.registration_timeout,
+        cfg.request_timeout,
+    )
+    .await?;
+    let req = api::ConfigureRequest {
+        config,
+        runtime_name: cfg.runtime_name.clone(),
+        runtime_version: cfg.runtime_version.clone(),
+        registration_timeout: cfg.registration_timeout.as_millis() as i64,
+        request_timeout: cfg.request_timeout.as_millis() as i64,
+        NRI_version: crate::NRI_VERSION.into(),
+        ..Default::default()
+    };
+    if let Err(e) = p.configure(req).await {
+        p.close();
+        return Err(format!("{}: configure: {e}", p.full_name()));
+    }
+    let _sync = inner.sync_lock.write().await;
+    let (pods, containers) = inner.host.snapshot().await;
+    let updates = match crate::sync::synchronize(&p, pods, containers).await {
+        Ok(u) => u,
+        Err(e) => {
+            p.close();
+            return Err(format!("{}: synchronize: {e}", p.full_name()));
+        }
+    };
+    if !updates.is_empty() {
+        let failed = inner
+            .host
+            .update_containers(&p.full_name(), updates, Vec::new())
+            .await;
+        if !failed.is_empty() {
+            tracing::warn!(plugin = %p.full_name(), failed = failed.len(), "NRI sync updates failed");
+        }
+    }
+    let _events = inner.event_lock.lock().await;
+    let mut g = inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+    g.push(p.clone());
+    g.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
+    tracing::info!(plugin = %p.full_name(), kind = ?p.kind, "NRI plugin connected and synchronized");
+    Ok(())
+}

@@ -14,6 +14,10 @@
 #
 # Run as root for `test`; it exits 77 (skipped) when a berth package or
 # /etc/berth is already there. TARGET is $CARGO_TARGET_DIR, else ./target.
+# BERTH_PACKAGE_PROFILE=dev packages the debug build as it is (the one the
+# test suite ran, dynamic shim included) instead of the release build:
+# hack/test.sh tests the packaging that way without a release build of its
+# own; the package to ship is the release one (the default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,19 +39,37 @@ if ((${#need_apt[@]})); then
 fi
 if ! cargo deb --version >/dev/null 2>&1; then
   log "installing cargo-deb from crates.io (once)"
-  cargo install --locked cargo-deb
+  cargo install --locked cargo-deb --version 3.8.0
 fi
 
-# The release build is shared with hack/run.sh: cargo rebuilds nothing that
-# is up to date.
-cargo build --release --locked -p berth
-# The shim runs once per container: static, as hack/run.sh builds it.
-cargo rustc --release --locked -p berth-shim --bin berth-shim --no-default-features \
-  -- -C target-feature=+crt-static
+profile=${BERTH_PACKAGE_PROFILE:-release}
+case $profile in
+  release)
+    out=$target/release
+    # The release build is shared with hack/run.sh: cargo rebuilds nothing
+    # that is up to date.
+    cargo build --release --locked -p berth
+    # The shim runs once per container: static, as hack/run.sh builds it.
+    cargo rustc --release --locked -p berth-shim --bin berth-shim --no-default-features \
+      -- -C target-feature=+crt-static
+    ;;
+  dev)
+    # The debug binaries, staged where cargo-deb looks for a profile's
+    # build (cargo-deb packages only release-like profiles; nothing is
+    # built for this name).
+    cargo build --locked -p berth -p berth-shim --bins
+    out=$target/package-from-debug
+    mkdir -p "$out"
+    cp "$target/debug/berth" "$target/debug/berth-shim" "$out/"
+    profile=package-from-debug
+    ;;
+  *) log "BERTH_PACKAGE_PROFILE: release or dev, not $profile"; exit 2 ;;
+esac
 
-gen=$target/release/package
+# cargo-deb reads the assets' target/release/ paths as the profile's dir.
+gen=$out/package
 mkdir -p "$gen"
-berth=$target/release/berth
+berth=$out/berth
 "$berth" config default-commented >"$gen/config.toml"
 "$berth" man | gzip -9n >"$gen/berth.8.gz"
 "$berth" completions bash >"$gen/berth.bash"
@@ -55,7 +77,7 @@ berth=$target/release/berth
 "$berth" completions fish >"$gen/berth.fish"
 
 mkdir -p "$target/debian"
-deb=$(cargo deb --no-build --locked -p berth --output "$target/debian/" | tail -n 1)
+deb=$(cargo deb --no-build --locked --profile "$profile" -p berth --output "$target/debian/" | tail -n 1)
 [[ -f $deb ]] || { log "cargo deb printed no package path (got: $deb)"; exit 1; }
 log "built $deb"
 [[ $mode == test ]] || { echo "$deb"; exit 0; }

@@ -81,7 +81,7 @@ side() {
 }
 install_cargo_deb() {
   if ! cargo deb --version >/dev/null 2>&1; then
-    env -u CARGO_TARGET_DIR cargo install --locked cargo-deb
+    env -u CARGO_TARGET_DIR cargo install --locked cargo-deb --version 3.8.0
   fi
 }
 set -m
@@ -144,15 +144,16 @@ cargo test --workspace --locked --no-fail-fast -- --include-ignored \
   --test-threads "${BERTH_TEST_THREADS:-4}" "${skip_args[@]}" 2>&1 | tee "$log" || status=$?
 echo "test.sh: tests $(took "$start")$( ((status == 0)) || echo " FAILED")"
 
-# The Debian package, from the release build hack/run.sh made (package.sh
-# builds only what is missing): installed with dpkg, run from the
+# The Debian package, made of the debug build the tests just ran (no release
+# build of its own: it would be the longest phase; BERTH_PACKAGE_PROFILE=
+# release tests the package to ship): installed with dpkg, run from the
 # installed paths, its unit verified, purged. Counted as one test.
 pkg_pass=0 pkg_fail=0 pkg_skip=0
 if [[ -n $deb_pid ]]; then
   wait_side cargo-deb "$deb_pid" "$deb_log" || true
   pkg_status=0
   phase_start=$SECONDS
-  bash hack/package.sh test || pkg_status=$?
+  BERTH_PACKAGE_PROFILE=${BERTH_PACKAGE_PROFILE:-dev} bash hack/package.sh test || pkg_status=$?
   echo "test.sh: package $(took "$phase_start")"
   case $pkg_status in
     0) pkg_pass=1 ;;

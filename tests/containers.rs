@@ -2,7 +2,7 @@
 //! output and exit codes, logs, ExecSync, stop with grace and SIGKILL,
 //! user/env/workdir, listing, removal and bad requests. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The daemon as kubelet and crictl meet it: the socket, config handling,
 //! start-up and shutdown, and the runtime-level RPCs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;

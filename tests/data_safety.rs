@@ -2,7 +2,7 @@
 //! that uses it. Against the real daemon, runc, CNI and a local registry.
 //! Root only.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! grpc-go (kubelet, crictl, critest) keeps a deadline on both sides too,
 //! and reports `DeadlineExceeded` for it.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::path::Path;

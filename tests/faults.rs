@@ -5,9 +5,8 @@
 //! ends in a clear gRPC code and leaves nothing half-made or leaked. Root
 //! only.
 
-mod common;
-#[path = "common/faults.rs"]
-mod faults;
+use crate::common;
+use crate::common::faults;
 
 use std::time::{Duration, Instant};
 

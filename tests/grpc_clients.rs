@@ -4,7 +4,7 @@
 //! refused on every call before berth rewrote it. A tonic client still
 //! works through the rewriting, and its cost per call can be measured.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -205,7 +205,7 @@ async fn tonic_clients_work_through_the_rewriting() {
 /// daemon this test starts, or against `BERTH_COST_SOCKET` if set (to
 /// compare with a berth built without the rewriting).
 #[tokio::test]
-#[ignore = "a measurement, not a check: cargo test --test grpc_clients -- --ignored --nocapture"]
+#[ignore = "a measurement, not a check: cargo test --test integration grpc_clients:: -- --ignored --nocapture"]
 async fn version_call_cost() {
     let daemon;
     let socket = match std::env::var_os("BERTH_COST_SOCKET") {

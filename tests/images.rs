@@ -1,7 +1,7 @@
 //! ImageService against the real daemon and a local registry: pull by tag,
 //! digest and through a mirror, status, list, remove, fs info. Root only.
 
-mod common;
+use crate::common;
 
 use common::{registry, Daemon, Sandbox};
 use cri_api::v1;

@@ -3,7 +3,7 @@
 //! items of its unary twin (same filters), in messages no larger than the
 //! bound, also to a client that reads slowly. Root only.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

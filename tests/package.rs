@@ -5,7 +5,7 @@
 //! man page the package ships. The package itself is tested by
 //! `hack/package.sh test` (dpkg, systemd-analyze).
 
-mod common;
+use crate::common;
 
 use std::os::unix::net::UnixDatagram;
 use std::process::Stdio;

@@ -6,7 +6,7 @@
 //! network namespace by path. A pod that shares one PID namespace, or a
 //! daemon with `drop_infra_ctr = false`, keeps a pause. Root only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

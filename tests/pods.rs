@@ -2,7 +2,7 @@
 //! IPs, reachability, host network, hostPort, hostname and DNS, teardown,
 //! failure rollback and bad requests. Root only.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! back consistent, with running containers still running and nothing
 //! leaked. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

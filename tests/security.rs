@@ -3,7 +3,7 @@
 //! and state trees and finds nothing it can read or enter below them (the
 //! socket stays 0660 root:root). Root only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;

@@ -8,9 +8,8 @@
 //! seeded (`BERTH_SOAK_SEED`) so a failure reproduces; prints its counts.
 //! Root only.
 
-mod common;
-#[path = "common/faults.rs"]
-mod faults;
+use crate::common;
+use crate::common::faults;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

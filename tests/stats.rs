@@ -4,7 +4,7 @@
 //! life, a stalled event subscriber, an OOM kill, the Prometheus endpoint and
 //! the runtime handlers in Status. Pod tests need root.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! process left behind by a client that goes away, and single-use,
 //! expiring tokens. Root only.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 //! `spdy::frame` lifted, the first client gets the daemon OOM-killed in
 //! its cgroup at 512 MiB and the test fails). Root only.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

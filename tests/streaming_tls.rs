@@ -7,7 +7,7 @@
 //! (`SPDY/3.1+portforward.k8s.io`, kubectl 1.31+) to `nc` in the pod; plain
 //! HTTP is refused. Root only.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

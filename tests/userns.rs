@@ -5,7 +5,7 @@
 //! contract for bad requests (InvalidArgument, nothing left behind), NODE
 //! mode, Status, and exec/stats/restart/removal of such pods. Root only.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -4,6 +4,7 @@
 
 pub mod crash;
 pub mod cri;
+pub mod faults;
 pub mod pods;
 pub mod prom;
 pub mod streaming;

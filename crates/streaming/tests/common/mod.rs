@@ -69,6 +69,12 @@ impl Backend for Fake {
                 Ok(0)
             }
             "fail" => {
+                // As a process would, after a moment: kubectl's WebSocket
+                // client (client-go) reads frames before it has made its
+                // streams, and drops those of a stream not made yet
+                // ("Unknown stream id 2, discarding message"); a frame sent
+                // the instant the upgrade is done was seen lost that way.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 if let Some(err) = io.stderr.as_mut() {
                     err.write_all(b"oops\n").await.map_err(internal)?;
                 }

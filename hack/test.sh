@@ -16,20 +16,33 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 started=$SECONDS
+# Minutes and seconds since $1 (a $SECONDS), or of $1 seconds with -d.
 took() {
-  local s=$((SECONDS - $1))
+  local s
+  if [[ $1 == -d ]]; then s=$2; else s=$((SECONDS - $1)); fi
   printf '%dm%02ds' $((s / 60)) $((s % 60))
 }
-# Runs "$@" as the phase NAME and prints its time; stops the run if it fails.
+# CPU: the CPU seconds (user + system) of this shell's finished children:
+# `times` in this shell (a subshell would count its own), read from a file.
+cpu_file=$(mktemp)
+cpu_mark() {
+  times >"$cpu_file"
+  CPU=$(awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } printf "%d", t }' "$cpu_file")
+}
+# Runs "$@" as the phase NAME and prints its time and the CPU time it took
+# (two cores: CPU up to twice the time); stops the run if it fails.
 phase() {
-  local name=$1 start=$SECONDS rc=0
+  local name=$1 start=$SECONDS rc=0 cpu0
   shift
+  cpu_mark
+  cpu0=$CPU
   "$@" || rc=$?
+  cpu_mark
   if ((rc != 0)); then
     echo "test.sh: $name FAILED (exit $rc) after $(took "$start")"
     exit "$rc"
   fi
-  echo "test.sh: $name $(took "$start")"
+  echo "test.sh: $name $(took "$start") (CPU $(took -d $((CPU - cpu0))))"
 }
 
 phase install-deps bash hack/install-deps.sh
@@ -47,7 +60,7 @@ cleanup() {
   for pid in $deb_pid $fuzz_pid; do
     kill -- "-$pid" 2>/dev/null || true
   done
-  rm -f "$log" "$deb_log" "$fuzz_log"
+  rm -f "$log" "$deb_log" "$fuzz_log" "$cpu_file"
   local dir
   for dir in /tmp/berth-registry-*/; do
     [[ -d $dir ]] || continue
@@ -76,7 +89,8 @@ side() {
   ionice -c 3 -p "$BASHPID" 2>/dev/null || true
   local start=$SECONDS rc=0
   "$@" || rc=$?
-  echo "test.sh: $SIDE_NAME $(took "$start")$( ((rc == 0)) || echo " FAILED (exit $rc)")"
+  cpu_mark
+  echo "test.sh: $SIDE_NAME $(took "$start") (CPU $(took -d "$CPU"))$( ((rc == 0)) || echo " FAILED (exit $rc)")"
   return "$rc"
 }
 install_cargo_deb() {
@@ -140,9 +154,12 @@ done
 
 status=0
 start=$SECONDS
+cpu_mark
+cpu0=$CPU
 cargo test --workspace --locked --no-fail-fast -- --include-ignored \
   --test-threads "${BERTH_TEST_THREADS:-4}" "${skip_args[@]}" 2>&1 | tee "$log" || status=$?
-echo "test.sh: tests $(took "$start")$( ((status == 0)) || echo " FAILED")"
+cpu_mark
+echo "test.sh: tests $(took "$start") (CPU $(took -d $((CPU - cpu0))))$( ((status == 0)) || echo " FAILED")"
 
 # The Debian package, made of the debug build the tests just ran (no release
 # build of its own: it would be the longest phase; BERTH_PACKAGE_PROFILE=
@@ -165,7 +182,8 @@ fi
 if [[ -n $fuzz_pid ]]; then
   wait_side fuzz "$fuzz_pid" "$fuzz_log" || status=1
 fi
-echo "test.sh: total $(took "$started")"
+cpu_mark
+echo "test.sh: total $(took "$started") (CPU $(took -d "$CPU"), side jobs included)"
 
 # One closing line for the whole run: the sum over every test binary. The
 # ignored tests ran (--include-ignored) and count as passed or failed;

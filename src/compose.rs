@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::core::mechanisms::{EventSink, Images};
+use crate::core::mechanisms::{EventSink, Images, Plugins};
 use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
@@ -51,6 +51,7 @@ fn mechanisms(
     cni: &berth_cni::Cni,
     images: Arc<dyn Images>,
     events: Arc<dyn EventSink>,
+    plugins: Arc<dyn Plugins>,
 ) -> Mechanisms {
     Mechanisms {
         network: Arc::new(real::Cni(cni.clone())),
@@ -65,6 +66,7 @@ fn mechanisms(
         }),
         images,
         events,
+        plugins,
     }
 }
 
@@ -94,7 +96,14 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
             images: images.clone(),
         },
     });
-    let mech = mechanisms(&config, &layout, &cni, images.clone(), sink);
+    let mech = mechanisms(
+        &config,
+        &layout,
+        &cni,
+        images.clone(),
+        sink,
+        Arc::new(real::NoPlugins),
+    );
     // Host probes and the AppArmor profile load block: not on a worker.
     let options = {
         let (config, layout) = (config.clone(), layout.clone());
@@ -127,6 +136,7 @@ pub async fn recovery_plan(config: &Config, layout: Layout) -> Result<Vec<String
         &cni,
         Arc::new(real::NoImages),
         Arc::new(real::NoEvents),
+        Arc::new(real::NoPlugins),
     );
     let core = Core::new(config.clone(), layout, stores, mech, spec_options(config));
     Ok(core

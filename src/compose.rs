@@ -96,14 +96,15 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
             images: images.clone(),
         },
     });
-    let mech = mechanisms(
-        &config,
-        &layout,
-        &cni,
-        images.clone(),
-        sink,
-        Arc::new(real::NoPlugins),
-    );
+    let nri = config
+        .nri
+        .enable
+        .then(|| crate::nri::NriPlugins::new(config.runtime.cdi_spec_dirs.clone()));
+    let plugins: Arc<dyn Plugins> = match &nri {
+        Some(nri) => nri.clone(),
+        None => Arc::new(real::NoPlugins),
+    };
+    let mech = mechanisms(&config, &layout, &cni, images.clone(), sink, plugins);
     // Host probes and the AppArmor profile load block: not on a worker.
     let options = {
         let (config, layout) = (config.clone(), layout.clone());
@@ -121,7 +122,7 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
         .map_err(Error::join)?
     };
     let core = Core::new(config, layout, stores, mech, options);
-    Ok(Cri::new(core, cni, images, hub))
+    Ok(Cri::new(core, cni, images, hub).with_nri(nri))
 }
 
 /// What recovery would change, from the records on disk; changes nothing.

@@ -48,7 +48,6 @@ impl Core {
     /// An update an NRI plugin asked for (unsolicited, or in a reply about
     /// another container): the same path as UpdateContainerResources, with
     /// no plugin hooks of its own.
-    #[allow(dead_code)] // used by the NRI host (next commit)
     pub async fn update_container_for_plugin(
         &self,
         id: &str,
@@ -59,7 +58,6 @@ impl Core {
         self.apply_resources(&container, linux).await
     }
 
-    #[allow(dead_code)] // used by the NRI host (next commit)
     /// The resources a container has now: the last applied, else its
     /// config's.
     pub fn current_resources(&self, container: &Container) -> v1::LinuxContainerResources {

@@ -254,13 +254,16 @@ pub struct NriPluginStats {
     pub seconds: f64,
 }
 
+/// A per-plugin series: its name, help, and value of one plugin.
+type Series = (&'static str, &'static str, fn(&NriPluginStats) -> String);
+
 /// The NRI plugins' counters in Prometheus text format.
 fn render_nri(plugins: &[NriPluginStats], out: &mut String) {
     use std::fmt::Write;
     let _ = writeln!(out, "# HELP berth_nri_plugins NRI plugins connected now.");
     let _ = writeln!(out, "# TYPE berth_nri_plugins gauge");
     let _ = writeln!(out, "berth_nri_plugins {}", plugins.len());
-    let series: [(&str, &str, fn(&NriPluginStats) -> String); 4] = [
+    let series: [Series; 4] = [
         ("requests_total", "Requests sent to each NRI plugin.", |p| {
             p.requests.to_string()
         }),

@@ -391,3 +391,31 @@ async fn a_pre_installed_plugin_is_launched_and_relaunched_after_a_restart() {
     assert!(sync.contains(&pod) && sync.contains(&id), "{sync}");
     exec(&rig.daemon, &id, &["true"]).await;
 }
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_plugins_unsolicited_update_goes_through_the_update_path() {
+    require_root!();
+    let mut rig = Rig::new("").await;
+    let (_, id) = pod_with_container(&rig, "updated").await;
+    let script = serde_json::json!({
+        "subscribe": ["StopContainer"],
+        "update_after_sync": [{"container_id": id, "resources": {"memory_limit": 33554432}}]
+    });
+    rig.plugin("10", "updater", &script.to_string()).await;
+    let result = wait_for_event(&rig.log("updater"), "UpdateContainersResult").await;
+    assert!(
+        !result.to_string().contains(&id),
+        "the update failed: {result}"
+    );
+    let memory = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max";
+    let out = exec(&rig.daemon, &id, &["sh", "-c", memory]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "33554432");
+    // Recorded as UpdateContainerResources records it.
+    let st = common::cri::container_status(&rig.daemon, &id).await;
+    let limit = st
+        .resources
+        .and_then(|r| r.linux)
+        .map(|l| l.memory_limit_in_bytes);
+    assert_eq!(limit, Some(33554432));
+}

@@ -56,8 +56,9 @@ impl Sandbox {
             self.path("state"),
         );
         // NRI on (berth's default), on this sandbox's own socket and
-        // plugin dirs: daemons in parallel never share one.
-        if !extra.contains("[nri]") {
+        // plugin dirs: daemons in parallel never share one. Not added to a
+        // file that does not parse: a test of a bad file keeps its errors.
+        if !extra.contains("[nri]") && text.parse::<toml::Table>().is_ok() {
             text.push_str(&format!("\n{}", self.nri_section("")));
         }
         std::fs::write(&file, text).unwrap();

@@ -275,3 +275,108 @@ fn resources(o: &mut Map<String, Value>, r: &api::LinuxResources) -> Result<(), 
     map(obj(res, "unified"), &r.unified);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> Spec {
+        serde_json::from_value(json!({
+            "ociVersion": "1.0.2",
+            "process": {"cwd": "/", "args": ["sh"], "env": ["PATH=/bin", "OLD=1"], "user": {"uid": 0, "gid": 0}},
+            "root": {"path": "rootfs"},
+            "annotations": {"gone": "x"},
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "network", "path": "/run/netns/x"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_adjustment_lands_in_the_spec_with_its_removals() {
+        let mut a = api::ContainerAdjustment::new();
+        a.annotations.insert("-gone".into(), String::new());
+        a.annotations.insert("new".into(), "y".into());
+        for (k, v) in [("-OLD", ""), ("NRI", "1")] {
+            a.env.push(api::KeyValue {
+                key: k.into(),
+                value: v.into(),
+                ..Default::default()
+            });
+        }
+        a.rlimits.push(api::POSIXRlimit {
+            type_: "RLIMIT_NOFILE".into(),
+            hard: 10,
+            soft: 5,
+            ..Default::default()
+        });
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.devices.push(api::LinuxDevice {
+            path: "/dev/x".into(),
+            type_: "c".into(),
+            major: 1,
+            minor: 3,
+            ..Default::default()
+        });
+        l.namespaces.push(api::LinuxNamespace {
+            type_: "-network".into(),
+            ..Default::default()
+        });
+        l.oom_score_adj = protobuf::MessageField::some(api::OptionalInt {
+            value: 5,
+            ..Default::default()
+        });
+        let mut r = api::LinuxResources::new();
+        r.rdt_class = protobuf::MessageField::some(api::OptionalString {
+            value: "gold".into(),
+            ..Default::default()
+        });
+        r.unified.insert("memory.high".into(), "1M".into());
+        l.resources = protobuf::MessageField::some(r);
+        a.linux = protobuf::MessageField::some(l);
+        let mut s = spec();
+        apply("c1", &mut s, &a, &Default::default(), &[]).unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["annotations"], json!({"new": "y"}));
+        assert_eq!(v["process"]["env"], json!(["PATH=/bin", "NRI=1"]));
+        assert_eq!(v["process"]["rlimits"][0]["type"], "RLIMIT_NOFILE");
+        assert_eq!(v["process"]["oomScoreAdj"], 5);
+        assert_eq!(v["linux"]["devices"][0]["path"], "/dev/x");
+        assert_eq!(v["linux"]["resources"]["devices"][0]["access"], "rwm");
+        assert_eq!(v["linux"]["namespaces"], json!([{"type": "pid"}]));
+        assert_eq!(v["linux"]["intelRdt"]["closID"], "gold");
+        assert_eq!(v["linux"]["resources"]["unified"]["memory.high"], "1M");
+    }
+
+    #[test]
+    fn what_cannot_be_applied_is_refused_naming_the_plugin() {
+        let mut r = api::LinuxResources::new();
+        r.blockio_class = protobuf::MessageField::some(api::OptionalString {
+            value: "slow".into(),
+            ..Default::default()
+        });
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.resources = protobuf::MessageField::some(r);
+        let mut a = api::ContainerAdjustment::new();
+        a.linux = protobuf::MessageField::some(l);
+        let mut owners = Owners(Default::default());
+        owners.claim("c1", Field::BlockioClass, "10-io").unwrap();
+        let mut s = spec();
+        let before = serde_json::to_value(&s).unwrap();
+        let e = apply("c1", &mut s, &a, &owners.0, &[]).unwrap_err();
+        assert!(
+            e.to_string().contains("10-io") && e.to_string().contains("blockio"),
+            "{e}"
+        );
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            before,
+            "the spec is unchanged"
+        );
+        let mut a = api::ContainerAdjustment::new();
+        a.CDI_devices.push(api::CDIDevice {
+            name: "vendor.com/gpu=0".into(),
+            ..Default::default()
+        });
+        assert!(apply("c1", &mut s, &a, &Default::default(), &[]).is_err());
+    }
+}

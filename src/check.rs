@@ -13,6 +13,7 @@ mod cgroups;
 mod cni;
 mod host;
 mod kernel;
+mod nri;
 mod report;
 mod runtimes;
 
@@ -68,6 +69,7 @@ pub fn run(config: &Config, host: &dyn Host) -> Vec<Item> {
     items.extend(kernel::check_sysctls(host));
     items.push(kernel::check_idmapped_mounts(host));
     items.extend(kernel::check_security_modules(host));
+    items.extend(nri::check_nri(config, host));
     items
 }
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::core::mechanisms::{EventSink, Images};
+use crate::core::mechanisms::{EventSink, Images, Plugins};
 use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
@@ -51,6 +51,7 @@ fn mechanisms(
     cni: &berth_cni::Cni,
     images: Arc<dyn Images>,
     events: Arc<dyn EventSink>,
+    plugins: Arc<dyn Plugins>,
 ) -> Mechanisms {
     Mechanisms {
         network: Arc::new(real::Cni(cni.clone())),
@@ -65,6 +66,7 @@ fn mechanisms(
         }),
         images,
         events,
+        plugins,
     }
 }
 
@@ -94,7 +96,15 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
             images: images.clone(),
         },
     });
-    let mech = mechanisms(&config, &layout, &cni, images.clone(), sink);
+    let nri = config
+        .nri
+        .enable
+        .then(|| crate::nri::NriPlugins::new(config.runtime.cdi_spec_dirs.clone()));
+    let plugins: Arc<dyn Plugins> = match &nri {
+        Some(nri) => nri.clone(),
+        None => Arc::new(real::NoPlugins),
+    };
+    let mech = mechanisms(&config, &layout, &cni, images.clone(), sink, plugins);
     // Host probes and the AppArmor profile load block: not on a worker.
     let options = {
         let (config, layout) = (config.clone(), layout.clone());
@@ -112,7 +122,7 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
         .map_err(Error::join)?
     };
     let core = Core::new(config, layout, stores, mech, options);
-    Ok(Cri::new(core, cni, images, hub))
+    Ok(Cri::new(core, cni, images, hub).with_nri(nri))
 }
 
 /// What recovery would change, from the records on disk; changes nothing.
@@ -127,6 +137,7 @@ pub async fn recovery_plan(config: &Config, layout: Layout) -> Result<Vec<String
         &cni,
         Arc::new(real::NoImages),
         Arc::new(real::NoEvents),
+        Arc::new(real::NoPlugins),
     );
     let core = Core::new(config.clone(), layout, stores, mech, spec_options(config));
     Ok(core

@@ -11,6 +11,7 @@ mod cni;
 mod default_file;
 mod error;
 mod layers;
+mod nri;
 mod runtime;
 mod streaming;
 mod validate;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use cni::CniConfig;
 pub use error::{ConfigError, Origin};
 pub use layers::{Layers, Loaded};
+pub use nri::NriConfig;
 pub use runtime::{systemd_is_running, CgroupDriver, RuntimeConfig, RuntimeHandler};
 pub use streaming::StreamingConfig;
 
@@ -51,6 +53,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The streaming server (exec, attach, port-forward).
     pub streaming: StreamingConfig,
+    /// NRI plugins.
+    pub nri: NriConfig,
 }
 
 /// berth's own Prometheus metrics.
@@ -82,6 +86,7 @@ impl Default for Config {
             registry: berth_oci_image::RegistryConfig::default(),
             metrics: MetricsConfig::default(),
             streaming: StreamingConfig::default(),
+            nri: NriConfig::default(),
         }
     }
 }

@@ -15,7 +15,11 @@
 //!   `berth_container_event_subscribers_dropped_total`;
 //! - `berth_step_duration_seconds{step}`: the steps of the pod and
 //!   container life cycle (a CNI ADD, a record write, the shim running the
-//!   container...), where berth's time goes.
+//!   container, an NRI hook `nri.*`...), where berth's time goes;
+//! - `berth_nri_plugins` and, per connected NRI plugin (`plugin="IDX-NAME"`),
+//!   `berth_nri_plugin_requests_total`, `..._failures_total`,
+//!   `..._timeouts_total` and `berth_nri_plugin_request_seconds_sum`, read
+//!   from NRI at scrape time (a plugin that is gone is no longer listed).
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -225,7 +229,7 @@ pub fn image_pulled(bytes: Option<u64>) {
 }
 
 /// The gauges read from the stores at scrape time.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Gauges {
     /// Containers per state label (`created`, `running`, `exited`, `unknown`).
     pub containers: Vec<(&'static str, usize)>,
@@ -235,6 +239,62 @@ pub struct Gauges {
     pub shims: usize,
     /// GetContainerEvents streams open now.
     pub subscribers: usize,
+    /// The connected NRI plugins' request counters.
+    pub nri_plugins: Vec<NriPluginStats>,
+}
+
+/// One NRI plugin's request counters.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct NriPluginStats {
+    /// `IDX-NAME`.
+    pub plugin: String,
+    pub requests: u64,
+    pub failures: u64,
+    pub timeouts: u64,
+    pub seconds: f64,
+}
+
+/// A per-plugin series: its name, help, and value of one plugin.
+type Series = (&'static str, &'static str, fn(&NriPluginStats) -> String);
+
+/// The NRI plugins' counters in Prometheus text format.
+fn render_nri(plugins: &[NriPluginStats], out: &mut String) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP berth_nri_plugins NRI plugins connected now.");
+    let _ = writeln!(out, "# TYPE berth_nri_plugins gauge");
+    let _ = writeln!(out, "berth_nri_plugins {}", plugins.len());
+    let series: [Series; 4] = [
+        ("requests_total", "Requests sent to each NRI plugin.", |p| {
+            p.requests.to_string()
+        }),
+        (
+            "failures_total",
+            "Requests to each NRI plugin that failed, timed out or broke.",
+            |p| p.failures.to_string(),
+        ),
+        (
+            "timeouts_total",
+            "Requests to each NRI plugin that timed out.",
+            |p| p.timeouts.to_string(),
+        ),
+        (
+            "request_seconds_sum",
+            "Time spent in requests to each NRI plugin.",
+            |p| p.seconds.to_string(),
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(out, "# HELP berth_nri_plugin_{name} {help}");
+        let _ = writeln!(out, "# TYPE berth_nri_plugin_{name} counter");
+        for p in plugins {
+            let plugin = p.plugin.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(
+                out,
+                "berth_nri_plugin_{name}{{plugin=\"{plugin}\"}} {}",
+                value(p)
+            );
+        }
+    }
 }
 
 /// The metrics in Prometheus text format, with `gauges` as they are now.
@@ -252,7 +312,9 @@ pub fn render(gauges: &Gauges) -> String {
     if let Err(e) = TextEncoder::new().encode(&m.registry.gather(), &mut out) {
         tracing::error!(error = %e, "encoding metrics");
     }
-    String::from_utf8_lossy(&out).into_owned()
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    render_nri(&gauges.nri_plugins, &mut text);
+    text
 }
 
 /// Awaits `work`, one step of the life cycle, and records how long it took
@@ -335,7 +397,18 @@ mod tests {
             sandboxes: vec![("ready", 2)],
             shims: 4,
             subscribers: 1,
+            nri_plugins: vec![NriPluginStats {
+                plugin: "10-x".into(),
+                requests: 7,
+                failures: 1,
+                timeouts: 1,
+                seconds: 0.5,
+            }],
         });
+        assert!(text.contains("berth_nri_plugins 1"), "{text}");
+        assert!(text.contains(r#"berth_nri_plugin_requests_total{plugin="10-x"} 7"#));
+        assert!(text.contains(r#"berth_nri_plugin_timeouts_total{plugin="10-x"} 1"#));
+        assert!(text.contains(r#"berth_nri_plugin_request_seconds_sum{plugin="10-x"} 0.5"#));
         assert!(
             text.contains(r#"berth_containers{state="running"} 3"#),
             "{text}"

@@ -129,6 +129,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
             .context("start-up task failed")??;
     }
     cri.recover().await;
+    cri.start_nri().await;
     cri.gate.open();
     cri.start_stats_sampler();
     if let Some(listener) = metrics_listener {
@@ -152,6 +153,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
     };
     remove_socket(&socket);
     streaming.shutdown();
+    cri.stop_nri().await;
     match result {
         Some(result) => result.context("server task failed")?,
         None => tracing::warn!(

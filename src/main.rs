@@ -13,6 +13,7 @@ mod error;
 mod failpoint;
 mod layout;
 mod logging;
+mod nri;
 mod objects;
 mod process;
 mod sandbox;

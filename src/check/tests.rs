@@ -385,3 +385,36 @@ fn run_version_reads_the_first_line_and_times_out() {
     assert!(start.elapsed() < Duration::from_secs(15));
     assert!(run_version(&dir.path().join("none")).is_err());
 }
+
+#[test]
+fn nri_socket_and_plugins() {
+    let mut host = FakeHost::debian();
+    let mut config = Config::default();
+    let nri = |config: &Config, host: &FakeHost| -> Vec<(Status, String)> {
+        run(config, host)
+            .into_iter()
+            .filter(|i| i.name.starts_with("nri"))
+            .map(|i| (i.status, i.detail))
+            .collect()
+    };
+    let items = nri(&config, &host);
+    assert_eq!(items[0].0, Status::Ok);
+    assert!(items[0].1.contains("/var/run/nri/nri.sock"), "{items:?}");
+    assert!(items[1].1.contains("no pre-installed plugins"), "{items:?}");
+    host.dirs.insert("/opt/nri/plugins".into());
+    host.file("/opt/nri/plugins/10-resources", "");
+    host.exe("/opt/nri/plugins/10-resources", Ok(String::new()));
+    host.file("/opt/nri/plugins/README", "");
+    let items = nri(&config, &host);
+    assert!(
+        items[1].1.contains("1 pre-installed plugin(s)") && items[1].1.contains("10-resources"),
+        "{items:?}"
+    );
+    assert_eq!(items[2].0, Status::Warn);
+    assert!(items[2].1.contains("README"));
+    config.nri.enable = false;
+    assert_eq!(
+        nri(&config, &host),
+        [(Status::Info, "disabled ([nri] enable = false)".to_string())]
+    );
+}

@@ -328,3 +328,38 @@ fn commented_defaults_parse_to_the_defaults_and_show_every_key() {
         .collect();
     assert_eq!(uncommented, Config::default_toml());
 }
+
+#[test]
+fn nri_defaults_and_checks() {
+    let nri = Config::default().nri;
+    assert!(nri.enable);
+    let cfg = nri.nri_config().unwrap();
+    assert_eq!(cfg.socket_path, PathBuf::from("/var/run/nri/nri.sock"));
+    assert_eq!(cfg.plugin_path, PathBuf::from("/opt/nri/plugins"));
+    assert_eq!(cfg.plugin_config_path, PathBuf::from("/etc/nri/conf.d"));
+    assert_eq!(cfg.registration_timeout, std::time::Duration::from_secs(5));
+    assert_eq!(cfg.request_timeout, std::time::Duration::from_secs(2));
+    assert!(!cfg.disable_connections);
+    let cfg = parse("[nri]\nenable = false\nplugin_request_timeout = \"500ms\"\n").unwrap();
+    cfg.validate().unwrap();
+    assert!(!cfg.nri.enable);
+    for (text, key) in [
+        ("socket_path = \"nri.sock\"", "nri.socket_path"),
+        ("plugin_path = \"plugins\"", "nri.plugin_path"),
+        (
+            "plugin_request_timeout = \"0s\"",
+            "nri.plugin_request_timeout",
+        ),
+        (
+            "plugin_registration_timeout = \"soon\"",
+            "nri.plugin_registration_timeout",
+        ),
+    ] {
+        let err = parse(&format!("[nri]\n{text}\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}

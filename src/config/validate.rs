@@ -43,6 +43,9 @@ impl Config {
         if let Err((key, message)) = self.streaming.server_config() {
             return Err(value(key, message));
         }
+        if let Err((key, message)) = self.nri.nri_config() {
+            return Err(value(key, message));
+        }
         if let Err(e) = self.registry.validate() {
             return Err(value("registry", e.to_string()));
         }

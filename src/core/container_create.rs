@@ -9,7 +9,7 @@ use cri_api::v1;
 use prost::Message;
 
 use super::container_spec::image_info;
-use super::mechanisms::{chain_ids, EventKind};
+use super::mechanisms::{chain_ids, ContainerEvent, EventKind};
 use super::rollback::Rollback;
 use super::{new_id, now_nanos, retry, timed, Core};
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus};
@@ -59,6 +59,8 @@ impl Core {
                 Ok(())
             },
         );
+        // Plugins being synchronized see the container whole, or hear of it.
+        let sync = self.mech.plugins.block_sync().await;
         let built = match self.container_meta(&id, checked, &sandbox, req.config) {
             Ok((meta, info)) => self.build_container(&mut undo, meta, &sandbox, info).await,
             Err(e) => Err(e),
@@ -75,6 +77,11 @@ impl Core {
             }
             Err(e) => Err(undo.unwind(e).await),
         };
+        drop(sync);
+        if let (Ok(_), Ok(container)) = (&result, self.containers.lookup(&id)) {
+            self.notify_container(ContainerEvent::PostCreate, &sandbox, &container)
+                .await;
+        }
         retry::end(
             &self.containers_in_flight,
             running,
@@ -242,8 +249,10 @@ impl Core {
         self.mount_container_rootfs(&id, &container.meta.rootfs_snapshots, sandbox)
             .await?;
         let image_mounts = self.mount_image_volumes(&container, sandbox).await?;
-        let spec = self
+        let mut spec = self
             .container_spec(&container, sandbox, info, image_mounts)
+            .await?;
+        self.create_container_hook(undo, sandbox, &container, &mut spec)
             .await?;
         failpoint::hit("create_container:after_rootfs");
         timed(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use berth_shim::{ExitInfo, ShimOptions};
 
-use super::mechanisms::{EventKind, Task};
+use super::mechanisms::{ContainerEvent, EventKind, Task};
 use super::{now_nanos, timed, Core};
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
@@ -40,7 +40,19 @@ impl Core {
                 sandbox.meta.id
             )));
         }
-        match self.spawn_container(&container).await {
+        // Plugins hear of it before it runs; one that fails fails the start.
+        let hooked = timed(
+            "nri.start_container",
+            self.mech
+                .plugins
+                .container_event(ContainerEvent::Start, &sandbox, &container),
+        )
+        .await;
+        let spawned = match hooked {
+            Ok(()) => self.spawn_container(&container).await,
+            Err(e) => Err(e),
+        };
+        match spawned {
             Ok((task, pid, started_at)) => {
                 failpoint::hit("start_container:after_start");
                 objects::save(&container, move |s| {
@@ -52,6 +64,8 @@ impl Core {
                 self.container_event(&container, EventKind::Started).await;
                 self.watch_exit(container.clone(), task);
                 tracing::info!(container = %id, pid, "container started");
+                self.notify_container(ContainerEvent::PostStart, &sandbox, &container)
+                    .await;
                 Ok(())
             }
             Err(e) => {

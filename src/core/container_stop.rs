@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::container_start::record_exit;
-use super::mechanisms::EventKind;
+use super::mechanisms::{ContainerEvent, EventKind};
 use super::Core;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
@@ -64,6 +64,7 @@ impl Core {
     /// done again, and reported, by RemoveContainer.
     pub(super) async fn release_exited(&self, container: &Container) {
         let id = &container.meta.id;
+        self.container_stopped_hook(container).await;
         if let Err(e) = self.delete_from_runtime(container).await {
             tracing::warn!(container = %id, error = %e, "deleting the exited container from the runtime");
             return;
@@ -137,7 +138,13 @@ impl Core {
             .files
             .remove_dir(&id, &self.layout.shim_dir(&id))
             .await?;
+        self.notify_container_of_pod(ContainerEvent::Remove, container)
+            .await;
         objects::delete(self.containers.clone(), container).await?;
+        self.plugin_stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
         if self.mech.images.get(&container.meta.image_id).is_none() {
             // Its image was removed while it lived: the snapshots it kept
             // may be unused now.

@@ -4,18 +4,22 @@
 //! a pod's recorded (kubelet owns the pod cgroup, as with CRI-O). Each runs
 //! under the object's lifecycle lock, so a concurrent Stop or Remove waits.
 
+use std::sync::Arc;
+
 use cri_api::v1;
 
-use super::{now_nanos, Core};
-use crate::container::ContainerState;
+use super::mechanisms::{ContainerEvent, PodEvent};
+use super::{now_nanos, timed, Core};
+use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::objects::{self, StoreExt};
 use crate::sandbox::PodResources;
 
 impl Core {
-    /// Applies `linux` to container `id`: through its shim when it runs
-    /// (a failure there changes nothing), then into its bundle's spec and
-    /// its record. `None` changes nothing.
+    /// Applies `linux` to container `id`: checked, offered to the NRI
+    /// plugins (which may change it), then through its shim when it runs
+    /// (a failure there changes nothing), into its bundle's spec and its
+    /// record. `None` changes nothing.
     pub async fn update_container_resources(
         &self,
         id: &str,
@@ -23,10 +27,62 @@ impl Core {
     ) -> Result<(), Error> {
         let container = self.containers.lookup(id)?;
         let _lifecycle = container.lifecycle.lock().await;
-        let id = container.meta.id.clone();
-        let Some(linux) = linux else {
+        let Some(mut linux) = linux else {
             return Ok(());
         };
+        berth_spec::linux_resources(&container.meta.id, &linux, &self.spec_options)?;
+        let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
+        timed(
+            "nri.update_container",
+            self.mech
+                .plugins
+                .update_container(&sandbox, &container, &mut linux),
+        )
+        .await?;
+        self.apply_resources(&container, linux).await?;
+        self.notify_container(ContainerEvent::PostUpdate, &sandbox, &container)
+            .await;
+        Ok(())
+    }
+
+    /// An update an NRI plugin asked for (unsolicited, or in a reply about
+    /// another container): the same path as UpdateContainerResources, with
+    /// no plugin hooks of its own.
+    pub async fn update_container_for_plugin(
+        &self,
+        id: &str,
+        linux: v1::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        let container = self.containers.lookup(id)?;
+        let _lifecycle = container.lifecycle.lock().await;
+        self.apply_resources(&container, linux).await
+    }
+
+    /// The resources a container has now: the last applied, else its
+    /// config's.
+    pub fn current_resources(&self, container: &Container) -> v1::LinuxContainerResources {
+        let applied = container.status().resources;
+        if !applied.is_empty() {
+            if let Ok(r) = <v1::LinuxContainerResources as prost::Message>::decode(&applied[..]) {
+                return r;
+            }
+        }
+        container
+            .meta
+            .config()
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.clone())
+            .unwrap_or_default()
+    }
+
+    /// Applies `linux` to a container whose lifecycle lock the caller holds.
+    async fn apply_resources(
+        &self,
+        container: &Arc<Container>,
+        linux: v1::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        let id = container.meta.id.clone();
         let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options)?;
         // Kept for ContainerStatus once applied.
         let applied = prost::Message::encode_to_vec(&linux);
@@ -51,7 +107,7 @@ impl Core {
             linux.set_resources(Some(merged));
         }
         self.mech.files.write_spec(&id, &path, &spec).await?;
-        objects::save(&container, move |s| s.resources = applied).await?;
+        objects::save(container, move |s| s.resources = applied).await?;
         Ok(())
     }
 
@@ -70,6 +126,13 @@ impl Core {
         for r in [&overhead, &resources].into_iter().flatten() {
             berth_spec::linux_resources(&id, r, &self.spec_options)?;
         }
+        timed(
+            "nri.update_pod_sandbox",
+            self.mech
+                .plugins
+                .update_pod(&sandbox, overhead.as_ref(), resources.as_ref()),
+        )
+        .await?;
         let encode = |r: &Option<v1::LinuxContainerResources>| {
             r.as_ref()
                 .map(prost::Message::encode_to_vec)
@@ -81,6 +144,7 @@ impl Core {
             updated_at: now_nanos(),
         };
         objects::save(&sandbox, move |s| s.resources = Some(recorded)).await?;
+        self.notify_pod(PodEvent::PostUpdate, &sandbox).await;
         Ok(())
     }
 }

@@ -16,8 +16,10 @@ use oci_spec::runtime::{LinuxResources, Process, Spec};
 use tonic::async_trait;
 
 use crate::container::rootfs::ContainerDirs;
+use crate::container::Container;
 use crate::error::Error;
 use crate::sandbox::files::SandboxFiles;
+use crate::sandbox::Sandbox;
 
 /// A pod's network through CNI.
 #[async_trait]
@@ -275,6 +277,82 @@ pub trait EventSink: Send + Sync {
     async fn emit(&self, kind: EventKind, id: &str, sandbox_id: &str);
 }
 
+/// A pod's life-cycle change that NRI plugins hear of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodEvent {
+    /// Set up, before it is ready (a failure fails RunPodSandbox).
+    Run,
+    /// Its containers stopped, before the pause and network go.
+    Stop,
+    /// Before its record goes.
+    Remove,
+    /// UpdatePodSandboxResources recorded.
+    PostUpdate,
+}
+
+/// A container's life-cycle change that NRI plugins hear of (CreateContainer
+/// and UpdateContainer, which may adjust, have methods of their own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerEvent {
+    PostCreate,
+    /// Before it runs (a failure fails StartContainer).
+    Start,
+    PostStart,
+    PostUpdate,
+    /// Once, when it has exited (stopped or by itself).
+    Stop,
+    /// Before its record goes.
+    Remove,
+}
+
+/// Held while a pod or container is being made: plugin synchronization
+/// waits, so a new plugin sees it in its snapshot or gets its events.
+pub type SyncBlock = Box<dyn std::any::Any + Send>;
+
+/// NRI plugins, told of pods and containers at the points containerd tells
+/// them, and adjusting containers as they are made. Takes berth's own
+/// records; the conversion to NRI's types is the implementation's. Updates
+/// plugins ask for other containers go through the core's update path.
+/// Without NRI every call is a no-op.
+#[async_trait]
+pub trait Plugins: Send + Sync {
+    /// Blocks plugin synchronization until dropped.
+    async fn block_sync(&self) -> SyncBlock;
+    /// A pod's event; an error names the plugin.
+    async fn pod_event(&self, event: PodEvent, pod: &Sandbox) -> Result<(), Error>;
+    /// UpdatePodSandboxResources, before the new resources are recorded.
+    async fn update_pod(
+        &self,
+        pod: &Sandbox,
+        overhead: Option<&v1::LinuxContainerResources>,
+        resources: Option<&v1::LinuxContainerResources>,
+    ) -> Result<(), Error>;
+    /// CreateContainer, between spec generation and the bundle: the
+    /// plugins' merged adjustment applied to `spec`, or why not (naming
+    /// the plugin).
+    async fn create_container(
+        &self,
+        pod: &Sandbox,
+        container: &Container,
+        spec: &mut Spec,
+    ) -> Result<(), Error>;
+    /// UpdateContainerResources, before they are applied: plugins may
+    /// change `resources`.
+    async fn update_container(
+        &self,
+        pod: &Sandbox,
+        container: &Container,
+        resources: &mut v1::LinuxContainerResources,
+    ) -> Result<(), Error>;
+    /// A container's other events.
+    async fn container_event(
+        &self,
+        event: ContainerEvent,
+        pod: &Sandbox,
+        container: &Container,
+    ) -> Result<(), Error>;
+}
+
 /// Every mechanism the core uses.
 #[derive(Clone)]
 pub struct Mechanisms {
@@ -287,4 +365,5 @@ pub struct Mechanisms {
     pub runtime: Arc<dyn Runtime>,
     pub images: Arc<dyn Images>,
     pub events: Arc<dyn EventSink>,
+    pub plugins: Arc<dyn Plugins>,
 }

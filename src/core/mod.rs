@@ -20,6 +20,7 @@ mod container_spec;
 mod container_start;
 mod container_stop;
 mod container_update;
+mod plugin_hooks;
 mod sandbox_run;
 mod sandbox_stop;
 
@@ -56,6 +57,8 @@ pub struct Core {
     pods_in_flight: retry::Inflight<SandboxRequest>,
     /// Container creations by name, for retries of abandoned calls.
     containers_in_flight: retry::Inflight<ContainerRequest>,
+    /// Containers whose exit the NRI plugins have been told of.
+    plugin_stopped: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// The record stores, opened from the layout before anything that uses
@@ -125,6 +128,7 @@ impl Core {
             broken: stores.broken,
             pods_in_flight: Default::default(),
             containers_in_flight: Default::default(),
+            plugin_stopped: Default::default(),
         })
     }
 

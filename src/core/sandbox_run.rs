@@ -93,6 +93,8 @@ impl Core {
             true => self.mech.runtime.check(&id, &handler.binary),
             false => Ok(()),
         };
+        // Plugins being synchronized see the pod whole, or hear of it.
+        let sync = self.mech.plugins.block_sync().await;
         let built = match runnable.and_then(|()| self.pause_spec(&meta)) {
             Ok(spec) => {
                 self.build_sandbox(&mut undo, meta, spec, &handler.binary)
@@ -120,6 +122,7 @@ impl Core {
                 Err(e)
             }
         };
+        drop(sync);
         retry::end(&self.pods_in_flight, running, &name, &id, result.is_ok());
         result
     }
@@ -248,6 +251,7 @@ impl Core {
         let task = timed("pause.shim", self.mech.runtime.create(opts)).await?;
         let pid = timed("pause.start", task.start()).await?;
         failpoint::hit("run_pod_sandbox:after_pause");
+        self.run_pod_hook(undo, sandbox).await?;
         let (socket, shm) = (
             berth_shim::ShimPaths::new(&shim_dir).socket(),
             !facts.host_ipc,
@@ -281,6 +285,7 @@ impl Core {
         );
         timed("ns.pin", self.mech.namespaces.pin(id, &dir, facts.pins())).await?;
         failpoint::hit("run_pod_sandbox:after_pause");
+        self.run_pod_hook(undo, sandbox).await?;
         let shm = !facts.host_ipc;
         objects::save(sandbox, move |s| {
             s.state = SandboxState::Ready;

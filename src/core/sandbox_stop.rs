@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::mechanisms::EventKind;
+use super::mechanisms::{EventKind, PodEvent};
 use super::sandbox_run::attachment;
 use super::{timed, Core};
 use crate::error::Error;
@@ -58,6 +58,7 @@ impl Core {
             .remove_dir(&id, &self.layout.shim_dir(&id))
             .await?;
         failpoint::hit("remove_pod_sandbox:before_delete");
+        self.notify_pod(PodEvent::Remove, sandbox).await;
         objects::delete(self.sandboxes.clone(), sandbox).await?;
         self.sandbox_event(&id, EventKind::Deleted).await;
         tracing::info!(pod = %id, "pod sandbox removed");
@@ -80,6 +81,10 @@ impl Core {
             self.container_event(&container, EventKind::Stopped).await;
         }
         failpoint::hit("stop_pod_sandbox:after_containers");
+        // Plugins hear of it once, while it is still there (and listed).
+        if status.state == SandboxState::Ready {
+            self.notify_pod(PodEvent::Stop, sandbox).await;
+        }
         if sandbox.meta.facts().pinned {
             timed(
                 "ns.unpin",

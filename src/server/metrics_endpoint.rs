@@ -53,6 +53,21 @@ fn gauges(cri: &Cri) -> Gauges {
         ],
         shims: count(ContainerState::Running) + sandboxes.iter().filter(|(_, p)| *p).count(),
         subscribers: cri.events.subscribers(),
+        nri_plugins: cri
+            .nri
+            .as_ref()
+            .and_then(|n| n.nri())
+            .map(|nri| nri.stats())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| crate::counters::NriPluginStats {
+                plugin: s.plugin,
+                requests: s.requests,
+                failures: s.failures,
+                timeouts: s.timeouts,
+                seconds: s.latency_sum.as_secs_f64(),
+            })
+            .collect(),
     }
 }
 

@@ -78,6 +78,8 @@ pub struct Cri {
     pub stats: stats::Collector,
     /// The exec/attach/port-forward server, once started ([`Cri::start_streaming`]).
     pub streaming: std::sync::OnceLock<berth_streaming::StreamingServer>,
+    /// NRI, when enabled ([`Cri::start_nri`]).
+    pub nri: Option<Arc<crate::nri::NriPlugins>>,
 }
 
 impl Cri {
@@ -104,7 +106,39 @@ impl Cri {
             statuses,
             stats: stats::Collector::new(),
             streaming: std::sync::OnceLock::new(),
+            nri: None,
         })
+    }
+
+    /// `self` with NRI (see `crate::compose`).
+    pub fn with_nri(mut self: Arc<Cri>, nri: Option<Arc<crate::nri::NriPlugins>>) -> Arc<Cri> {
+        if let Some(cri) = Arc::get_mut(&mut self) {
+            cri.nri = nri;
+        }
+        self
+    }
+
+    /// Starts NRI (after recovery: plugins are synchronized with what is
+    /// there). A failure is logged: pods run on without plugins.
+    pub async fn start_nri(&self) {
+        let Some(nri) = &self.nri else { return };
+        let cfg = match self.core.config.nri.nri_config() {
+            Ok(cfg) => cfg,
+            Err((key, e)) => return tracing::error!(key, error = %e, "NRI not started"),
+        };
+        match nri.start(cfg, &self.core).await {
+            Ok(()) => {
+                tracing::info!(socket = %self.core.config.nri.socket_path.display(), "NRI started")
+            }
+            Err(e) => tracing::error!(error = %e, "NRI not started"),
+        }
+    }
+
+    /// Tells the NRI plugins berth is going (bounded by their timeout).
+    pub async fn stop_nri(&self) {
+        if let Some(nri) = self.nri.as_ref().and_then(|n| n.nri()) {
+            nri.shutdown().await;
+        }
     }
 
     /// Brings the records in line with what runs (before the gate opens).

@@ -50,14 +50,33 @@ impl Sandbox {
     /// Writes a config file: `extra` TOML appended to the paths of this sandbox.
     pub fn write_config(&self, extra: &str) -> PathBuf {
         let file = self.path("config.toml");
-        let text = format!(
+        let mut text = format!(
             "socket = {:?}\nroot = {:?}\nstate = {:?}\nlog_level = \"debug\"\n{extra}",
             self.socket(),
             self.path("root"),
             self.path("state"),
         );
+        // NRI on (berth's default), on this sandbox's own socket and
+        // plugin dirs: daemons in parallel never share one. Not added to a
+        // file that does not parse: a test of a bad file keeps its errors.
+        if !extra.contains("[nri]") && text.parse::<toml::Table>().is_ok() {
+            text.push_str(&format!("\n{}", self.nri_section("")));
+        }
         std::fs::write(&file, text).unwrap();
         file
+    }
+    /// An `[nri]` section on this sandbox's socket and plugin dirs, with
+    /// `extra` keys.
+    pub fn nri_section(&self, extra: &str) -> String {
+        format!(
+            "[nri]\nsocket_path = {:?}\nplugin_path = {:?}\nplugin_config_path = {:?}\n{extra}\n",
+            self.nri_socket(),
+            self.path("nri/plugins"),
+            self.path("nri/conf.d"),
+        )
+    }
+    pub fn nri_socket(&self) -> PathBuf {
+        self.path("nri/nri.sock")
     }
     /// Like [`Sandbox::write_config`], with the sandbox's own (empty) CNI
     /// dir and no default network written into it.

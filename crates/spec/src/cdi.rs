@@ -317,12 +317,23 @@ pub(crate) fn apply(
     spec: &mut Spec,
 ) -> Result<(), Error> {
     let names = requested_cdi_devices(id, config)?;
+    apply_cdi_devices(id, &names, dirs, spec)
+}
+
+/// Resolves the CDI devices `names` (qualified) in `dirs` and applies
+/// their edits to `spec` (the devices an NRI plugin asks for, too).
+pub fn apply_cdi_devices(
+    id: &str,
+    names: &[String],
+    dirs: &[PathBuf],
+    spec: &mut Spec,
+) -> Result<(), Error> {
     if names.is_empty() {
         return Ok(());
     }
     let reg = Registry::load(dirs);
     let mut found = Vec::new();
-    for name in &names {
+    for name in names {
         match reg.devices.get(name) {
             Some(f) => found.push((name, f)),
             None => {

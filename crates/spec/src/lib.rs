@@ -54,7 +54,9 @@ pub use caps::{
     capabilities_from_mask, capability_name, current_capabilities, parse_capability,
     DEFAULT_CAPABILITIES,
 };
-pub use cdi::{requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIRS};
+pub use cdi::{
+    apply_cdi_devices, requested_cdi_devices, CDI_ANNOTATION_PREFIX, DEFAULT_CDI_SPEC_DIRS,
+};
 pub use devices::{device_from_path, host_devices};
 pub use error::{Error, ErrorKind};
 pub use mounts::{

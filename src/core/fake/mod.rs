@@ -8,6 +8,7 @@ mod files;
 mod images;
 mod mounts;
 mod net;
+mod plugins;
 mod shims;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -85,6 +86,12 @@ pub struct Fake {
     pub images: Mutex<BTreeMap<String, berth_oci_image::Image>>,
     /// The attachments CNI ADD was given.
     pub added: Mutex<Vec<berth_cni::Attachment>>,
+    /// Env the fake NRI CreateContainer hook adds.
+    pub nri_env: Mutex<Vec<String>>,
+    /// CPU shares the fake NRI UpdateContainer hook sets.
+    pub nri_cpu_shares: Mutex<Option<i64>>,
+    /// (hook, the state of its pod or container) as each NRI hook ran.
+    pub hook_states: Mutex<Vec<(String, String)>>,
 }
 
 impl Fake {
@@ -106,6 +113,7 @@ impl Fake {
             runtime: Arc::new(fake.clone()),
             images: fake.clone(),
             events: fake.clone(),
+            plugins: fake.clone(),
         }
     }
 
@@ -162,8 +170,17 @@ impl Fake {
         Ok(())
     }
 
-    /// The steps called, in order, without ids.
-    pub fn steps(&self) -> Vec<String> {
+    /// The NRI hooks called, in order (without `nri.` and ids).
+    pub fn hooks(&self) -> Vec<String> {
+        self.all_steps()
+            .into_iter()
+            .filter_map(|s| s.strip_prefix("nri.").map(str::to_string))
+            .filter(|s| s != "block_sync")
+            .collect()
+    }
+
+    /// Every step called (the NRI hooks too), in order, without ids.
+    pub fn all_steps(&self) -> Vec<String> {
         self.log
             .lock()
             .unwrap()
@@ -172,9 +189,16 @@ impl Fake {
             .collect()
     }
 
+    /// The mechanisms' steps called (not the NRI hooks), in order, without ids.
+    pub fn steps(&self) -> Vec<String> {
+        let mut steps = self.all_steps();
+        steps.retain(|s| !s.starts_with("nri."));
+        steps
+    }
+
     /// How many times `step` ran.
     pub fn count(&self, step: &str) -> usize {
-        self.steps().iter().filter(|s| *s == step).count()
+        self.all_steps().iter().filter(|s| *s == step).count()
     }
 
     /// Makes container `id`'s init exit with `code`.

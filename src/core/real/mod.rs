@@ -36,3 +36,52 @@ pub struct NoEvents;
 impl super::mechanisms::EventSink for NoEvents {
     async fn emit(&self, _kind: super::mechanisms::EventKind, _id: &str, _sandbox_id: &str) {}
 }
+
+/// NRI disabled (and the dry run): every hook is a no-op.
+pub struct NoPlugins;
+
+#[async_trait]
+impl super::mechanisms::Plugins for NoPlugins {
+    async fn block_sync(&self) -> super::mechanisms::SyncBlock {
+        Box::new(())
+    }
+    async fn pod_event(
+        &self,
+        _event: super::mechanisms::PodEvent,
+        _pod: &crate::sandbox::Sandbox,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn update_pod(
+        &self,
+        _pod: &crate::sandbox::Sandbox,
+        _overhead: Option<&cri_api::v1::LinuxContainerResources>,
+        _resources: Option<&cri_api::v1::LinuxContainerResources>,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn create_container(
+        &self,
+        _pod: &crate::sandbox::Sandbox,
+        _container: &crate::container::Container,
+        _spec: &mut oci_spec::runtime::Spec,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn update_container(
+        &self,
+        _pod: &crate::sandbox::Sandbox,
+        _container: &crate::container::Container,
+        _resources: &mut cri_api::v1::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+    async fn container_event(
+        &self,
+        _event: super::mechanisms::ContainerEvent,
+        _pod: &crate::sandbox::Sandbox,
+        _container: &crate::container::Container,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
+}

@@ -176,6 +176,7 @@ fn kubelet_pod(name: &str) -> SandboxRequest {
 mod containers;
 mod image_volumes;
 mod pinned;
+mod plugins;
 mod recovery;
 mod retries;
 mod sandboxes;

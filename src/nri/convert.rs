@@ -1,0 +1,238 @@
+//! berth's records and specs as NRI's types, and NRI's resources back as
+//! CRI's (for the core's update path).
+
+use cri_api::v1;
+use protobuf::MessageField;
+use serde_json::Value;
+
+use berth_nri::api;
+
+use crate::container::{Container, ContainerState};
+use crate::sandbox::Sandbox;
+
+/// A pod as plugins see it.
+pub fn pod(sandbox: &Sandbox) -> api::PodSandbox {
+    let config = sandbox.meta.config();
+    let md = config.metadata.clone().unwrap_or_default();
+    let status = sandbox.status();
+    let facts = sandbox.meta.facts();
+    let mut linux = api::LinuxPodSandbox::new();
+    linux.cgroup_parent = facts.cgroup_parent.clone();
+    if let Some(netns) = &sandbox.meta.netns {
+        let mut ns = api::LinuxNamespace::new();
+        ns.type_ = "network".into();
+        ns.path = netns.display().to_string();
+        linux.namespaces.push(ns);
+    }
+    api::PodSandbox {
+        id: sandbox.meta.id.clone(),
+        name: md.name,
+        uid: md.uid,
+        namespace: md.namespace,
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        runtime_handler: sandbox.meta.runtime_handler.clone(),
+        linux: MessageField::some(linux),
+        pid: status.pid.unwrap_or_default(),
+        ips: status.ips.clone(),
+        ..Default::default()
+    }
+}
+
+/// A container as plugins see it: its record, and its OCI spec when there
+/// is one (args, env, mounts, resources).
+pub fn container(container: &Container, spec: Option<&Value>) -> api::Container {
+    let config = container.meta.config();
+    let status = container.status();
+    let state = match status.state {
+        ContainerState::Created => api::ContainerState::CONTAINER_CREATED,
+        ContainerState::Running => api::ContainerState::CONTAINER_RUNNING,
+        ContainerState::Exited => api::ContainerState::CONTAINER_STOPPED,
+        _ => api::ContainerState::CONTAINER_UNKNOWN,
+    };
+    let mut c = api::Container {
+        id: container.meta.id.clone(),
+        pod_sandbox_id: container.meta.sandbox_id.clone(),
+        name: config.metadata.clone().unwrap_or_default().name,
+        state: state.into(),
+        labels: config.labels.clone(),
+        annotations: config.annotations.clone(),
+        pid: status.pid.unwrap_or_default(),
+        created_at: container.meta.created_at,
+        started_at: status.started_at,
+        finished_at: status.finished_at,
+        exit_code: status.exit_code,
+        status_reason: status.reason.clone(),
+        status_message: status.message.clone(),
+        ..Default::default()
+    };
+    if let Some(spec) = spec {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        c.args = strings(&spec["process"]["args"]);
+        c.env = strings(&spec["process"]["env"]);
+        if let Some(mounts) = spec["mounts"].as_array() {
+            c.mounts = mounts.iter().map(mount).collect();
+        }
+        let mut linux = api::LinuxContainer::new();
+        linux.resources = MessageField::some(resources_of(&spec["linux"]["resources"]));
+        linux.cgroups_path = spec["linux"]["cgroupsPath"]
+            .as_str()
+            .unwrap_or_default()
+            .into();
+        c.linux = MessageField::some(linux);
+    }
+    c
+}
+
+fn mount(m: &Value) -> api::Mount {
+    let s = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+    api::Mount {
+        destination: s("destination"),
+        type_: s("type"),
+        source: s("source"),
+        options: m["options"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|o| o.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+fn opt_i64(v: &Value) -> MessageField<api::OptionalInt64> {
+    v.as_i64()
+        .map(|value| {
+            MessageField::some(api::OptionalInt64 {
+                value,
+                ..Default::default()
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn opt_u64(v: &Value) -> MessageField<api::OptionalUInt64> {
+    v.as_u64()
+        .map(|value| {
+            MessageField::some(api::OptionalUInt64 {
+                value,
+                ..Default::default()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// OCI `linux.resources` (as JSON) as NRI's resources.
+fn resources_of(r: &Value) -> api::LinuxResources {
+    let mut out = api::LinuxResources::new();
+    let (mem, cpu) = (&r["memory"], &r["cpu"]);
+    let mut m = api::LinuxMemory::new();
+    m.limit = opt_i64(&mem["limit"]);
+    m.reservation = opt_i64(&mem["reservation"]);
+    m.swap = opt_i64(&mem["swap"]);
+    out.memory = MessageField::some(m);
+    let mut c = api::LinuxCPU::new();
+    c.shares = opt_u64(&cpu["shares"]);
+    c.quota = opt_i64(&cpu["quota"]);
+    c.period = opt_u64(&cpu["period"]);
+    c.cpus = cpu["cpus"].as_str().unwrap_or_default().into();
+    c.mems = cpu["mems"].as_str().unwrap_or_default().into();
+    out.cpu = MessageField::some(c);
+    if let Some(u) = r["unified"].as_object() {
+        for (k, v) in u {
+            out.unified
+                .insert(k.clone(), v.as_str().unwrap_or_default().into());
+        }
+    }
+    out
+}
+
+/// CRI resources as NRI's.
+pub fn resources_from_cri(r: &v1::LinuxContainerResources) -> api::LinuxResources {
+    let mut out = api::LinuxResources::new();
+    let i64f = |value: i64| {
+        (value != 0).then(|| api::OptionalInt64 {
+            value,
+            ..Default::default()
+        })
+    };
+    let u64f = |value: i64| {
+        (value > 0).then(|| api::OptionalUInt64 {
+            value: value as u64,
+            ..Default::default()
+        })
+    };
+    let mut m = api::LinuxMemory::new();
+    m.limit = i64f(r.memory_limit_in_bytes).into();
+    m.swap = i64f(r.memory_swap_limit_in_bytes).into();
+    out.memory = MessageField::some(m);
+    let mut c = api::LinuxCPU::new();
+    c.shares = u64f(r.cpu_shares).into();
+    c.quota = i64f(r.cpu_quota).into();
+    c.period = u64f(r.cpu_period).into();
+    c.cpus = r.cpuset_cpus.clone();
+    c.mems = r.cpuset_mems.clone();
+    out.cpu = MessageField::some(c);
+    out.hugepage_limits = r
+        .hugepage_limits
+        .iter()
+        .map(|h| api::HugepageLimit {
+            page_size: h.page_size.clone(),
+            limit: h.limit,
+            ..Default::default()
+        })
+        .collect();
+    out.unified = r.unified.clone();
+    out
+}
+
+/// `base` with what NRI's `r` sets laid over it.
+pub fn overlay_cri(
+    mut base: v1::LinuxContainerResources,
+    r: &api::LinuxResources,
+) -> v1::LinuxContainerResources {
+    if let Some(m) = r.memory.as_ref() {
+        if let Some(v) = m.limit.as_ref() {
+            base.memory_limit_in_bytes = v.value;
+        }
+        if let Some(v) = m.swap.as_ref() {
+            base.memory_swap_limit_in_bytes = v.value;
+        }
+    }
+    if let Some(c) = r.cpu.as_ref() {
+        if let Some(v) = c.shares.as_ref() {
+            base.cpu_shares = v.value as i64;
+        }
+        if let Some(v) = c.quota.as_ref() {
+            base.cpu_quota = v.value;
+        }
+        if let Some(v) = c.period.as_ref() {
+            base.cpu_period = v.value as i64;
+        }
+        if !c.cpus.is_empty() {
+            base.cpuset_cpus = c.cpus.clone();
+        }
+        if !c.mems.is_empty() {
+            base.cpuset_mems = c.mems.clone();
+        }
+    }
+    for h in &r.hugepage_limits {
+        base.hugepage_limits.retain(|o| o.page_size != h.page_size);
+        base.hugepage_limits.push(v1::HugepageLimit {
+            page_size: h.page_size.clone(),
+            limit: h.limit,
+        });
+    }
+    base.unified.extend(r.unified.clone());
+    base
+}

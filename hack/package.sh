@@ -14,7 +14,7 @@
 #
 # Run as root for `test`; it exits 77 (skipped) when a berth package or
 # /etc/berth is already there. TARGET is $CARGO_TARGET_DIR, else ./target.
-# BERTH_PACKAGE_PROFILE=dev packages the debug build as it is (the one the
+# BERTH_PACKAGE_PROFILE=dev packages the debug build already made (the one the
 # test suite ran, dynamic shim included) instead of the release build:
 # hack/test.sh tests the packaging that way without a release build of its
 # own; the package to ship is the release one (the default).
@@ -54,10 +54,14 @@ case $profile in
       -- -C target-feature=+crt-static
     ;;
   dev)
-    # The debug binaries, staged where cargo-deb looks for a profile's
-    # build (cargo-deb packages only release-like profiles; nothing is
-    # built for this name).
-    cargo build --locked -p berth -p berth-shim --bins
+    # The debug binaries as the caller built them (hack/test.sh: its test
+    # build; a `cargo build` here would resolve features for fewer packages
+    # than `cargo test --workspace` and build much again), staged where
+    # cargo-deb looks for a profile's build (it packages only release-like
+    # profiles; nothing is built for this name).
+    for bin in berth berth-shim; do
+      [[ -x $target/debug/$bin ]] || { log "no $target/debug/$bin: build the workspace first"; exit 1; }
+    done
     out=$target/package-from-debug
     mkdir -p "$out"
     cp "$target/debug/berth" "$target/debug/berth-shim" "$out/"

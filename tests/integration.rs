@@ -16,6 +16,7 @@ mod faults;
 mod grpc_clients;
 mod images;
 mod list_streams;
+mod nri;
 mod package;
 mod pinned;
 mod pods;

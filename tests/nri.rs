@@ -4,7 +4,7 @@
 //! hanging and a crashing plugin, a failing hook, a late plugin
 //! synchronized, a pre-installed plugin relaunched after a restart. Root only.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

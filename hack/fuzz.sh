@@ -33,7 +33,9 @@ took() {
 if ! cargo fuzz --version 2>/dev/null | grep -qF "$cargo_fuzz_version"; then
   start=$SECONDS
   # In a temp dir of its own: CARGO_TARGET_DIR is berth's.
-  env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
+  # A debug build: a fifth of the CPU of a release one, and cargo-fuzz only
+  # drives cargo and the fuzzers.
+  env -u CARGO_TARGET_DIR cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --debug
   echo "fuzz: cargo-fuzz install $(took "$start")"
 fi
 
@@ -43,6 +45,11 @@ if [[ ${BERTH_FUZZ_OCI:-1} == 0 ]]; then
   features=(--no-default-features)
 fi
 build=(-s none --debug-assertions --target-dir "$target_dir" "${features[@]}")
+# BERTH_FUZZ_DEV=1: the targets unoptimized (`--dev`): less CPU to build,
+# fewer runs a second; hack/test.sh's short runs take it.
+if [[ ${BERTH_FUZZ_DEV:-0} == 1 ]]; then
+  build+=(--dev)
+fi
 
 targets=("$@")
 if [[ ${#targets[@]} == 0 ]]; then

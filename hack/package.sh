@@ -81,7 +81,10 @@ berth=$out/berth
 "$berth" completions fish >"$gen/berth.fish"
 
 mkdir -p "$target/debian"
-deb=$(cargo deb --no-build --locked --profile "$profile" -p berth --output "$target/debian/" | tail -n 1)
+# The debug build's package is for the test: packed fast.
+fast=()
+[[ $profile == release ]] || fast=(--fast)
+deb=$(cargo deb --no-build --locked --profile "$profile" "${fast[@]}" -p berth --output "$target/debian/" | tail -n 1)
 [[ -f $deb ]] || { log "cargo deb printed no package path (got: $deb)"; exit 1; }
 log "built $deb"
 [[ $mode == test ]] || { echo "$deb"; exit 0; }

@@ -13,44 +13,33 @@
 
 use std::time::Duration;
 
+/// A module of code generated from `proto/api.proto` (build.rs): lints and
+/// formatting are not ours to hold it to.
+macro_rules! generated {
+    ($name:ident, $file:literal) => {
 #[allow(
-    clippy::all,
-    dead_code,
-    missing_docs,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unused_imports,
-    unused_mut,
-    unused_variables,
-    deprecated,
-    unused_results,
-    unknown_lints,
-    unsafe_code
-)]
-#[rustfmt::skip]
-pub mod api {
-    include!(concat!(env!("OUT_DIR"), "/api.rs"));
+            clippy::all,
+            dead_code,
+            missing_docs,
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals,
+            unused_imports,
+            unused_mut,
+            unused_variables,
+            deprecated,
+            unused_results,
+            unknown_lints,
+            unsafe_code
+        )]
+        #[rustfmt::skip]
+        pub mod $name {
+            include!(concat!(env!("OUT_DIR"), $file));
+        }
+    };
 }
-#[allow(
-    clippy::all,
-    dead_code,
-    missing_docs,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    unused_imports,
-    unused_mut,
-    unused_variables,
-    deprecated,
-    unused_results,
-    unknown_lints,
-    unsafe_code
-)]
-#[rustfmt::skip]
-pub mod api_ttrpc {
-    include!(concat!(env!("OUT_DIR"), "/api_ttrpc.rs"));
-}
+generated!(api, "/api.rs");
+generated!(api_ttrpc, "/api_ttrpc.rs");
 mod config;
 mod dispatch;
 mod error;

@@ -26,6 +26,12 @@ pub enum Error {
     DeadlineExceeded(String),
     #[error("{0} is not implemented by berth yet")]
     Unimplemented(&'static str),
+    /// An RPC berth does not serve, and why.
+    #[error("{rpc} is not implemented by berth: {why}")]
+    NotServed {
+        rpc: &'static str,
+        why: &'static str,
+    },
     #[error("berth is starting up and not ready to serve calls yet")]
     Starting,
     #[error("{0}")]
@@ -123,7 +129,7 @@ impl Error {
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::FailedPrecondition(_) => Code::FailedPrecondition,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
-            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::Unimplemented(_) | Error::NotServed { .. } => Code::Unimplemented,
             Error::Starting | Error::Unavailable(_) => Code::Unavailable,
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::PermissionDenied(_) => Code::PermissionDenied,

@@ -920,3 +920,94 @@ async fn image_ref_and_image_id_as_containerd_fills_them() {
     assert_eq!(st.image_id, image_id, "ContainerStatus image_id");
     remove_pod(&daemon, &pod).await;
 }
+
+/// cri-api v0.37's `Mount.mount_options` (KEP-5855): `noexec`, `nosuid` and
+/// `nodev` land on the bind mount inside the container (a program on it
+/// cannot run, the flags show in its mountinfo), the same mount without
+/// them runs it, and an option berth does not apply is refused naming it,
+/// leaving no container.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn mount_options_are_applied_to_bind_mounts_or_refused() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    let (pod, pod_config, _) = pod(&daemon, "mntopts").await;
+    let host = daemon.sandbox.path("mntopts-data");
+    std::fs::create_dir_all(&host).unwrap();
+    let script = host.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho ran\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let with = |name: &str, opts: &[&str]| {
+        let mut c = container(name, &["sleep", "1000"]);
+        let mut m = mount_at(&host, v1::MountPropagation::PropagationPrivate);
+        m.mount_options = opts.iter().map(|o| o.to_string()).collect();
+        c.mounts = vec![m];
+        c
+    };
+    let tight = cri
+        .create_container(
+            &pod,
+            &pod_config,
+            with("tight", &["noexec", "nosuid", "nodev"]),
+        )
+        .await
+        .unwrap();
+    start(&daemon, &tight).await;
+    let plain = cri
+        .create_container(&pod, &pod_config, with("plain", &[]))
+        .await
+        .unwrap();
+    start(&daemon, &plain).await;
+
+    // runc's own exec of it fails (EACCES); a shell says 126.
+    let e = cri
+        .exec_sync(&tight, &["/data/run.sh"], 10)
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("permission denied"), "{e:?}");
+    let out = cri
+        .exec_sync(&tight, &["sh", "-c", "/data/run.sh"], 10)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 126, "a program on a noexec mount ran");
+    let out = cri.exec_sync(&plain, &["/data/run.sh"], 10).await.unwrap();
+    assert_eq!(out.exit_code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    let flags = |id: String| {
+        let cri = &cri;
+        async move {
+            let cmd = "awk '$5 == \"/data\" { print $6 }' /proc/self/mountinfo";
+            let out = cri.exec_sync(&id, &["sh", "-c", cmd], 10).await.unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    let tight_flags = flags(tight.clone()).await;
+    for f in ["noexec", "nosuid", "nodev"] {
+        assert!(tight_flags.split(',').any(|x| x == f), "{tight_flags}");
+    }
+    assert!(!flags(plain.clone()).await.contains("noexec"));
+
+    let err = cri
+        .create_container(&pod, &pod_config, with("loose", &["nodev", "exec"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+    assert!(
+        err.message().contains("mounts[0].mount_options[1]"),
+        "{}",
+        err.message()
+    );
+    let names: Vec<String> = cri
+        .list_containers(None)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|c| c.metadata.map(|m| m.name))
+        .collect();
+    assert!(!names.contains(&"loose".to_string()), "{names:?}");
+    remove_pod(&daemon, &pod).await;
+}

@@ -131,6 +131,23 @@ async fn rpcs_not_built_yet_are_unimplemented() {
         "{}",
         err.message()
     );
+    // cri-api v0.37's pod checkpoints: Unimplemented, with the reason.
+    let err = rt
+        .checkpoint_pod(v1::CheckpointPodRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(err.message().contains("CheckpointPod"), "{}", err.message());
+    assert!(err.message().contains("CRIU"), "{}", err.message());
+    let err = rt
+        .restore_pod(v1::RestorePodRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unimplemented);
+    assert!(err.message().contains("RestorePod"), "{}", err.message());
+    // And it says it applies v0.37's mount options.
+    let status = cri.status(false).await.unwrap();
+    assert!(status.features.unwrap().mount_options);
 }
 
 #[tokio::test]

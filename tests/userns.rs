@@ -412,10 +412,10 @@ async fn bad_userns_requests_are_invalid_and_leave_nothing() {
             "host root",
             userns_pod("bad", with(|u| u.uids = vec![map(0, 0, 65536)])),
         ),
-        ("host network", {
+        ("host IPC", {
             let mut c = userns_pod("bad", pod_userns(100000));
             let sc = c.linux.as_mut().unwrap().security_context.as_mut().unwrap();
-            sc.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+            sc.namespace_options.as_mut().unwrap().ipc = v1::NamespaceMode::Node as i32;
             c
         }),
     ];
@@ -513,6 +513,11 @@ async fn status_reports_user_namespaces_and_a_restart_keeps_the_pod() {
         assert_eq!(h.features.unwrap().user_namespaces, runs, "{h:?}");
     }
     assert!(!status.runtime_handlers.is_empty());
+    // Host-network userns pods (KEP-5607) where the default handler runs
+    // userns pods: runc, here (a_userns_pod_on_the_host_network runs one).
+    let default = status.runtime_handlers[0].features.unwrap();
+    assert!(default.user_namespaces);
+    assert!(status.features.unwrap().user_namespaces_host_network);
 
     pull(&daemon, &registry().busybox()).await;
     let pod = userns_pod("restart", pod_userns(100000));
@@ -643,6 +648,88 @@ async fn attach_and_port_forward_reach_a_userns_pod() {
     rc.read_stdout_until("hello userns\n", wait).await.unwrap();
     rc.close_stdin().await.unwrap();
     rc.finish(wait).await.unwrap();
+    remove_pod(&daemon, &p).await;
+    assert_eq!(leftovers(&daemon), Vec::<String>::new());
+}
+
+/// KEP-5607 (`user_namespaces_host_network`): a pod in its own user
+/// namespace on the host's network runs: root inside and an unprivileged
+/// range outside, the host's network namespace (the same interfaces, the
+/// same inode), its `/sys` the host's bound read-only, exec works, and
+/// nothing is left after removal (the old code refused it).
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_userns_pod_on_the_host_network() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &registry().busybox()).await;
+    let mut pod = userns_pod("hostnet", pod_userns(100000));
+    let sc = pod
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+    let p = cri.run_pod(&pod).await.expect("RunPodSandbox");
+    let st = cri.pod_status(&p, false).await.unwrap().status.unwrap();
+    assert_eq!(st.state, v1::PodSandboxState::SandboxReady as i32);
+    let c = cri
+        .create_container(&p, &pod, sleeper("c", &pod, Vec::new()))
+        .await
+        .expect("CreateContainer");
+    start(&daemon, &c).await;
+
+    let uid_map = out(&daemon, &c, &["cat", "/proc/self/uid_map"]).await;
+    assert_eq!(
+        uid_map.split_whitespace().collect::<Vec<_>>(),
+        ["0", "100000", "65536"]
+    );
+    assert_eq!(out(&daemon, &c, &["id", "-u"]).await.trim(), "0");
+    let pid = host_pid(&daemon, &c).await;
+    assert_eq!(host_uids(pid), [100000; 4]);
+    let ino = |p: String| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(
+        ino(format!("/proc/{pid}/ns/net")),
+        ino("/proc/self/ns/net".into()),
+        "not the host's network namespace"
+    );
+    assert_ne!(
+        ino(format!("/proc/{pid}/ns/user")),
+        ino("/proc/self/ns/user".into())
+    );
+    // The host's interfaces, through /sys too; and /sys is read-only.
+    let host_links: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let links = out(&daemon, &c, &["ls", "/sys/class/net"]).await;
+    for l in &host_links {
+        assert!(
+            links.split_whitespace().any(|x| x == l),
+            "{l} not in {links}"
+        );
+    }
+    let mountinfo = out(&daemon, &c, &["cat", "/proc/self/mountinfo"]).await;
+    let sys = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some("/sys"))
+        .expect("/sys mounted");
+    assert!(
+        sys.split(' ').nth(5).unwrap().split(',').any(|o| o == "ro"),
+        "{sys}"
+    );
+    let touch = cri
+        .exec_sync(&c, &["sh", "-c", "echo 1 > /sys/kernel/uevent_helper"], 10)
+        .await
+        .unwrap();
+    assert_ne!(touch.exit_code, 0, "/sys was writable");
+    assert!(String::from_utf8_lossy(&touch.stderr).contains("Read-only"));
+
     remove_pod(&daemon, &p).await;
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 }

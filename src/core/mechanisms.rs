@@ -68,6 +68,11 @@ pub trait Namespaces: Send + Sync {
     /// Idempotent: an absent namespace is fine. Removes the pod's userns
     /// tree too (see [`crate::layout::Layout::pod_userns`]).
     async fn remove_netns(&self, id: &str, path: &Path) -> Result<(), Error>;
+    /// A new user namespace with `userns.mapping`, owning nothing, pinned
+    /// at `userns.path`: a pod in its own user namespace on the host's
+    /// network. Removed with the pod's userns tree
+    /// ([`Binds::remove_mounted_tree`]).
+    async fn create_userns(&self, id: &str, userns: &UsernsPin) -> Result<(), Error>;
     /// Pins a pod's new UTS (with its hostname) and IPC namespaces as
     /// `req` asks, in `dir`: a pod without a pause process.
     async fn pin(&self, id: &str, dir: &Path, req: PinRequest) -> Result<(), Error>;

@@ -154,7 +154,10 @@ impl Core {
         // Network namespace and CNI.
         let ips = match sandbox.meta.netns.clone() {
             Some(path) => self.attach_network(undo, &sandbox, &path).await?,
-            None => Vec::new(),
+            None => {
+                self.pin_host_network_userns(undo, &sandbox).await?;
+                Vec::new()
+            }
         };
         self.make_pod_files(undo, &sandbox).await?;
         if sandbox.meta.facts().pinned {
@@ -338,6 +341,36 @@ impl Core {
         let ips = timed("cni.add", self.mech.network.add(id, &attachment)).await?;
         failpoint::hit("run_pod_sandbox:after_cni");
         Ok(ips)
+    }
+
+    /// The user namespace of a pod in its own user namespace on the host's
+    /// network (KEP-5607), pinned where a pod with its own network has it
+    /// pinned with its netns; undone with the pod's userns tree. Nothing for
+    /// other host-network pods.
+    async fn pin_host_network_userns(
+        &self,
+        undo: &mut Rollback,
+        sandbox: &Arc<Sandbox>,
+    ) -> Result<(), Error> {
+        let id = &sandbox.meta.id;
+        let Some(mapping) = sandbox.meta.facts().userns else {
+            return Ok(());
+        };
+        let tree = self.layout.pod_userns(id);
+        undo.push(
+            "remove the pod's userns tree",
+            tree.root.clone(),
+            |core, id, root| async move { core.mech.binds.remove_mounted_tree(&id, &root).await },
+        );
+        let pin = UsernsPin {
+            path: tree.ns(),
+            mapping,
+        };
+        timed(
+            "userns.create",
+            self.mech.namespaces.create_userns(id, &pin),
+        )
+        .await
     }
 
     /// The pause container's spec, from the one generator of specs; built

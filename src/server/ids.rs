@@ -35,11 +35,12 @@ ids! {
         StreamContainerStatsRequest, ListPodSandboxStatsRequest, StreamPodSandboxStatsRequest,
         UpdateRuntimeConfigRequest, StatusRequest, GetEventsRequest, ListMetricDescriptorsRequest,
         ListPodSandboxMetricsRequest, StreamPodSandboxMetricsRequest, RuntimeConfigRequest,
-        ListImagesRequest, StreamImagesRequest, ImageFsInfoRequest,
+        ListImagesRequest, StreamImagesRequest, ImageFsInfoRequest, RestorePodRequest,
     ]
     pod: [
         StopPodSandboxRequest, RemovePodSandboxRequest, PodSandboxStatusRequest,
         PortForwardRequest, PodSandboxStatsRequest, UpdatePodSandboxResourcesRequest,
+        CheckpointPodRequest,
     ]
     container: [
         StartContainerRequest, StopContainerRequest, RemoveContainerRequest,

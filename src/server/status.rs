@@ -59,19 +59,29 @@ impl Cri {
             });
             info.insert("lsm".to_string(), lsm.to_string());
         }
+        let runtime_handlers = runtime_handlers(
+            &self.core.config,
+            user_namespaces_here(&self.core.config).await,
+        )
+        .await;
+        // Host-network pods in their own user namespace (KEP-5607) run
+        // wherever the default handler runs user namespace pods: the same
+        // namespaces and idmapped mounts, with the host's /sys bound.
+        let userns_host_network = runtime_handlers
+            .first()
+            .and_then(|h| h.features.as_ref())
+            .is_some_and(|f| f.user_namespaces);
         Ok(v1::StatusResponse {
             status: Some(v1::RuntimeStatus {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: runtime_handlers(
-                &self.core.config,
-                user_namespaces_here(&self.core.config).await,
-            )
-            .await,
+            runtime_handlers,
             features: Some(v1::RuntimeFeatures {
                 supplemental_groups_policy: true,
-                user_namespaces_host_network: false,
+                user_namespaces_host_network: userns_host_network,
+                // Mount.mount_options (nosuid, nodev, noexec) are applied.
+                mount_options: true,
             }),
         })
     }

@@ -222,6 +222,51 @@ impl NetNs {
     }
 }
 
+/// A new user namespace with `uid_map` and `gid_map` (lines of `inside
+/// outside length`), and no namespace it owns, bind-mounted at `userns` (a
+/// file path; its directory is made and shared as for a network
+/// namespace): the pinned user namespace of a pod on the host's network.
+/// On any failure nothing is left behind; an existing file is
+/// [`Error::AlreadyExists`].
+pub fn create_userns(userns: &Path, uid_map: &str, gid_map: &str) -> Result<(), Error> {
+    let dir = userns.parent().unwrap_or(Path::new("/"));
+    std::fs::create_dir_all(dir).map_err(|e| os(dir, "create directory", e))?;
+    make_shared_mount(dir)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(userns)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => Error::AlreadyExists {
+                path: userns.to_path_buf(),
+            },
+            _ => os(userns, "create mount point file", e),
+        })?;
+    let made = berth_idmap::Holder::spawn(0, uid_map, gid_map)
+        .map_err(|e| os(userns, "make the user namespace", io::Error::other(e)))
+        .and_then(|holder| {
+            mount(
+                Some(&holder.ns_path("user")),
+                userns,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| os(userns, "bind-mount the new namespace", e))
+        });
+    match made {
+        Ok(()) => Ok(()),
+        Err(error) => match remove_path(userns) {
+            Ok(()) => Err(error),
+            Err(cleanup) => Err(Error::Cleanup {
+                error: Box::new(error),
+                cleanup: Box::new(cleanup),
+            }),
+        },
+    }
+}
+
 /// Runs `f` inside the network namespace at `path` on a fresh thread (which
 /// `setns` into it and then exits) and returns its result. Processes that `f`
 /// spawns start in that namespace too.
@@ -511,6 +556,36 @@ mod tests {
         for d in [&netns_dir, &dir.path().join("userns")] {
             let _ = umount2(d.as_path(), MntFlags::MNT_DETACH);
         }
+    }
+
+    #[test]
+    #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+    fn a_user_namespace_alone_is_pinned_with_its_mapping() {
+        // SAFETY: geteuid never fails.
+        assert!(unsafe { libc::geteuid() } == 0, "needs root");
+        let dir = tempfile::tempdir().unwrap();
+        let userns = dir.path().join("userns/p");
+        let map = "0 100000 65536\n";
+        create_userns(&userns, map, map).unwrap();
+        // A user namespace (NS_GET_NSTYPE), not this process's one.
+        let f = File::open(&userns).unwrap();
+        // SAFETY: NS_GET_NSTYPE takes no argument.
+        let kind = unsafe { libc::ioctl(f.as_raw_fd(), libc::NS_GET_NSTYPE) };
+        assert_eq!(kind, libc::CLONE_NEWUSER);
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        assert_ne!(ino(&userns), ino(Path::new("/proc/self/ns/user")));
+        drop(f);
+        // Twice is refused and leaves the first; a bad mapping leaves nothing.
+        assert!(matches!(
+            create_userns(&userns, map, map),
+            Err(Error::AlreadyExists { .. })
+        ));
+        let bad = dir.path().join("userns/q");
+        assert!(create_userns(&bad, "0 0 0\n", map).is_err());
+        assert!(!bad.exists());
+        remove_path(&userns).unwrap();
+        assert!(!userns.exists());
+        let _ = umount2(dir.path().join("userns").as_path(), MntFlags::MNT_DETACH);
     }
 
     #[test]

@@ -75,8 +75,8 @@ pub use seccomp::{
 pub use signal::{cri_signal, cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
 pub use userns::{
-    check_container_user_namespace, idmapped_mounts, pod_user_namespace, user_namespace, IdRange,
-    UserNamespace,
+    check_container_user_namespace, idmapped_mounts, pod_user_namespace, sysfs_bound,
+    user_namespace, IdRange, UserNamespace,
 };
 
 /// The name of berth's default AppArmor profile (used when loaded).

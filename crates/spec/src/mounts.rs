@@ -144,11 +144,22 @@ const DEFAULT_MOUNTS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// The runtime's own mounts. sysfs and the cgroup tree are read-only unless
-/// the container is privileged.
-pub(crate) fn default_mounts(privileged: bool) -> Vec<Mount> {
+/// the container is privileged. `sysfs_bound` (a user namespace on the
+/// host's network, see [`crate::sysfs_bound`]): `/sys` is the host's,
+/// bound recursively and read-only even when privileged (the pod's root is
+/// an unprivileged host uid: it could write nothing there anyway).
+pub(crate) fn default_mounts(privileged: bool, sysfs_bound: bool) -> Vec<Mount> {
     DEFAULT_MOUNTS
         .iter()
         .map(|(dest, typ, options)| {
+            if sysfs_bound && *typ == "sysfs" {
+                return mount(
+                    dest,
+                    "bind",
+                    Path::new("/sys"),
+                    &["rbind", "nosuid", "noexec", "nodev", "ro"],
+                );
+            }
             let mut options = options.to_vec();
             if matches!(*typ, "sysfs" | "cgroup") {
                 options.push(if privileged { "rw" } else { "ro" });
@@ -339,12 +350,47 @@ fn cri_mount(
         }
         "rro"
     };
-    Ok(mount(
-        dest,
-        "bind",
-        &source,
-        &["rbind", propagation, access],
-    ))
+    let mut options = vec!["rbind", propagation, access];
+    options.extend(mount_options(id, field, &m.mount_options)?);
+    Ok(mount(dest, "bind", &source, &options))
+}
+
+/// The bind mount options a CRI mount may ask for (cri-api v0.37's
+/// `Mount.mount_options`, KEP-5855): each one only tightens the mount.
+pub const MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "noexec"];
+
+/// How many `mount_options` one mount may carry (duplicates included).
+const MAX_MOUNT_OPTIONS: usize = 16;
+
+/// A mount's `mount_options`, checked: each one of [`MOUNT_OPTIONS`] (any
+/// other is refused naming it: runc would pass an unknown one to the kernel
+/// as data, or apply a loosening one), each once.
+fn mount_options<'a>(id: &str, field: &str, asked: &'a [String]) -> Result<Vec<&'a str>, Error> {
+    if asked.len() > MAX_MOUNT_OPTIONS {
+        return Err(invalid(
+            id,
+            format!("{field}.mount_options"),
+            format!("{} options, more than {MAX_MOUNT_OPTIONS}", asked.len()),
+        ));
+    }
+    let mut out: Vec<&str> = Vec::new();
+    for (j, o) in asked.iter().enumerate() {
+        if !MOUNT_OPTIONS.contains(&o.as_str()) {
+            return Err(invalid(
+                id,
+                format!("{field}.mount_options[{j}]"),
+                format!(
+                    "{:?} is not a bind mount option berth applies (only {})",
+                    o.chars().take(64).collect::<String>(),
+                    MOUNT_OPTIONS.join(", ")
+                ),
+            ));
+        }
+        if !out.contains(&o.as_str()) {
+            out.push(o);
+        }
+    }
+    Ok(out)
 }
 
 /// The mounts, and the rootfs propagation they need (`rslave` or `rshared`).
@@ -396,7 +442,8 @@ pub(crate) fn mounts(inp: &MountInputs<'_>) -> Result<(Vec<Mount>, Option<String
 
     let dests: HashSet<&str> = supplied.iter().map(|(d, _)| d.as_str()).collect();
     let dev_supplied = dests.contains("/dev");
-    let mut out: Vec<Mount> = default_mounts(inp.privileged)
+    let sysfs_bound = crate::sysfs_bound(inp.userns.is_some(), inp.sandbox.netns.is_none());
+    let mut out: Vec<Mount> = default_mounts(inp.privileged, sysfs_bound)
         .into_iter()
         .filter(|m| {
             let d = m.destination().to_string_lossy();
@@ -606,6 +653,40 @@ mod tests {
         };
         let (_, p) = mounts(&inputs(&c, &sb, &none, &shared)).unwrap();
         assert_eq!(p.as_deref(), Some("rshared"));
+    }
+
+    #[test]
+    fn mount_options_tighten_the_bind_and_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = SandboxInfo::default();
+        let none = BTreeMap::new();
+        let with = |opts: &[&str]| {
+            let mut m = host_mount(
+                dir.path(),
+                "/data",
+                v1::MountPropagation::PropagationPrivate,
+            );
+            m.mount_options = opts.iter().map(|o| o.to_string()).collect();
+            v1::ContainerConfig {
+                mounts: vec![m],
+                ..Default::default()
+            }
+        };
+        let c = with(&["noexec", "nosuid", "nodev", "noexec"]);
+        let (ms, _) = mounts(&inputs(&c, &sb, &none, "")).unwrap();
+        assert_eq!(
+            options_of(&ms, "/data"),
+            vec!["rbind", "rprivate", "rw", "noexec", "nosuid", "nodev"]
+        );
+        for bad in ["exec", "suid", "rw", "remount", "size=1", "", "noexec\0"] {
+            let c = with(&["nodev", bad]);
+            let e = mounts(&inputs(&c, &sb, &none, "")).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument, "{bad}: {e}");
+            assert!(e.to_string().contains("mounts[0].mount_options[1]"), "{e}");
+        }
+        let c = with(&["nodev"; 17]);
+        let e = mounts(&inputs(&c, &sb, &none, "")).unwrap_err();
+        assert!(e.to_string().contains("more than 16"), "{e}");
     }
 
     #[test]

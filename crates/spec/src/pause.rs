@@ -206,7 +206,8 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
     root.set_path(req.rootfs.to_owned());
     root.set_readonly(Some(true));
 
-    let mut mounts: Vec<_> = mounts::default_mounts(false)
+    let sysfs_bound = crate::sysfs_bound(req.userns.is_some(), req.netns.is_none());
+    let mut mounts: Vec<_> = mounts::default_mounts(false, sysfs_bound)
         .into_iter()
         .filter(|m| m.destination() != Path::new("/dev/shm"))
         .collect();

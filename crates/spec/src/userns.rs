@@ -162,9 +162,12 @@ pub fn user_namespace(
 }
 
 /// The pod's user namespace, from its config: see [`user_namespace`]. A pod
-/// in its own user namespace must have its own network, IPC and PID
-/// namespaces too (as Kubernetes validates `hostUsers: false`): a namespace
-/// of the host cannot be owned by the pod's user namespace.
+/// in its own user namespace must have its own IPC and PID namespaces too
+/// (as Kubernetes validates `hostUsers: false`): a namespace of the host
+/// cannot be owned by the pod's user namespace. The host's network is
+/// allowed (KEP-5607, `user_namespaces_host_network`): the pod's root has
+/// no privilege over it, and its `/sys` is the host's, bound read-only (see
+/// [`sysfs_bound`]).
 pub fn pod_user_namespace(
     id: &str,
     config: &v1::PodSandboxConfig,
@@ -177,7 +180,7 @@ pub fn pod_user_namespace(
     let userns = user_namespace(id, options)?;
     if userns.is_some() {
         let o = options.cloned().unwrap_or_default();
-        for (mode, name) in [(o.network, "network"), (o.ipc, "ipc"), (o.pid, "pid")] {
+        for (mode, name) in [(o.ipc, "ipc"), (o.pid, "pid")] {
             if mode == v1::NamespaceMode::Node as i32 {
                 return Err(invalid(
                     id,
@@ -188,6 +191,15 @@ pub fn pod_user_namespace(
         }
     }
     Ok(userns)
+}
+
+/// Whether a pod's `/sys` must be the host's bound read-only instead of a
+/// sysfs of its own: in its own user namespace (`userns`) and the host's
+/// network namespace (`host_network`), the kernel lets only a process
+/// privileged over the network namespace mount sysfs, and the pod's root is
+/// not (as containerd and CRI-O do for KEP-5607).
+pub fn sysfs_bound(userns: bool, host_network: bool) -> bool {
+    userns && host_network
 }
 
 /// A container's `userns_options` against its pod's: unset follows the
@@ -417,9 +429,23 @@ mod tests {
     }
 
     #[test]
-    fn a_userns_pod_cannot_use_host_namespaces() {
+    fn a_userns_pod_cannot_use_host_namespaces_but_the_network() {
+        let config = |o: v1::NamespaceOption| v1::PodSandboxConfig {
+            linux: Some(v1::LinuxPodSandboxConfig {
+                security_context: Some(v1::LinuxSandboxSecurityContext {
+                    namespace_options: Some(o),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut o = kubelets(65536);
+        o.network = v1::NamespaceMode::Node as i32;
+        assert!(pod_user_namespace("p", &config(o)).unwrap().is_some());
+        assert!(sysfs_bound(true, true));
+        assert!(!sysfs_bound(true, false) && !sysfs_bound(false, true));
         for set in [
-            |o: &mut v1::NamespaceOption| o.network = v1::NamespaceMode::Node as i32,
             |o: &mut v1::NamespaceOption| o.ipc = v1::NamespaceMode::Node as i32,
             |o: &mut v1::NamespaceOption| o.pid = v1::NamespaceMode::Node as i32,
         ] {

@@ -73,6 +73,8 @@ impl World {
     /// Forgets every bind mount at or below `dir`.
     pub fn unbind_below(&mut self, dir: &Path) {
         self.binds.retain(|p, _| !p.starts_with(dir));
+        // A pinned user namespace is a bind mount too.
+        self.userns.retain(|p, _| !p.starts_with(dir));
     }
 }
 

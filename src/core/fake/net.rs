@@ -61,6 +61,12 @@ impl Namespaces for Fake {
         }
         Ok(())
     }
+    async fn create_userns(&self, id: &str, userns: &UsernsPin) -> Result<(), Error> {
+        self.call("userns.create", id).await?;
+        let mut world = self.world.lock().unwrap();
+        world.userns.insert(userns.path.clone(), userns.mapping);
+        Ok(())
+    }
     async fn pin(&self, id: &str, dir: &Path, _req: PinRequest) -> Result<(), Error> {
         self.call("ns.pin", id).await?;
         self.world.lock().unwrap().pins.insert(dir.to_path_buf());

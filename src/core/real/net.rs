@@ -108,6 +108,20 @@ impl Namespaces for NetNs {
         .await
     }
 
+    async fn create_userns(&self, id: &str, userns: &UsernsPin) -> Result<(), Error> {
+        let (id, u) = (id.to_string(), userns.clone());
+        blocking(move || {
+            let tree = u.path.parent().unwrap_or(Path::new("/"));
+            private_to(tree, u.mapping.host_root_uid(), u.mapping.host_root_gid())
+                .map_err(Error::io(&id, "creating", tree))?;
+            let (uids, gids) = (u.mapping.uids.map_line(), u.mapping.gids.map_line());
+            berth_netns::create_userns(&u.path, &uids, &gids).map_err(|e| {
+                Error::io(&id, "creating user namespace", &u.path)(std::io::Error::other(e))
+            })
+        })
+        .await
+    }
+
     async fn pin(&self, id: &str, dir: &Path, req: PinRequest) -> Result<(), Error> {
         let (id, dir) = (id.to_string(), dir.to_path_buf());
         blocking(move || {

@@ -146,6 +146,66 @@ async fn each_failing_step_of_a_userns_create_container_leaves_nothing_of_it() {
     }
 }
 
+/// A userns pod on the host's network (KEP-5607).
+fn host_network_userns_pod(name: &str, host: u32) -> SandboxRequest {
+    let mut req = userns_pod(name, host);
+    let linux = req.config.linux.as_mut().unwrap();
+    let sc = linux.security_context.as_mut().unwrap();
+    sc.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+    req
+}
+
+const HOST_NETWORK_USERNS_RUN_STEPS: [&str; 8] = [
+    "userns.create",
+    "files.pod",
+    "files.idmapped_bind",
+    "files.idmapped_bind",
+    "files.pause_bundle",
+    "files.bind",
+    "runtime.create",
+    "task.start",
+];
+
+#[tokio::test]
+async fn a_host_network_userns_pod_pins_a_user_namespace_without_a_netns() {
+    let r = rig();
+    let id = r
+        .core
+        .run_pod_sandbox(host_network_userns_pod("web", 100000))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.fake.steps()[..HOST_NETWORK_USERNS_RUN_STEPS.len()],
+        HOST_NETWORK_USERNS_RUN_STEPS
+    );
+    let tree = r.core.layout.pod_userns(&id);
+    {
+        let w = r.fake.world.lock().unwrap();
+        assert!(w.netns.is_empty() && w.attached.is_empty());
+        let mapping = w.userns[&tree.ns()];
+        assert_eq!(mapping.host_root_uid(), 100000);
+        assert_eq!(w.binds[&tree.files()], Some(tree.ns()));
+    }
+    r.core.stop_pod_sandbox(&id).await.unwrap();
+    r.core.remove_pod_sandbox(&id).await.unwrap();
+    r.assert_empty();
+}
+
+#[tokio::test]
+async fn each_failing_step_of_a_host_network_userns_pod_leaves_nothing() {
+    for step in HOST_NETWORK_USERNS_RUN_STEPS {
+        let r = rig();
+        r.fake.fail(step);
+        let e = r
+            .core
+            .run_pod_sandbox(host_network_userns_pod("web", 100000))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(step), "{step}: {e}");
+        r.assert_empty();
+    }
+}
+
 #[tokio::test]
 async fn bad_userns_requests_make_nothing() {
     let r = rig();

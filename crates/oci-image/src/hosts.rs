@@ -85,6 +85,17 @@ impl HostSpec {
         format!("{scheme}://{}", self.host)
     }
 
+    /// The same host with none of its TLS settings (no CA of its own, no
+    /// client certificate, verified): for other hosts it names.
+    pub(crate) fn without_tls(&self) -> HostSpec {
+        HostSpec {
+            ca: Vec::new(),
+            client: Vec::new(),
+            skip_verify: false,
+            ..self.clone()
+        }
+    }
+
     /// Whether it carries TLS settings of its own.
     pub(crate) fn has_tls_settings(&self) -> bool {
         !self.ca.is_empty() || !self.client.is_empty() || self.skip_verify

@@ -134,8 +134,10 @@ impl Remote {
                 },
             };
             let http = clients.client_for(&spec, timeout)?;
+            let realm_http = clients.client_for(&spec.without_tls(), timeout)?;
             hosts.push(HostClient::new(
                 http,
+                realm_http,
                 spec,
                 domain,
                 creds,

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use berth_oci_image::{Auth, ErrorKind, ImageStore, RegistryConfig};
-use support::hostile::{digest, empty_image, Answer, Log, Seen, Server, TestCa};
+use support::hostile::{digest, empty_image, index_of, Answer, Log, Seen, Server, TestCa};
 
 async fn store(dir: &Path, cfg: RegistryConfig) -> ImageStore {
     ImageStore::open(dir, cfg).await.expect("open store")
@@ -420,4 +420,47 @@ async fn a_token_realm_on_another_host_is_verified_with_the_system_roots() {
             .unwrap_or_else(|e| panic!("{settings}: {e}"));
     }
     assert_eq!(log.of("near-realm").len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_entries_with_path_like_digests_are_refused_before_a_request() {
+    let hex = "0123456789abcdef".repeat(4);
+    let digests = [
+        "sha256:../../x".to_string(),
+        "sha256:../../../blobs/x".to_string(),
+        format!("sha256:{hex}/../../../../x"),
+        "sha256:%2e%2e/x".to_string(),
+        format!("sha256:{}", hex.to_uppercase()),
+        format!("md5:{}", &hex[..32]),
+        hex.clone(),
+    ];
+    let log = Log::default();
+    let table = digests.clone();
+    let reg = Server::start(
+        "registry",
+        "127.0.0.1",
+        None,
+        &log,
+        Arc::new(move |seen: &Seen| {
+            let n: usize = repo(&seen.path)
+                .trim_start_matches("team/evil")
+                .parse()
+                .unwrap_or(0);
+            Answer::ok(support::hostile::OCI_INDEX, index_of(&table[n], 100))
+        }),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path(), RegistryConfig::default()).await;
+    for (n, d) in digests.iter().enumerate() {
+        let before = log.all().len();
+        let e = s
+            .pull(&format!("{}/team/evil{n}:v1", reg.addr), None)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DataLoss, "{d}: {e}");
+        let seen = log.all()[before..].to_vec();
+        assert_eq!(seen.len(), 1, "{d}: {seen:?}");
+        assert!(seen[0].path.ends_with("/manifests/v1"), "{d}: {seen:?}");
+    }
 }

@@ -62,6 +62,11 @@ impl Reference {
             }
             _ => (DEFAULT_DOMAIN.to_string(), name.to_string()),
         };
+        // Host names are case-insensitive: `REGISTRY.K8S.IO/pause` is
+        // `registry.k8s.io/pause`, and must find that registry's mirrors and
+        // hosts.toml (docker's grammar allows upper case in the domain; the
+        // path stays case-sensitive, and lowercase).
+        let domain = domain.to_ascii_lowercase();
         let domain = if domain == "index.docker.io" {
             DEFAULT_DOMAIN.to_string()
         } else {
@@ -254,6 +259,28 @@ mod tests {
         assert_eq!(
             norm("a__b/c-d/e.f/g---h"),
             "docker.io/a__b/c-d/e.f/g---h:latest"
+        );
+    }
+
+    #[test]
+    fn registry_hosts_are_case_folded() {
+        assert_eq!(
+            norm("REGISTRY.K8S.IO/pause"),
+            "registry.k8s.io/pause:latest"
+        );
+        assert_eq!(norm("Quay.IO/a/b:V1"), "quay.io/a/b:V1");
+        assert_eq!(norm("LOCALHOST:5000/app"), "localhost:5000/app:latest");
+        assert_eq!(
+            norm("Docker.IO/busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            norm("INDEX.DOCKER.IO/busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            Reference::parse("REGISTRY.K8S.IO/pause").unwrap().domain(),
+            "registry.k8s.io"
         );
     }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use berth_oci_image::{Auth, ErrorKind, ImageStore, RegistryConfig};
 use support::hostile::{digest, empty_image, index_of, Answer, Log, Seen, Server, TestCa};
+use support::Tripwire;
 
 async fn store(dir: &Path, cfg: RegistryConfig) -> ImageStore {
     ImageStore::open(dir, cfg).await.expect("open store")
@@ -463,4 +464,80 @@ async fn index_entries_with_path_like_digests_are_refused_before_a_request() {
         assert_eq!(seen.len(), 1, "{d}: {seen:?}");
         assert!(seen[0].path.ends_with("/manifests/v1"), "{d}: {seen:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upper_case_registry_names_find_their_configuration() {
+    let log = Log::default();
+    let (_, config) = empty_image();
+    let mirror = Server::start(
+        "mirror",
+        "127.0.0.1",
+        None,
+        &log,
+        registry(move |_| Answer::ok("application/octet-stream", config.clone())),
+    )
+    .await;
+    // Whatever is configured for other registries: never to be contacted.
+    let elsewhere = Tripwire::start().await;
+
+    let hosts = tempfile::tempdir().unwrap();
+    write_hosts(
+        hosts.path(),
+        "registry.example",
+        &format!(
+            "server = \"http://{}\"\n[header]\nx-api-key = \"k-123\"\n",
+            mirror.addr
+        ),
+    );
+    write_hosts(
+        hosts.path(),
+        "_default",
+        &format!("server = \"http://{}\"\n", elsewhere.addr),
+    );
+    let inline = |key: &str| {
+        let text = format!(
+            "[mirrors.{key:?}]\nendpoints = [\"http://{}\"]\nmirror_only = true\n\
+             [mirrors.\"*\"]\nendpoints = [\"http://{}\"]\nmirror_only = true\n",
+            mirror.addr, elsewhere.addr
+        );
+        let cfg: RegistryConfig = toml::from_str(&text).unwrap();
+        cfg.validate().unwrap();
+        cfg
+    };
+    for (what, cfg, name) in [
+        (
+            "hosts.toml",
+            hosts_cfg(hosts.path()),
+            "REGISTRY.EXAMPLE/team/app:v1",
+        ),
+        (
+            "inline mirror",
+            inline("registry.example"),
+            "Registry.Example/team/app:v1",
+        ),
+        (
+            "inline mirror written in upper case",
+            inline("REGISTRY.Example"),
+            "registry.example/team/app:v1",
+        ),
+    ] {
+        let before = log.of("mirror").len();
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), cfg).await;
+        let image = s
+            .pull(name, None)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(image.repo_tags, ["registry.example/team/app:v1"], "{what}");
+        assert_eq!(elsewhere.count(), 0, "{what}: the wrong host was contacted");
+        let seen = log.of("mirror")[before..].to_vec();
+        assert!(!seen.is_empty(), "{what}");
+        for r in &seen {
+            assert!(r.path.contains("ns=registry.example"), "{what}: {r:?}");
+        }
+        // The store finds it by any spelling of the host.
+        assert!(s.get("REGISTRY.example/team/app:v1").is_some(), "{what}");
+    }
+    assert!(log.of("mirror")[0].header("x-api-key") == Some("k-123"));
 }

@@ -65,8 +65,16 @@ impl Reference {
         // Host names are case-insensitive: `REGISTRY.K8S.IO/pause` is
         // `registry.k8s.io/pause`, and must find that registry's mirrors and
         // hosts.toml (docker's grammar allows upper case in the domain; the
-        // path stays case-sensitive, and lowercase).
-        let domain = domain.to_ascii_lowercase();
+        // path stays case-sensitive, and lowercase). A domain that would
+        // not be one in lower case (`MYHOST/app`: no dot, no port) keeps its
+        // case, so that the name parses back to itself; the registry
+        // configuration is looked up case-folded anyway (`hosts.rs`).
+        let lower = domain.to_ascii_lowercase();
+        let domain = if lower.contains(['.', ':']) || lower == "localhost" {
+            lower
+        } else {
+            domain
+        };
         let domain = if domain == "index.docker.io" {
             DEFAULT_DOMAIN.to_string()
         } else {
@@ -282,6 +290,17 @@ mod tests {
             Reference::parse("REGISTRY.K8S.IO/pause").unwrap().domain(),
             "registry.k8s.io"
         );
+        // Every name parses back to itself.
+        for text in [
+            "REGISTRY.K8S.IO/pause",
+            "MYHOST/app",
+            "LocalHost/app",
+            "Busybox/x",
+        ] {
+            let r = Reference::parse(text).unwrap();
+            assert_eq!(Reference::parse(&r.to_string()).unwrap(), r, "{text}");
+        }
+        assert_eq!(norm("MYHOST/app"), "MYHOST/app:latest");
     }
 
     #[test]

@@ -103,6 +103,116 @@ fn reach_ip(ip: IpAddr) -> Reach {
     }
 }
 
+/// The host name of `url` (a URL or `scheme://host[:port]`), lowercase,
+/// without brackets or a trailing dot.
+fn host_name(url: &str) -> Option<String> {
+    let url = Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// Addresses looked up by name in place of the system's resolver (tests).
+#[cfg(test)]
+type DnsTable = std::sync::Arc<HashMap<String, Vec<IpAddr>>>;
+
+/// The resolver of every client: a name that is not the configured host's
+/// (or a proxy's) may not resolve to a loopback, link-local or metadata
+/// address unless the configured host is one of the same kind: the address
+/// rule of redirects and token realms, applied to what names resolve to
+/// (`metadata.google.internal` is 169.254.169.254). Addresses of other
+/// kinds among the answers are kept; a name with none is refused.
+#[derive(Clone)]
+struct GuardedResolver {
+    /// Names that may resolve to anything: the configured host, its proxy,
+    /// the proxies of the environment.
+    trusted: Vec<String>,
+    /// The kind of the configured host.
+    own: Reach,
+    #[cfg(test)]
+    table: Option<DnsTable>,
+}
+
+impl GuardedResolver {
+    fn for_spec(spec: &HostSpec) -> GuardedResolver {
+        let mut trusted: Vec<String> = Vec::new();
+        trusted.extend(host_name(&spec.origin()));
+        trusted.extend(spec.proxy.as_deref().and_then(host_name));
+        for var in ["http_proxy", "https_proxy", "all_proxy"] {
+            for var in [var.to_string(), var.to_ascii_uppercase()] {
+                if let Ok(p) = std::env::var(var) {
+                    let p = if p.contains("://") {
+                        p
+                    } else {
+                        format!("http://{p}")
+                    };
+                    trusted.extend(host_name(&p));
+                }
+            }
+        }
+        let own = Url::parse(&spec.origin())
+            .ok()
+            .map(|u| reach(u.host_str().unwrap_or("")))
+            .unwrap_or(Reach::Public);
+        GuardedResolver {
+            trusted,
+            own,
+            #[cfg(test)]
+            table: None,
+        }
+    }
+
+    /// The addresses of `name` that may be connected to.
+    fn filter(
+        &self,
+        name: &str,
+        addrs: Vec<std::net::SocketAddr>,
+    ) -> Result<Vec<std::net::SocketAddr>, String> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if self.trusted.contains(&name) {
+            return Ok(addrs);
+        }
+        let found = addrs.len();
+        let kept: Vec<_> = addrs
+            .into_iter()
+            .filter(|a| matches!(reach_ip(a.ip()), Reach::Public) || reach_ip(a.ip()) == self.own)
+            .collect();
+        if kept.is_empty() && found > 0 {
+            return Err(format!(
+                "refusing {name}: it resolves to loopback, link-local or metadata addresses only"
+            ));
+        }
+        Ok(kept)
+    }
+
+    async fn lookup(&self, name: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        #[cfg(test)]
+        if let Some(table) = &self.table {
+            let ips = table.get(name).cloned().unwrap_or_default();
+            return Ok(ips
+                .into_iter()
+                .map(|ip| std::net::SocketAddr::new(ip, 0))
+                .collect());
+        }
+        Ok(tokio::net::lookup_host((name, 0)).await?.collect())
+    }
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let this = self.clone();
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs = this.lookup(&name).await?;
+            let kept = this.filter(&name, addrs)?;
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
 /// `scheme://host[:port]` of `url`, for messages (never its path or query:
 /// a storage URL's query carries its signature).
 fn origin_of(url: &Url) -> String {
@@ -167,6 +277,8 @@ pub fn install_crypto_provider() {
 pub(crate) struct ClientCache {
     clients: Mutex<HashMap<String, reqwest::Client>>,
     warned: Mutex<HashSet<String>>,
+    #[cfg(test)]
+    dns: Option<DnsTable>,
 }
 
 impl ClientCache {
@@ -178,9 +290,10 @@ impl ClientCache {
         timeout: Duration,
     ) -> Result<reqwest::Client, Error> {
         let mut key = Sha256::new();
+        // The host is part of the key: the resolver guards on its behalf.
         key.update(format!(
-            "{}\0{timeout:?}\0{:?}\0{:?}\0{}\0",
-            spec.plain_http, spec.dial_timeout, spec.proxy, spec.skip_verify
+            "{}\0{}\0{timeout:?}\0{:?}\0{:?}\0{}\0",
+            spec.host, spec.plain_http, spec.dial_timeout, spec.proxy, spec.skip_verify
         ));
         let tls = !spec.plain_http;
         let mut cas = Vec::new();
@@ -218,6 +331,13 @@ impl ClientCache {
             .read_timeout(timeout)
             // Followed by `HostClient::get`, which checks every hop.
             .redirect(reqwest::redirect::Policy::none());
+        #[allow(unused_mut)]
+        let mut resolver = GuardedResolver::for_spec(spec);
+        #[cfg(test)]
+        {
+            resolver.table = self.dns.clone();
+        }
+        b = b.dns_resolver(resolver);
         for (path, pem) in cas {
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .ok()
@@ -937,6 +1057,134 @@ mod tests {
             let url = Url::parse(url).unwrap();
             assert_eq!(reach(url.host_str().unwrap()), Metadata, "{url}");
         }
+    }
+
+    /// A listener on 127.0.0.1 that answers every connection with `answer`
+    /// and counts connections.
+    async fn answering(answer: String) -> (u16, Arc<std::sync::atomic::AtomicU64>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (port, count)
+    }
+
+    #[tokio::test]
+    async fn names_resolving_to_loopback_are_refused_unless_the_host_is_one() {
+        // The resolver is a table here: every name is 127.0.0.1, so nothing
+        // leaves loopback whatever the client does.
+        let lo: IpAddr = Ipv4Addr::LOCALHOST.into();
+        let table: DnsTable = Arc::new(
+            [("registry.example", lo), ("sneaky.example", lo)]
+                .into_iter()
+                .map(|(n, ip)| (n.to_string(), vec![ip]))
+                .collect(),
+        );
+        let (target, reached) =
+            answering("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".into())
+                .await;
+        let (reg, _) = answering(format!(
+            "HTTP/1.1 307 X\r\nLocation: http://sneaky.example:{target}/x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ))
+        .await;
+        let client = |host: String| {
+            let spec = HostSpec {
+                plain_http: true,
+                host,
+                path: "/v2".into(),
+                pull: true,
+                resolve: true,
+                ca: vec![],
+                client: vec![],
+                skip_verify: false,
+                header: vec![],
+                dial_timeout: None,
+                proxy: None,
+                upstream: true,
+                source: "test".into(),
+            };
+            let cache = ClientCache {
+                dns: Some(table.clone()),
+                ..Default::default()
+            };
+            let http = cache.client_for(&spec, Duration::from_secs(10)).unwrap();
+            let realm = cache
+                .client_for(&spec.without_tls(), Duration::from_secs(10))
+                .unwrap();
+            let domain = spec.host.clone();
+            HostClient::new(http, realm, spec, &domain, Creds::Anonymous, "ref", "a")
+        };
+        let digest = format!("sha256:{}", "a".repeat(64));
+
+        // A registry by name (its own name may resolve to loopback): the
+        // redirect's name that resolves to loopback is refused.
+        let e = client(format!("registry.example:{reg}"))
+            .blob(&digest)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("refusing sneaky.example"), "{e}");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // A loopback registry may send us to loopback.
+        client(format!("127.0.0.1:{reg}"))
+            .blob(&digest)
+            .await
+            .unwrap();
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn resolved_addresses_are_filtered_by_kind() {
+        let spec = |host: &str| HostSpec {
+            plain_http: false,
+            host: host.into(),
+            path: "/v2".into(),
+            pull: true,
+            resolve: true,
+            ca: vec![],
+            client: vec![],
+            skip_verify: false,
+            header: vec![],
+            dial_timeout: None,
+            proxy: Some("http://LocalProxy:3128".into()),
+            upstream: true,
+            source: "test".into(),
+        };
+        let a = |ip: &str| std::net::SocketAddr::new(ip.parse().unwrap(), 0);
+        let r = GuardedResolver::for_spec(&spec("Registry.Example"));
+        let e = r
+            .filter("metadata.google.internal.", vec![a("169.254.169.254")])
+            .unwrap_err();
+        assert!(e.contains("metadata.google.internal"), "{e}");
+        assert!(r.filter("x.example", vec![a("::1"), a("fe80::1")]).is_err());
+        // Public ones are kept, the others dropped.
+        assert_eq!(
+            r.filter("cdn.example", vec![a("127.0.0.1"), a("192.0.2.1")])
+                .unwrap(),
+            [a("192.0.2.1")]
+        );
+        // The configured host and its proxy resolve to anything.
+        for name in ["registry.example", "REGISTRY.example.", "localproxy"] {
+            assert_eq!(
+                r.filter(name, vec![a("127.0.0.1")]).unwrap(),
+                [a("127.0.0.1")]
+            );
+        }
+        // A link-local registry may use link-local storage, not the metadata.
+        let r = GuardedResolver::for_spec(&spec("169.254.3.4:5000"));
+        assert!(r.filter("s.example", vec![a("169.254.9.9")]).is_ok());
+        assert!(r.filter("s.example", vec![a("169.254.169.254")]).is_err());
     }
 
     #[tokio::test]

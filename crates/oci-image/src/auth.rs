@@ -225,7 +225,12 @@ impl NodeAuths {
             if let Some((_, _, a)) = self.entries.iter().find(|(k, _, _)| k == host) {
                 return Some(a);
             }
-            if let Some((_, _, a)) = self.entries.iter().find(|(_, h, _)| h == host) {
+            // Host names are case-insensitive.
+            if let Some((_, _, a)) = self
+                .entries
+                .iter()
+                .find(|(_, h, _)| h.eq_ignore_ascii_case(host))
+            {
                 return Some(a);
             }
         }

@@ -6,17 +6,29 @@
 //! bodies) is capped while it is read, so a hostile registry cannot make us
 //! allocate more than the cap.
 //!
+//! Redirects are followed here, not by reqwest, one hop at a time (at most
+//! [`MAX_REDIRECTS`]), each checked before it is connected to: never from
+//! HTTPS to HTTP; a manifest by tag only over the scheme its host is
+//! configured with; never to a loopback, link-local or metadata address
+//! unless the configured host is one of the same kind (an image name must
+//! not reach the node's own services through a registry). The host's
+//! configured headers and credentials go to the configured host only, and
+//! the body of an error answer is quoted only when that host sent it. A
+//! bearer token realm on another host is verified with the system's roots,
+//! not with the registry's own CA or `skip_verify`.
+//!
 //! `oci-client` was dropped for this: it reads manifests and token answers
 //! whole before any size check, has no client certificates and one TLS
 //! setting per client, and cannot use a path prefix or extra headers.
 
 use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, WWW_AUTHENTICATE};
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, LOCATION, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 
@@ -32,6 +44,184 @@ const MAX_ERROR_BODY: usize = 16 << 10;
 pub(crate) const SMALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// Clients kept for reuse (distinct TLS settings).
 const MAX_CLIENTS: usize = 64;
+/// Redirects followed for one request (as many as reqwest's default).
+pub(crate) const MAX_REDIRECTS: usize = 10;
+/// The cloud metadata service (AWS, GCP, Azure, OpenStack...).
+const METADATA_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
+/// AWS's IPv6 metadata service.
+const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+
+/// What kind of address a URL's host is, for the redirect and token realm
+/// checks: anything but `Public` is reached only from a configured host of
+/// the same kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    Public,
+    /// 127.0.0.0/8, ::1, the unspecified addresses, `localhost`.
+    Loopback,
+    /// 169.254.0.0/16, fe80::/10.
+    LinkLocal,
+    /// 169.254.169.254, fd00:ec2::254.
+    Metadata,
+}
+
+/// The kind of `host` (a URL's host: a name, an IPv4 address or a
+/// bracketed IPv6 one). The `url` crate has already turned the other
+/// spellings of IPv4 addresses (`0x7f.1`, `2130706433`) into dotted ones.
+pub(crate) fn reach(host: &str) -> Reach {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .trim_end_matches('.');
+    match bare.parse::<IpAddr>() {
+        Ok(ip) => reach_ip(ip),
+        Err(_) => {
+            let name = bare.to_ascii_lowercase();
+            if name == "localhost" || name.ends_with(".localhost") {
+                Reach::Loopback
+            } else {
+                Reach::Public
+            }
+        }
+    }
+}
+
+fn reach_ip(ip: IpAddr) -> Reach {
+    match ip {
+        IpAddr::V4(v4) if v4 == METADATA_V4 => Reach::Metadata,
+        IpAddr::V4(v4) if v4.is_loopback() || v4.is_unspecified() => Reach::Loopback,
+        IpAddr::V4(v4) if v4.is_link_local() => Reach::LinkLocal,
+        IpAddr::V4(_) => Reach::Public,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => reach_ip(IpAddr::V4(v4)),
+            None if v6 == METADATA_V6 => Reach::Metadata,
+            None if v6.is_loopback() || v6.is_unspecified() => Reach::Loopback,
+            None if v6.segments()[0] & 0xffc0 == 0xfe80 => Reach::LinkLocal,
+            None => Reach::Public,
+        },
+    }
+}
+
+/// The host name of `url` (a URL or `scheme://host[:port]`), lowercase,
+/// without brackets or a trailing dot.
+fn host_name(url: &str) -> Option<String> {
+    let url = Url::parse(url).ok()?;
+    let host = url.host_str()?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    Some(host.trim_end_matches('.').to_ascii_lowercase())
+}
+
+/// Addresses looked up by name in place of the system's resolver (tests).
+#[cfg(test)]
+type DnsTable = std::sync::Arc<HashMap<String, Vec<IpAddr>>>;
+
+/// The resolver of every client: a name that is not the configured host's
+/// (or a proxy's) may not resolve to a loopback, link-local or metadata
+/// address unless the configured host is one of the same kind: the address
+/// rule of redirects and token realms, applied to what names resolve to
+/// (`metadata.google.internal` is 169.254.169.254). Addresses of other
+/// kinds among the answers are kept; a name with none is refused.
+#[derive(Clone)]
+struct GuardedResolver {
+    /// Names that may resolve to anything: the configured host, its proxy,
+    /// the proxies of the environment.
+    trusted: Vec<String>,
+    /// The kind of the configured host.
+    own: Reach,
+    #[cfg(test)]
+    table: Option<DnsTable>,
+}
+
+impl GuardedResolver {
+    fn for_spec(spec: &HostSpec) -> GuardedResolver {
+        let mut trusted: Vec<String> = Vec::new();
+        trusted.extend(host_name(&spec.origin()));
+        trusted.extend(spec.proxy.as_deref().and_then(host_name));
+        for var in ["http_proxy", "https_proxy", "all_proxy"] {
+            for var in [var.to_string(), var.to_ascii_uppercase()] {
+                if let Ok(p) = std::env::var(var) {
+                    let p = if p.contains("://") {
+                        p
+                    } else {
+                        format!("http://{p}")
+                    };
+                    trusted.extend(host_name(&p));
+                }
+            }
+        }
+        let own = Url::parse(&spec.origin())
+            .ok()
+            .map(|u| reach(u.host_str().unwrap_or("")))
+            .unwrap_or(Reach::Public);
+        GuardedResolver {
+            trusted,
+            own,
+            #[cfg(test)]
+            table: None,
+        }
+    }
+
+    /// The addresses of `name` that may be connected to.
+    fn filter(
+        &self,
+        name: &str,
+        addrs: Vec<std::net::SocketAddr>,
+    ) -> Result<Vec<std::net::SocketAddr>, String> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if self.trusted.contains(&name) {
+            return Ok(addrs);
+        }
+        let found = addrs.len();
+        let kept: Vec<_> = addrs
+            .into_iter()
+            .filter(|a| matches!(reach_ip(a.ip()), Reach::Public) || reach_ip(a.ip()) == self.own)
+            .collect();
+        if kept.is_empty() && found > 0 {
+            return Err(format!(
+                "refusing {name}: it resolves to loopback, link-local or metadata addresses only"
+            ));
+        }
+        Ok(kept)
+    }
+
+    async fn lookup(&self, name: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        #[cfg(test)]
+        if let Some(table) = &self.table {
+            let ips = table.get(name).cloned().unwrap_or_default();
+            return Ok(ips
+                .into_iter()
+                .map(|ip| std::net::SocketAddr::new(ip, 0))
+                .collect());
+        }
+        Ok(tokio::net::lookup_host((name, 0)).await?.collect())
+    }
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let this = self.clone();
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            let addrs = this.lookup(&name).await?;
+            let kept = this.filter(&name, addrs)?;
+            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// `scheme://host[:port]` of `url`, for messages (never its path or query:
+/// a storage URL's query carries its signature).
+fn origin_of(url: &Url) -> String {
+    let host = url.host_str().unwrap_or("");
+    match url.port() {
+        Some(p) => format!("{}://{host}:{p}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    }
+}
 
 /// The `Error::source` chain of `e` in one line (TLS and connection errors
 /// hide below reqwest's own message).
@@ -87,6 +277,8 @@ pub fn install_crypto_provider() {
 pub(crate) struct ClientCache {
     clients: Mutex<HashMap<String, reqwest::Client>>,
     warned: Mutex<HashSet<String>>,
+    #[cfg(test)]
+    dns: Option<DnsTable>,
 }
 
 impl ClientCache {
@@ -98,9 +290,10 @@ impl ClientCache {
         timeout: Duration,
     ) -> Result<reqwest::Client, Error> {
         let mut key = Sha256::new();
+        // The host is part of the key: the resolver guards on its behalf.
         key.update(format!(
-            "{}\0{timeout:?}\0{:?}\0{:?}\0{}\0",
-            spec.plain_http, spec.dial_timeout, spec.proxy, spec.skip_verify
+            "{}\0{}\0{timeout:?}\0{:?}\0{:?}\0{}\0",
+            spec.host, spec.plain_http, spec.dial_timeout, spec.proxy, spec.skip_verify
         ));
         let tls = !spec.plain_http;
         let mut cas = Vec::new();
@@ -135,7 +328,16 @@ impl ClientCache {
                     .unwrap_or(Duration::from_secs(30))
                     .min(timeout),
             )
-            .read_timeout(timeout);
+            .read_timeout(timeout)
+            // Followed by `HostClient::get`, which checks every hop.
+            .redirect(reqwest::redirect::Policy::none());
+        #[allow(unused_mut)]
+        let mut resolver = GuardedResolver::for_spec(spec);
+        #[cfg(test)]
+        {
+            resolver.table = self.dns.clone();
+        }
+        b = b.dns_resolver(resolver);
         for (path, pem) in cas {
             let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .ok()
@@ -197,7 +399,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// One host of one pull: where to send, how to authenticate.
 pub(crate) struct HostClient {
     http: reqwest::Client,
+    /// For a token realm on another host: the system's roots only, no
+    /// client certificate (see [`HostSpec::without_tls`]).
+    realm_http: reqwest::Client,
     pub spec: HostSpec,
+    /// The configured host as a URL (`None` if it is not one: then no
+    /// request is made).
+    origin: Option<Url>,
     /// The registry the image is named under, sent as `ns` to other hosts.
     ns: Option<String>,
     creds: Creds,
@@ -208,8 +416,10 @@ pub(crate) struct HostClient {
 }
 
 impl HostClient {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         http: reqwest::Client,
+        realm_http: reqwest::Client,
         spec: HostSpec,
         domain: &str,
         creds: Creds,
@@ -222,7 +432,9 @@ impl HostClient {
         };
         HostClient {
             http,
-            ns: (spec.host != domain).then(|| domain.to_string()),
+            realm_http,
+            origin: Url::parse(&spec.origin()).ok(),
+            ns: (!spec.host.eq_ignore_ascii_case(domain)).then(|| domain.to_string()),
             spec,
             creds,
             authorization: Mutex::new(authorization),
@@ -252,32 +464,24 @@ impl HostClient {
     }
 
     /// GET `<api root>/<repository>/<tail>`, authenticating when the
-    /// registry asks to; errors for every answer but 2xx.
+    /// registry asks to, following the redirects [`Self::check_redirect`]
+    /// allows; errors for every answer but 2xx. `by_tag`: what is fetched
+    /// is not addressed by digest (a manifest by tag).
     pub(crate) async fn get(
         &self,
         tail: &str,
         accept: Option<&str>,
         timeout: Option<Duration>,
+        by_tag: bool,
     ) -> Result<Response, Error> {
         let url = self.url(tail)?;
         let mut authorized = false;
         loop {
-            let mut req = self.http.get(url.clone());
-            for (name, value) in &self.spec.header {
-                req = req.header(name.as_str(), value.as_str());
-            }
-            if let Some(a) = accept {
-                req = req.header(ACCEPT, a);
-            }
-            if let Some(t) = timeout {
-                req = req.timeout(t);
-            }
             let current = lock(&self.authorization).clone();
-            if let Some(a) = &current {
-                req = req.header(AUTHORIZATION, a.clone());
-            }
-            let res = req.send().await.map_err(|e| self.net_err(tail, &e))?;
-            if res.status() == StatusCode::UNAUTHORIZED && !authorized {
+            let (res, configured) = self
+                .send_following(tail, url.clone(), accept, timeout, current.as_ref(), by_tag)
+                .await?;
+            if res.status() == StatusCode::UNAUTHORIZED && !authorized && configured {
                 authorized = true;
                 let challenge = res
                     .headers()
@@ -292,9 +496,143 @@ impl HostClient {
                 }
             }
             if !res.status().is_success() {
-                return Err(self.status_err(tail, res).await);
+                return Err(self.status_err(tail, res, configured).await);
             }
             return Ok(res);
+        }
+    }
+
+    /// Sends GET `url` and follows its redirects, each checked before it is
+    /// connected to. The configured headers and `authorization` go only to
+    /// the configured host. Returns the last answer and whether the
+    /// configured host sent it.
+    async fn send_following(
+        &self,
+        what: &str,
+        mut url: Url,
+        accept: Option<&str>,
+        timeout: Option<Duration>,
+        authorization: Option<&HeaderValue>,
+        by_tag: bool,
+    ) -> Result<(Response, bool), Error> {
+        let mut hops = 0;
+        loop {
+            let configured = self.is_configured(&url);
+            let mut req = self.http.get(url.clone());
+            if configured {
+                for (name, value) in &self.spec.header {
+                    req = req.header(name.as_str(), value.as_str());
+                }
+                if let Some(a) = authorization {
+                    req = req.header(AUTHORIZATION, a.clone());
+                }
+            }
+            if let Some(a) = accept {
+                req = req.header(ACCEPT, a);
+            }
+            if let Some(t) = timeout {
+                req = req.timeout(t);
+            }
+            let res = req.send().await.map_err(|mut e| {
+                // Another host's URL may carry a signature in its query.
+                if let (false, Some(u)) = (configured, e.url_mut()) {
+                    u.set_query(None);
+                }
+                self.net_err(what, &e)
+            })?;
+            let status = res.status().as_u16();
+            if !matches!(status, 301 | 302 | 303 | 307 | 308) {
+                return Ok((res, configured));
+            }
+            let Some(location) = res.headers().get(LOCATION) else {
+                return Ok((res, configured));
+            };
+            let next = location
+                .to_str()
+                .ok()
+                .and_then(|l| url.join(l).ok())
+                .ok_or_else(|| {
+                    self.refused(
+                        what,
+                        format!("{} sent a redirect to a bad URL", origin_of(&url)),
+                    )
+                })?;
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(self.refused(what, format!("more than {MAX_REDIRECTS} redirects")));
+            }
+            self.check_redirect(&url, &next, by_tag)
+                .map_err(|m| self.refused(what, m))?;
+            url = next;
+        }
+    }
+
+    /// Whether `url` is on the configured host (scheme, host and port).
+    fn is_configured(&self, url: &Url) -> bool {
+        self.origin.as_ref().is_some_and(|o| {
+            o.scheme() == url.scheme()
+                && o.host_str()
+                    .zip(url.host_str())
+                    .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b))
+                && o.port_or_known_default() == url.port_or_known_default()
+        })
+    }
+
+    /// Whether `url` may be reached from the configured host: any public
+    /// address, or one of the configured host's own kind (loopback,
+    /// link-local, metadata).
+    fn may_reach(&self, url: &Url) -> Result<(), String> {
+        let target = reach(url.host_str().unwrap_or(""));
+        let own = self
+            .origin
+            .as_ref()
+            .map(|o| reach(o.host_str().unwrap_or("")))
+            .unwrap_or(Reach::Public);
+        if target == Reach::Public || target == own {
+            return Ok(());
+        }
+        let kind = match target {
+            Reach::Loopback => "a loopback",
+            Reach::LinkLocal => "a link-local",
+            _ => "the metadata",
+        };
+        Err(format!(
+            "refusing {} (it is {kind} address and {} is not)",
+            origin_of(url),
+            self.spec.host
+        ))
+    }
+
+    /// Whether a redirect from `from` to `to` may be followed.
+    fn check_redirect(&self, from: &Url, to: &Url, by_tag: bool) -> Result<(), String> {
+        let target = origin_of(to);
+        if !matches!(to.scheme(), "http" | "https") {
+            return Err(format!("refusing a redirect to {target}"));
+        }
+        if from.scheme() == "https" && to.scheme() == "http" {
+            return Err(format!(
+                "refusing a redirect from HTTPS to plain HTTP ({target})"
+            ));
+        }
+        let scheme = if self.spec.plain_http {
+            "http"
+        } else {
+            "https"
+        };
+        if by_tag && to.scheme() != scheme {
+            return Err(format!(
+                "a manifest by tag is fetched over {scheme} only, refusing a redirect to {target}"
+            ));
+        }
+        self.may_reach(to).map_err(|m| format!("redirect: {m}"))
+    }
+
+    /// A redirect or token realm refused.
+    fn refused(&self, what: &str, message: String) -> Error {
+        Error::Registry {
+            reference: self.reference.clone(),
+            registry: self.spec.host.clone(),
+            message: format!("{what}: {message}"),
         }
     }
 
@@ -338,6 +676,24 @@ impl HostClient {
             )))
             }
         }
+        self.may_reach(&realm_url)
+            .map_err(|m| unauth(format!("bearer realm: {m}")))?;
+        // The realm is the registry's own host (any port): its TLS settings
+        // apply. Another host is verified with the system's roots only.
+        let own_host = self
+            .origin
+            .as_ref()
+            .and_then(|o| o.host_str())
+            .zip(realm_url.host_str())
+            .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b));
+        let http = if own_host {
+            &self.http
+        } else {
+            &self.realm_http
+        };
+        // Messages name the realm by its origin, and quote its answers only
+        // when it is the registry's own host.
+        let realm = &origin_of(&realm_url);
         let scope = format!("repository:{}:pull", self.repository);
         let service = params.get("service");
         let req = match &self.creds {
@@ -351,14 +707,14 @@ impl HostClient {
                 if let Some(s) = service {
                     form.push(("service", s.clone()));
                 }
-                self.http.post(realm_url).form(&form)
+                http.post(realm_url).form(&form)
             }
             creds => {
                 let mut query = vec![("scope", scope)];
                 if let Some(s) = service {
                     query.push(("service", s.clone()));
                 }
-                let req = self.http.get(realm_url).query(&query);
+                let req = http.get(realm_url).query(&query);
                 match creds {
                     Creds::Basic(u, p) => req.basic_auth(u, Some(p)),
                     _ => req,
@@ -372,15 +728,23 @@ impl HostClient {
             .map_err(|e| self.net_err("token", &e))?;
         let status = res.status();
         if !status.is_success() {
-            let body = match read_capped(res, MAX_ERROR_BODY).await {
-                Ok(b) => String::from_utf8_lossy(&b)
-                    .trim()
-                    .chars()
-                    .take(300)
-                    .collect(),
-                Err(_) => String::new(),
+            let body = if own_host {
+                match read_capped(res, MAX_ERROR_BODY).await {
+                    Ok(b) => String::from_utf8_lossy(&b)
+                        .trim()
+                        .chars()
+                        .take(300)
+                        .collect(),
+                    Err(_) => String::new(),
+                }
+            } else {
+                String::new()
             };
-            return Err(unauth(format!("token endpoint {realm}: {status}: {body}")));
+            return Err(unauth(
+                format!("token endpoint {realm}: {status}: {body}")
+                    .trim_end_matches([' ', ':'])
+                    .to_string(),
+            ));
         }
         let body = match read_capped(res, MAX_TOKEN).await {
             Ok(b) => b,
@@ -423,7 +787,10 @@ impl HostClient {
         cap: usize,
     ) -> Result<Bytes, Error> {
         let tail = format!("manifests/{reference}");
-        let res = self.get(&tail, Some(accept), Some(SMALL_TIMEOUT)).await?;
+        let by_tag = !reference.contains(':');
+        let res = self
+            .get(&tail, Some(accept), Some(SMALL_TIMEOUT), by_tag)
+            .await?;
         match read_capped(res, cap).await {
             Ok(b) => Ok(Bytes::from(b)),
             Err(ReadError::TooLarge) => Err(Error::bad(
@@ -439,10 +806,11 @@ impl HostClient {
         }
     }
 
-    /// The answer to GET of a blob (redirects followed; reqwest drops our
-    /// `Authorization` when a redirect leaves the host).
+    /// The answer to GET of a blob (redirects to storage on other hosts
+    /// followed, see [`Self::check_redirect`]).
     pub(crate) async fn blob(&self, digest: &str) -> Result<Response, Error> {
-        self.get(&format!("blobs/{digest}"), None, None).await
+        self.get(&format!("blobs/{digest}"), None, None, false)
+            .await
     }
 
     /// A transport error.
@@ -454,10 +822,17 @@ impl HostClient {
         }
     }
 
-    /// The error for a non-2xx answer, with the registry's own message.
-    async fn status_err(&self, what: &str, res: Response) -> Error {
+    /// The error for a non-2xx answer, with the registry's own message
+    /// when the configured host sent it (`configured`); another host (a
+    /// redirect's target) is named, its body never quoted.
+    async fn status_err(&self, what: &str, res: Response, configured: bool) -> Error {
         let status = res.status();
-        let body = read_capped(res, MAX_ERROR_BODY).await.unwrap_or_default();
+        let body = if configured {
+            read_capped(res, MAX_ERROR_BODY).await.unwrap_or_default()
+        } else {
+            let from = origin_of(res.url());
+            return self.refused(what, format!("{status} from {from} (redirected there)"));
+        };
         #[derive(serde::Deserialize)]
         struct Envelope {
             #[serde(default)]
@@ -639,10 +1014,177 @@ mod tests {
             upstream: true,
             source: "test".into(),
         };
-        let http = ClientCache::default()
-            .client_for(&spec, Duration::from_secs(10))
+        let cache = ClientCache::default();
+        let http = cache.client_for(&spec, Duration::from_secs(10)).unwrap();
+        let realm_http = cache
+            .client_for(&spec.without_tls(), Duration::from_secs(10))
             .unwrap();
-        HostClient::new(http, spec, addr, creds, "ref", "team/app")
+        HostClient::new(http, realm_http, spec, addr, creds, "ref", "team/app")
+    }
+
+    #[test]
+    fn address_kinds_for_redirects_and_realms() {
+        use Reach::*;
+        for (host, want) in [
+            ("127.0.0.1", Loopback),
+            ("127.1.2.3", Loopback),
+            ("[::1]", Loopback),
+            ("0.0.0.0", Loopback),
+            ("[::]", Loopback),
+            ("localhost", Loopback),
+            ("LOCALHOST.", Loopback),
+            ("api.localhost", Loopback),
+            ("169.254.169.254", Metadata),
+            ("[fd00:ec2::254]", Metadata),
+            ("[::ffff:169.254.169.254]", Metadata),
+            ("169.254.1.1", LinkLocal),
+            ("[fe80::1]", LinkLocal),
+            ("[febf::1]", LinkLocal),
+            ("[::ffff:127.0.0.1]", Loopback),
+            ("10.0.0.1", Public),
+            ("[fec0::1]", Public),
+            ("registry.k8s.io", Public),
+            ("localhost.example", Public),
+        ] {
+            assert_eq!(reach(host), want, "{host}");
+        }
+        // Other spellings of an IPv4 address are made dotted by the URL parser.
+        for url in [
+            "http://2852039166/",
+            "http://0xa9fea9fe/",
+            "http://169.254.43518/",
+        ] {
+            let url = Url::parse(url).unwrap();
+            assert_eq!(reach(url.host_str().unwrap()), Metadata, "{url}");
+        }
+    }
+
+    /// A listener on 127.0.0.1 that answers every connection with `answer`
+    /// and counts connections.
+    async fn answering(answer: String) -> (u16, Arc<std::sync::atomic::AtomicU64>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let c = count.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (port, count)
+    }
+
+    #[tokio::test]
+    async fn names_resolving_to_loopback_are_refused_unless_the_host_is_one() {
+        // The resolver is a table here: every name is 127.0.0.1, so nothing
+        // leaves loopback whatever the client does.
+        let lo: IpAddr = Ipv4Addr::LOCALHOST.into();
+        let table: DnsTable = Arc::new(
+            [("registry.example", lo), ("sneaky.example", lo)]
+                .into_iter()
+                .map(|(n, ip)| (n.to_string(), vec![ip]))
+                .collect(),
+        );
+        let (target, reached) =
+            answering("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}".into())
+                .await;
+        let (reg, _) = answering(format!(
+            "HTTP/1.1 307 X\r\nLocation: http://sneaky.example:{target}/x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ))
+        .await;
+        let client = |host: String| {
+            let spec = HostSpec {
+                plain_http: true,
+                host,
+                path: "/v2".into(),
+                pull: true,
+                resolve: true,
+                ca: vec![],
+                client: vec![],
+                skip_verify: false,
+                header: vec![],
+                dial_timeout: None,
+                proxy: None,
+                upstream: true,
+                source: "test".into(),
+            };
+            let cache = ClientCache {
+                dns: Some(table.clone()),
+                ..Default::default()
+            };
+            let http = cache.client_for(&spec, Duration::from_secs(10)).unwrap();
+            let realm = cache
+                .client_for(&spec.without_tls(), Duration::from_secs(10))
+                .unwrap();
+            let domain = spec.host.clone();
+            HostClient::new(http, realm, spec, &domain, Creds::Anonymous, "ref", "a")
+        };
+        let digest = format!("sha256:{}", "a".repeat(64));
+
+        // A registry by name (its own name may resolve to loopback): the
+        // redirect's name that resolves to loopback is refused.
+        let e = client(format!("registry.example:{reg}"))
+            .blob(&digest)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("refusing sneaky.example"), "{e}");
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // A loopback registry may send us to loopback.
+        client(format!("127.0.0.1:{reg}"))
+            .blob(&digest)
+            .await
+            .unwrap();
+        assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn resolved_addresses_are_filtered_by_kind() {
+        let spec = |host: &str| HostSpec {
+            plain_http: false,
+            host: host.into(),
+            path: "/v2".into(),
+            pull: true,
+            resolve: true,
+            ca: vec![],
+            client: vec![],
+            skip_verify: false,
+            header: vec![],
+            dial_timeout: None,
+            proxy: Some("http://LocalProxy:3128".into()),
+            upstream: true,
+            source: "test".into(),
+        };
+        let a = |ip: &str| std::net::SocketAddr::new(ip.parse().unwrap(), 0);
+        let r = GuardedResolver::for_spec(&spec("Registry.Example"));
+        let e = r
+            .filter("metadata.google.internal.", vec![a("169.254.169.254")])
+            .unwrap_err();
+        assert!(e.contains("metadata.google.internal"), "{e}");
+        assert!(r.filter("x.example", vec![a("::1"), a("fe80::1")]).is_err());
+        // Public ones are kept, the others dropped.
+        assert_eq!(
+            r.filter("cdn.example", vec![a("127.0.0.1"), a("192.0.2.1")])
+                .unwrap(),
+            [a("192.0.2.1")]
+        );
+        // The configured host and its proxy resolve to anything.
+        for name in ["registry.example", "REGISTRY.example.", "localproxy"] {
+            assert_eq!(
+                r.filter(name, vec![a("127.0.0.1")]).unwrap(),
+                [a("127.0.0.1")]
+            );
+        }
+        // A link-local registry may use link-local storage, not the metadata.
+        let r = GuardedResolver::for_spec(&spec("169.254.3.4:5000"));
+        assert!(r.filter("s.example", vec![a("169.254.9.9")]).is_ok());
+        assert!(r.filter("s.example", vec![a("169.254.169.254")]).is_err());
     }
 
     #[tokio::test]

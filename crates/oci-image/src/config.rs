@@ -135,12 +135,12 @@ impl RegistryConfig {
 
     /// Whether `host` (`host[:port]`) is spoken to over plain HTTP.
     pub fn is_plain_http(&self, host: &str) -> bool {
-        let bare = strip_port(host);
+        let host = host.to_ascii_lowercase();
+        let bare = strip_port(&host);
         matches!(bare, "localhost" | "127.0.0.1" | "::1" | "[::1]")
-            || self
-                .plain_http
-                .iter()
-                .any(|h| h == host || (!h.contains(':') && h == bare))
+            || self.plain_http.iter().any(|h| {
+                h.eq_ignore_ascii_case(&host) || (!h.contains(':') && h.eq_ignore_ascii_case(bare))
+            })
     }
 }
 

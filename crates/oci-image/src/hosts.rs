@@ -85,6 +85,17 @@ impl HostSpec {
         format!("{scheme}://{}", self.host)
     }
 
+    /// The same host with none of its TLS settings (no CA of its own, no
+    /// client certificate, verified): for other hosts it names.
+    pub(crate) fn without_tls(&self) -> HostSpec {
+        HostSpec {
+            ca: Vec::new(),
+            client: Vec::new(),
+            skip_verify: false,
+            ..self.clone()
+        }
+    }
+
     /// Whether it carries TLS settings of its own.
     pub(crate) fn has_tls_settings(&self) -> bool {
         !self.ca.is_empty() || !self.client.is_empty() || self.skip_verify
@@ -93,14 +104,21 @@ impl HostSpec {
 
 /// Whether `host` is the registry that names under `domain` live on.
 pub(crate) fn is_registry_host(host: &str, domain: &str) -> bool {
-    host == domain
-        || (domain == DEFAULT_DOMAIN
-            && matches!(host, DOCKER_HUB_HOST | "index.docker.io" | "docker.io"))
+    let host = host.to_ascii_lowercase();
+    host.eq_ignore_ascii_case(domain)
+        || (domain.eq_ignore_ascii_case(DEFAULT_DOMAIN)
+            && matches!(
+                host.as_str(),
+                DOCKER_HUB_HOST | "index.docker.io" | "docker.io"
+            ))
 }
 
 /// The hosts to try for images named under `domain`, in order. Empty when
 /// the upstream may not be contacted and nothing else is configured.
 pub(crate) fn hosts_for(cfg: &RegistryConfig, domain: &str) -> Result<Vec<HostSpec>, Error> {
+    // Host names are compared case-folded: `REGISTRY.K8S.IO` is configured
+    // by `registry.k8s.io/hosts.toml` and `mirrors."registry.k8s.io"`.
+    let domain = &domain.to_ascii_lowercase();
     let mut hosts = if !cfg.config_path.as_os_str().is_empty() {
         match host_dir(&cfg.config_path, domain)? {
             Some(dir) => load_host_dir(&dir)?,
@@ -170,7 +188,11 @@ impl Default for Entry {
 /// `registry.mirrors` as host entries: each endpoint may pull and resolve,
 /// then the registry itself unless the mirror is `mirror_only`.
 fn inline_mirrors(cfg: &RegistryConfig, domain: &str) -> Vec<Entry> {
-    let (key, mirror) = match cfg.mirrors.get_key_value(domain) {
+    let own = cfg
+        .mirrors
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(domain));
+    let (key, mirror) = match own {
         Some(found) => found,
         None => match cfg.mirrors.get_key_value("*") {
             Some(found) => found,
@@ -805,6 +827,47 @@ mod tests {
             summary(&hosts_for(&cfg, "quay.io").unwrap()),
             ["https://m.local/v2"]
         );
+    }
+
+    #[test]
+    fn host_names_are_case_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "registry.k8s.io",
+            "server = \"https://m.local\"\n",
+        );
+        write(
+            dir.path(),
+            "_default",
+            "server = \"https://catch-all.local\"\n",
+        );
+        assert_eq!(
+            summary(&hosts_for(&cfg_with_dir(dir.path()), "REGISTRY.K8S.IO").unwrap()),
+            ["https://m.local/v2"]
+        );
+        let mut cfg = RegistryConfig::default();
+        cfg.mirrors.insert(
+            "Registry.K8s.IO".into(),
+            Mirror {
+                endpoints: vec!["http://127.0.0.1:5000".into()],
+                mirror_only: true,
+            },
+        );
+        cfg.plain_http = vec!["Reg.Local".into()];
+        for domain in ["registry.k8s.io", "REGISTRY.K8S.IO"] {
+            assert_eq!(
+                summary(&hosts_for(&cfg, domain).unwrap()),
+                ["http://127.0.0.1:5000/v2"],
+                "{domain}"
+            );
+        }
+        assert_eq!(
+            summary(&hosts_for(&cfg, "reg.local:5000").unwrap()),
+            ["http://reg.local:5000/v2 upstream"]
+        );
+        assert!(is_registry_host("Registry-1.Docker.IO", "docker.io"));
+        assert!(is_registry_host("GCR.io", "gcr.io"));
     }
 
     #[test]

@@ -62,6 +62,19 @@ impl Reference {
             }
             _ => (DEFAULT_DOMAIN.to_string(), name.to_string()),
         };
+        // Host names are case-insensitive: `REGISTRY.K8S.IO/pause` is
+        // `registry.k8s.io/pause`, and must find that registry's mirrors and
+        // hosts.toml (docker's grammar allows upper case in the domain; the
+        // path stays case-sensitive, and lowercase). A domain that would
+        // not be one in lower case (`MYHOST/app`: no dot, no port) keeps its
+        // case, so that the name parses back to itself; the registry
+        // configuration is looked up case-folded anyway (`hosts.rs`).
+        let lower = domain.to_ascii_lowercase();
+        let domain = if lower.contains(['.', ':']) || lower == "localhost" {
+            lower
+        } else {
+            domain
+        };
         let domain = if domain == "index.docker.io" {
             DEFAULT_DOMAIN.to_string()
         } else {
@@ -255,6 +268,39 @@ mod tests {
             norm("a__b/c-d/e.f/g---h"),
             "docker.io/a__b/c-d/e.f/g---h:latest"
         );
+    }
+
+    #[test]
+    fn registry_hosts_are_case_folded() {
+        assert_eq!(
+            norm("REGISTRY.K8S.IO/pause"),
+            "registry.k8s.io/pause:latest"
+        );
+        assert_eq!(norm("Quay.IO/a/b:V1"), "quay.io/a/b:V1");
+        assert_eq!(norm("LOCALHOST:5000/app"), "localhost:5000/app:latest");
+        assert_eq!(
+            norm("Docker.IO/busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            norm("INDEX.DOCKER.IO/busybox"),
+            "docker.io/library/busybox:latest"
+        );
+        assert_eq!(
+            Reference::parse("REGISTRY.K8S.IO/pause").unwrap().domain(),
+            "registry.k8s.io"
+        );
+        // Every name parses back to itself.
+        for text in [
+            "REGISTRY.K8S.IO/pause",
+            "MYHOST/app",
+            "LocalHost/app",
+            "Busybox/x",
+        ] {
+            let r = Reference::parse(text).unwrap();
+            assert_eq!(Reference::parse(&r.to_string()).unwrap(), r, "{text}");
+        }
+        assert_eq!(norm("MYHOST/app"), "MYHOST/app:latest");
     }
 
     #[test]

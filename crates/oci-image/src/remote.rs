@@ -134,8 +134,10 @@ impl Remote {
                 },
             };
             let http = clients.client_for(&spec, timeout)?;
+            let realm_http = clients.client_for(&spec.without_tls(), timeout)?;
             hosts.push(HostClient::new(
                 http,
+                realm_http,
                 spec,
                 domain,
                 creds,
@@ -238,6 +240,10 @@ impl Remote {
                     })?;
                 let size = self.size_of(entry, &top_digest)?;
                 let want = entry.digest.as_str();
+                // It goes into a URL: `sha256:` and 64 hex digits, nothing
+                // that could be a path (`sha256:../../x`).
+                crate::reference::check_digest(want)
+                    .map_err(|r| Error::bad(&self.reference, &top_digest, r))?;
                 // The host that resolved first, then the other pull hosts.
                 let mut order = vec![i];
                 order.extend(self.order.iter().copied().filter(|&j| j != i));

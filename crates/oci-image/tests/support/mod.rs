@@ -5,6 +5,7 @@
 //! answers; helpers to look at a store.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod images;
 
 use std::path::{Path, PathBuf};

@@ -16,10 +16,11 @@
 //! - `berth_step_duration_seconds{step}`: the steps of the pod and
 //!   container life cycle (a CNI ADD, a record write, the shim running the
 //!   container, an NRI hook `nri.*`...), where berth's time goes;
-//! - `berth_nri_plugins` and, per connected NRI plugin (`plugin="IDX-NAME"`),
+//! - `berth_nri_plugins` (connected now) and, per NRI plugin that ever
+//!   connected (`plugin="IDX-NAME"`, dropped ones kept),
 //!   `berth_nri_plugin_requests_total`, `..._failures_total`,
 //!   `..._timeouts_total` and `berth_nri_plugin_request_seconds_sum`, read
-//!   from NRI at scrape time (a plugin that is gone is no longer listed).
+//!   from NRI at scrape time.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -239,7 +240,7 @@ pub struct Gauges {
     pub shims: usize,
     /// GetContainerEvents streams open now.
     pub subscribers: usize,
-    /// The connected NRI plugins' request counters.
+    /// The NRI plugins' request counters (dropped plugins' included).
     pub nri_plugins: Vec<NriPluginStats>,
 }
 
@@ -248,6 +249,8 @@ pub struct Gauges {
 pub struct NriPluginStats {
     /// `IDX-NAME`.
     pub plugin: String,
+    /// Connected now (the others are dropped, their counters kept).
+    pub connected: bool,
     pub requests: u64,
     pub failures: u64,
     pub timeouts: u64,
@@ -262,7 +265,8 @@ fn render_nri(plugins: &[NriPluginStats], out: &mut String) {
     use std::fmt::Write;
     let _ = writeln!(out, "# HELP berth_nri_plugins NRI plugins connected now.");
     let _ = writeln!(out, "# TYPE berth_nri_plugins gauge");
-    let _ = writeln!(out, "berth_nri_plugins {}", plugins.len());
+    let connected = plugins.iter().filter(|p| p.connected).count();
+    let _ = writeln!(out, "berth_nri_plugins {connected}");
     let series: [Series; 4] = [
         ("requests_total", "Requests sent to each NRI plugin.", |p| {
             p.requests.to_string()
@@ -397,15 +401,24 @@ mod tests {
             sandboxes: vec![("ready", 2)],
             shims: 4,
             subscribers: 1,
-            nri_plugins: vec![NriPluginStats {
-                plugin: "10-x".into(),
-                requests: 7,
-                failures: 1,
-                timeouts: 1,
-                seconds: 0.5,
-            }],
+            nri_plugins: vec![
+                NriPluginStats {
+                    plugin: "10-x".into(),
+                    connected: true,
+                    requests: 7,
+                    failures: 1,
+                    timeouts: 1,
+                    seconds: 0.5,
+                },
+                NriPluginStats {
+                    plugin: "20-gone".into(),
+                    requests: 3,
+                    ..Default::default()
+                },
+            ],
         });
         assert!(text.contains("berth_nri_plugins 1"), "{text}");
+        assert!(text.contains(r#"berth_nri_plugin_requests_total{plugin="20-gone"} 3"#));
         assert!(text.contains(r#"berth_nri_plugin_requests_total{plugin="10-x"} 7"#));
         assert!(text.contains(r#"berth_nri_plugin_timeouts_total{plugin="10-x"} 1"#));
         assert!(text.contains(r#"berth_nri_plugin_request_seconds_sum{plugin="10-x"} 0.5"#));

@@ -359,17 +359,15 @@ async fn a_late_plugin_is_synchronized_with_what_runs() {
     wait_for_event(&rig.log("late"), "StopContainer").await;
 }
 
-#[tokio::test]
-#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
-async fn a_pre_installed_plugin_is_launched_and_relaunched_after_a_restart() {
-    require_root!();
-    let sandbox = Sandbox::new();
+/// Installs the test plugin as pre-installed plugin `idx_name`, subscribed
+/// to every event; its event log.
+fn pre_installed(sandbox: &Sandbox, idx_name: &str) -> PathBuf {
     let dir = sandbox.path("nri/plugins");
     std::fs::create_dir_all(&dir).unwrap();
-    let log = sandbox.path("pre.events");
-    let script = sandbox.path("pre.json");
+    let log = sandbox.path(&format!("{idx_name}.events"));
+    let script = sandbox.path(&format!("{idx_name}.json"));
     std::fs::write(&script, format!(r#"{{"subscribe": {ALL}}}"#)).unwrap();
-    let wrapper = dir.join("05-pre");
+    let wrapper = dir.join(idx_name);
     std::fs::write(
         &wrapper,
         format!(
@@ -385,6 +383,15 @@ async fn a_pre_installed_plugin_is_launched_and_relaunched_after_a_restart() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .unwrap();
+    log
+}
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_pre_installed_plugin_is_launched_and_relaunched_after_a_restart() {
+    require_root!();
+    let sandbox = Sandbox::new();
+    let log = pre_installed(&sandbox, "05-pre");
     let mut rig = Rig::with_sandbox(sandbox, "").await;
     wait_for_event(&log, "Synchronize").await;
     let (pod, id) = pod_with_container(&rig, "pre").await;
@@ -423,4 +430,120 @@ async fn a_plugins_unsolicited_update_goes_through_the_update_path() {
         .and_then(|r| r.linux)
         .map(|l| l.memory_limit_in_bytes);
     assert_eq!(limit, Some(33554432));
+}
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn the_default_validator_refuses_an_oci_hook_when_configured() {
+    require_root!();
+    let mut rig =
+        Rig::new("default_validator = { enable = true, reject_oci_hook_adjustment = true }").await;
+    let script = serde_json::json!({
+        "subscribe": ["CreateContainer"],
+        "adjust": {"hooks": {"prestart": [{"path": "/bin/true"}]}}
+    });
+    rig.plugin("10", "hooker", &script.to_string()).await;
+    let cri = rig.daemon.cri().await;
+    let config = pod_config("validated");
+    let pod = cri.run_pod(&config).await.unwrap();
+    let e = cri
+        .create_container(
+            &pod,
+            &config,
+            common::cri::container("hooked", &["sleep", "60"]),
+        )
+        .await
+        .unwrap_err();
+    let msg = e.message();
+    assert!(
+        msg.contains("default-validator") && msg.contains("10-hooker") && msg.contains("OCI hook"),
+        "{msg}"
+    );
+    assert!(
+        cri.list_containers(None).await.unwrap().is_empty(),
+        "the refused container is not left"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_container_that_exited_while_berth_was_down_gets_its_stop_event_after_the_restart() {
+    require_root!();
+    let sandbox = Sandbox::new();
+    let log = pre_installed(&sandbox, "05-pre");
+    let mut rig = Rig::with_sandbox(sandbox, "").await;
+    wait_for_event(&log, "Synchronize").await;
+    let (_, id) = pod_with_container(&rig, "down").await;
+    let started = wait_for_event(&log, "PostStartContainer").await;
+    let pid = started["container"]["pid"].as_i64().expect("a pid") as i32;
+    assert!(pid > 1, "{started}");
+    // berth dies, then the container's process, while berth is down.
+    rig.daemon.child.kill().unwrap();
+    rig.daemon.child.wait().unwrap();
+    std::fs::remove_file(&log).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    rig.daemon.restart().await;
+    let stop = wait_for_event(&log, "StopContainer").await;
+    assert_eq!(stop["container"]["id"], id.as_str(), "{stop}");
+    // After the plugin's Synchronize, and once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all: Vec<String> = events(&log)
+        .iter()
+        .filter_map(|e| e["event"].as_str().map(String::from))
+        .collect();
+    let sync = all
+        .iter()
+        .position(|e| e == "Synchronize")
+        .expect("synchronized");
+    let stops: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| *e == "StopContainer")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(stops.len(), 1, "{all:?}");
+    assert!(stops[0] > sync, "{all:?}");
+    // A StopContainer call now says nothing more to the plugin.
+    rig.daemon.cri().await.stop_container(&id, 0).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = events(&log)
+        .iter()
+        .filter(|e| e["event"] == "StopContainer")
+        .count();
+    assert_eq!(again, 1);
+}
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn updates_in_a_create_reply_are_applied_before_it_answers() {
+    require_root!();
+    let mut rig = Rig::new("").await;
+    let (pod, first) = pod_with_container(&rig, "replied").await;
+    let script = serde_json::json!({
+        "subscribe": ["CreateContainer"],
+        "updates": [{"container_id": first, "resources": {"memory_limit": 41943040}}]
+    });
+    rig.plugin("10", "updater", &script.to_string()).await;
+    let cri = rig.daemon.cri().await;
+    cri.create_container(
+        &pod,
+        &pod_config("replied"),
+        common::cri::container("second", &["sleep", "60"]),
+    )
+    .await
+    .unwrap();
+    // No waiting: the other container has it as the call returns.
+    let st = common::cri::container_status(&rig.daemon, &first).await;
+    let limit = st
+        .resources
+        .and_then(|r| r.linux)
+        .map(|l| l.memory_limit_in_bytes);
+    assert_eq!(limit, Some(41943040));
+    let memory = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max";
+    let out = exec(&rig.daemon, &first, &["sh", "-c", memory]).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "41943040");
 }

@@ -163,3 +163,61 @@ write("store_record", "typed",
                                           "created_ns": 1700000000000000000, "size": 18446744073709551615,
                                           "state": {"Running": {"since": 5}}, "labels": {"k": "v"},
                                           "mounts": [["/data", True]]}}))
+
+
+# --- nri_frame: NRI's mux frames (conn id, length, payload), one after the
+# other, a ttrpc message header at the start of each payload ---
+def frame(conn, payload):
+    return conn.to_bytes(4, "big") + len(payload).to_bytes(4, "big") + payload
+
+
+def ttrpc(body, stream=1, kind=1):
+    return len(body).to_bytes(4, "big") + stream.to_bytes(4, "big") + bytes([kind, 0]) + body
+
+
+write("nri_frame", "two_and_a_half",
+      frame(1, ttrpc(b"\x0a\x03abc")) + frame(2, ttrpc(b"", stream=3, kind=2)) + frame(1, b"")[:6])
+write("nri_frame", "split", frame(2, ttrpc(b"x" * 4086)[:4096]) + frame(2, b"y" * 100))
+write("nri_frame", "reserved_conn", frame(0, b"hi"))
+
+
+# --- nri_reply: protobuf from a plugin; the first byte picks the message
+# (0 CreateContainerResponse, 1 UpdateContainerResponse, 2
+# StopContainerResponse, 3 SynchronizeResponse, 4 ConfigureResponse, 5
+# ValidateContainerAdjustmentResponse, 6 RegisterPluginRequest, 7
+# UpdateContainersRequest) ---
+def varint(n):
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def field(num, payload):
+    """A length-delimited field."""
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def number(num, n):
+    return varint(num << 3) + varint(n)
+
+
+memory = field(1, field(1, field(1, number(1, 1 << 20))))  # resources.memory.limit
+update = field(1, b"c2") + field(2, field(1, memory))        # ContainerUpdate
+adjust = (field(4, field(1, b"A") + field(2, b"1"))          # env A=1
+          + field(2, field(1, b"note") + field(2, b"x"))     # annotation
+          + field(4, field(1, b"-PATH"))                     # env removal
+          + field(6, field(7, field(1, b"network"))          # namespace
+                     + field(2, memory)))                     # linux resources
+write("nri_reply", "create", b"\0" + field(1, adjust) + field(2, update)
+      + field(3, field(1, b"c3") + field(2, b"too big")))
+write("nri_reply", "update", b"\1" + field(1, update) + field(1, field(1, b"c1") + field(2, field(1, memory))))
+write("nri_reply", "stop", b"\2" + field(1, update))
+write("nri_reply", "synchronize", b"\3" + field(1, update) + number(2, 1))
+write("nri_reply", "configure", b"\4" + number(2, 0x7FF))
+write("nri_reply", "validate", b"\5" + number(1, 1) + field(2, b"no"))
+write("nri_reply", "register", b"\6" + field(1, b"plugin") + field(2, b"10"))
+write("nri_reply", "update_containers", b"\7" + field(1, update) + field(2, field(1, b"c4") + field(2, b"evict")))

@@ -363,3 +363,44 @@ fn nri_defaults_and_checks() {
         assert!(err.contains(key), "{text}: {err}");
     }
 }
+
+#[test]
+fn nri_default_validator_parsed_and_checked() {
+    let cfg = Config::default().nri.nri_config().unwrap();
+    assert!(!cfg.validator.enable, "off by default, as in containerd");
+    let cfg = parse(
+        "[nri.default_validator]\nenable = true\nreject_oci_hook_adjustment = true\n\
+         reject_namespace_adjustment = true\nreject_custom_seccomp_adjustment = true\n\
+         required_plugins = [\"10-resmgr\", \"topology\"]\n\
+         tolerate_missing_plugins_annotation = \"tolerate-missing.example.com\"\n",
+    )
+    .unwrap();
+    cfg.validate().unwrap();
+    let v = cfg.nri.nri_config().unwrap().validator;
+    assert!(v.enable && v.reject_oci_hook_adjustment && v.reject_namespace_adjustment);
+    assert!(v.reject_custom_seccomp_adjustment && !v.reject_unconfined_seccomp_adjustment);
+    assert_eq!(v.required_plugins, ["10-resmgr", "topology"]);
+    assert_eq!(
+        v.tolerate_missing_plugins_annotation,
+        "tolerate-missing.example.com"
+    );
+    for (text, key) in [
+        (
+            "required_plugins = [\"a b\"]",
+            "nri.default_validator.required_plugins",
+        ),
+        (
+            "tolerate_missing_plugins_annotation = \"a key\"",
+            "nri.default_validator.tolerate_missing_plugins_annotation",
+        ),
+    ] {
+        let err = parse(&format!("[nri.default_validator]\n{text}\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let err = parse("[nri.default_validator]\nreject_oci_hooks = true\n").unwrap_err();
+    assert!(err.to_string().contains("reject_oci_hooks"), "{err}");
+}

@@ -59,6 +59,10 @@ pub struct Core {
     containers_in_flight: retry::Inflight<ContainerRequest>,
     /// Containers whose exit the NRI plugins have been told of.
     plugin_stopped: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// From recovery until the plugins are started and synchronized: the
+    /// containers whose exit they are to hear of then (those that exited
+    /// while berth was down, or before the plugins were there).
+    deferred_stops: std::sync::Mutex<Option<Vec<String>>>,
 }
 
 /// The record stores, opened from the layout before anything that uses
@@ -129,6 +133,7 @@ impl Core {
             pods_in_flight: Default::default(),
             containers_in_flight: Default::default(),
             plugin_stopped: Default::default(),
+            deferred_stops: Default::default(),
         })
     }
 

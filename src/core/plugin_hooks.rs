@@ -109,6 +109,17 @@ impl Core {
     /// StopContainer's notification: once per exit of a container (a
     /// StopContainer after the exit, or a second release, says nothing).
     pub(super) async fn container_stopped_hook(&self, container: &Container) {
+        if let Some(deferred) = self
+            .deferred_stops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            if !deferred.contains(&container.meta.id) {
+                deferred.push(container.meta.id.clone());
+            }
+            return;
+        }
         let first = self
             .plugin_stopped
             .lock()
@@ -117,6 +128,34 @@ impl Core {
         if first {
             self.notify_container_of_pod(ContainerEvent::Stop, container)
                 .await;
+        }
+    }
+
+    /// From now until [`Core::plugins_started`], StopContainer
+    /// notifications wait for the plugins.
+    pub(super) fn defer_plugin_stops(&self) {
+        let mut d = self
+            .deferred_stops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        d.get_or_insert_with(Vec::new);
+    }
+
+    /// The plugins are started and synchronized (or NRI is off): each
+    /// container that exited meanwhile (or while berth was down) gets its
+    /// StopContainer notification, once.
+    pub async fn plugins_started(&self) {
+        let deferred = self
+            .deferred_stops
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        for id in deferred {
+            match self.containers.lookup(&id) {
+                Ok(container) => self.container_stopped_hook(&container).await,
+                Err(e) => tracing::debug!(container = %id, error = %e, "gone before its NRI stop"),
+            }
         }
     }
 }

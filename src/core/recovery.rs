@@ -242,6 +242,9 @@ impl Core {
 
     /// Brings every record in line with what really runs, then removes orphans.
     pub async fn recover(self: &Arc<Self>) {
+        // The exits recovery finds are told to the plugins once they are
+        // started ([`Core::plugins_started`]).
+        self.defer_plugin_stops();
         for action in self.plan().await {
             tracing::info!(%action, "recovery");
             match tokio::time::timeout(ITEM_TIMEOUT, self.apply(&action)).await {

@@ -1,8 +1,14 @@
 //! The plugins' merged CreateContainer adjustment applied to the OCI spec
 //! (as JSON, so every OCI field is reachable): annotations, env, args,
-//! mounts, OCI hooks, devices, CDI devices, rlimits, resources, cgroups
-//! path, OOM score, RDT class, sysctls, seccomp and namespaces. What cannot
-//! be applied is refused naming the plugin that asked.
+//! mounts, OCI hooks, devices, device cgroup rules, CDI devices, rlimits,
+//! resources, cgroups path, OOM score, RDT class (and its removal), sysctls,
+//! seccomp and namespaces. What cannot be applied is refused naming the
+//! plugin that asked and the field: a blockio class (none is configured),
+//! and what the OCI runtime berth drives (runc 1.1, runtime-spec 1.0.2)
+//! would drop without a word, as Go's JSON decoding ignores fields it does
+//! not know: the I/O priority, the scheduler, network devices, the memory
+//! policy, RDT schemata and monitoring, the kernel memory limit (ignored
+//! since runc 1.0) and turning memory hierarchy off.
 
 use std::path::PathBuf;
 
@@ -23,10 +29,7 @@ pub fn apply(
 ) -> Result<(), Error> {
     let owners = Owners(owners.clone());
     let refuse = |field: Field, why: String| {
-        let plugin = owners
-            .owner(id, field)
-            .unwrap_or("an NRI plugin")
-            .to_string();
+        let plugin = owner(&owners, id, field);
         Error::InvalidArgument(format!(
             "NRI plugin {plugin:?}: adjustment of container {id} cannot be applied: {why}"
         ))
@@ -59,6 +62,35 @@ pub fn apply(
     }
     *spec = adjusted;
     Ok(())
+}
+
+/// Who set `field` of container `id`: the owner of a simple field, or the
+/// owners of a compound field's entries.
+fn owner(owners: &Owners, id: &str, field: Field) -> String {
+    if let Some(p) = owners.owner(id, field) {
+        return p.to_string();
+    }
+    let mut plugins: Vec<String> = owners
+        .entries(id, field)
+        .into_iter()
+        .map(|(_, p)| is_marked_for_removal(&p).0.to_string())
+        .collect();
+    plugins.dedup();
+    match plugins.is_empty() {
+        true => "an NRI plugin".into(),
+        false => plugins.join(","),
+    }
+}
+
+/// The refusal of a field the OCI runtime would silently drop.
+fn dropped(field: Field, what: &str) -> Refused {
+    (
+        field,
+        format!(
+            "{what} (NRI field {field:?}) is not supported by the OCI runtime \
+             (runc 1.1 would silently ignore it)"
+        ),
+    )
 }
 
 fn obj<'a>(o: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
@@ -184,6 +216,40 @@ fn linux(o: &mut Map<String, Value>, l: &api::LinuxContainerAdjustment) -> Resul
     if let Some(r) = l.resources.as_ref() {
         resources(o, r)?;
     }
+    if let Some(rdt) = l.rdt.as_ref() {
+        if rdt.remove {
+            o.remove("intelRdt");
+        }
+        if let Some(c) = rdt.clos_id.as_ref() {
+            obj(o, "intelRdt").insert("closID".into(), json!(c.value));
+        }
+        if rdt.schemata.as_ref().is_some_and(|s| !s.value.is_empty()) {
+            return Err(dropped(Field::RdtSchemata, "an RDT schemata"));
+        }
+        if rdt.enable_monitoring.as_ref().is_some_and(|m| m.value) {
+            return Err(dropped(Field::RdtEnableMonitoring, "RDT monitoring"));
+        }
+    }
+    if l.io_priority.is_some() {
+        return Err(dropped(Field::IoPriority, "an I/O priority"));
+    }
+    if l.scheduler.is_some() {
+        return Err(dropped(Field::LinuxSched, "a scheduler policy"));
+    }
+    if l.memory_policy.is_some() {
+        return Err(dropped(Field::MemoryPolicy, "a memory policy"));
+    }
+    let mut added: Vec<&str> = l
+        .net_devices
+        .keys()
+        .filter(|k| !is_marked_for_removal(k).1)
+        .map(String::as_str)
+        .collect();
+    if !added.is_empty() {
+        added.sort();
+        let what = format!("network device {}", added.join(", "));
+        return Err(dropped(Field::LinuxNetDevices, &what));
+    }
     Ok(())
 }
 
@@ -219,13 +285,33 @@ fn resources(o: &mut Map<String, Value>, r: &api::LinuxResources) -> Result<(), 
         ));
     }
     let res = obj(o, "resources");
+    for d in &r.devices {
+        let mut rule = json!({"allow": d.allow, "type": d.type_, "access": d.access});
+        if let Some(m) = d.major.as_ref() {
+            rule["major"] = json!(m.value);
+        }
+        if let Some(m) = d.minor.as_ref() {
+            rule["minor"] = json!(m.value);
+        }
+        arr(res, "devices").push(rule);
+    }
     if let Some(m) = r.memory.as_ref() {
+        if m.kernel.is_some() {
+            return Err(dropped(Field::MemKernelLimit, "a kernel memory limit"));
+        }
+        // Hierarchical accounting is what the kernel does (cgroup v2
+        // always, v1 by default): only turning it off would be dropped.
+        if m.use_hierarchy.as_ref().is_some_and(|h| !h.value) {
+            return Err(dropped(
+                Field::MemUseHierarchy,
+                "memory.use_hierarchy=false",
+            ));
+        }
         let mem = obj(res, "memory");
         for (k, v) in [
             ("limit", &m.limit),
             ("reservation", &m.reservation),
             ("swap", &m.swap),
-            ("kernel", &m.kernel),
             ("kernelTCP", &m.kernel_tcp),
         ] {
             if let Some(v) = v.as_ref() {
@@ -378,5 +464,122 @@ mod tests {
             ..Default::default()
         });
         assert!(apply("c1", &mut s, &a, &Default::default(), &[]).is_err());
+    }
+
+    fn with_linux(l: api::LinuxContainerAdjustment) -> api::ContainerAdjustment {
+        let mut a = api::ContainerAdjustment::new();
+        a.linux = protobuf::MessageField::some(l);
+        a
+    }
+
+    /// `l` claimed by plugin "10-x" for `field` is refused naming the
+    /// plugin and the field, and the spec is left as it was.
+    fn assert_refused(l: api::LinuxContainerAdjustment, field: Field, entry: Option<&str>) {
+        let mut owners = Owners(Default::default());
+        match entry {
+            Some(e) => owners.claim_entry("c1", field, e, "10-x").unwrap(),
+            None => owners.claim("c1", field, "10-x").unwrap(),
+        }
+        let mut s = spec();
+        let before = serde_json::to_value(&s).unwrap();
+        let e = apply("c1", &mut s, &with_linux(l), &owners.0, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"10-x\"") && e.contains(&format!("{field:?}")) && e.contains("runc"),
+            "{e}"
+        );
+        assert_eq!(serde_json::to_value(&s).unwrap(), before, "{field:?}");
+    }
+
+    #[test]
+    fn fields_runc_would_drop_are_refused_naming_plugin_and_field() {
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.scheduler.mut_or_insert_default().priority = 5;
+        assert_refused(l, Field::LinuxSched, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.io_priority.mut_or_insert_default().priority = 3;
+        assert_refused(l, Field::IoPriority, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.memory_policy.mut_or_insert_default().nodes = "0".into();
+        assert_refused(l, Field::MemoryPolicy, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.net_devices.insert("eth1".into(), Default::default());
+        assert_refused(l, Field::LinuxNetDevices, Some("eth1"));
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.rdt.mut_or_insert_default().schemata =
+            protobuf::MessageField::some(api::OptionalRepeatedString {
+                value: vec!["L3:0=f".into()],
+                ..Default::default()
+            });
+        assert_refused(l, Field::RdtSchemata, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        l.rdt.mut_or_insert_default().enable_monitoring =
+            protobuf::MessageField::some(api::OptionalBool {
+                value: true,
+                ..Default::default()
+            });
+        assert_refused(l, Field::RdtEnableMonitoring, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        let mem = l
+            .resources
+            .mut_or_insert_default()
+            .memory
+            .mut_or_insert_default();
+        mem.kernel = protobuf::MessageField::some(api::OptionalInt64 {
+            value: 1 << 20,
+            ..Default::default()
+        });
+        assert_refused(l, Field::MemKernelLimit, None);
+        let mut l = api::LinuxContainerAdjustment::new();
+        let mem = l
+            .resources
+            .mut_or_insert_default()
+            .memory
+            .mut_or_insert_default();
+        mem.use_hierarchy = protobuf::MessageField::some(api::OptionalBool::default());
+        assert_refused(l, Field::MemUseHierarchy, None);
+    }
+
+    #[test]
+    fn rdt_removal_clos_id_and_device_rules_are_applied() {
+        let mut s = spec();
+        let mut v = serde_json::to_value(&s).unwrap();
+        v["linux"]["intelRdt"] = json!({"closID": "old", "l3CacheSchema": "L3:0=f"});
+        s = serde_json::from_value(v).unwrap();
+        let mut l = api::LinuxContainerAdjustment::new();
+        let rdt = l.rdt.mut_or_insert_default();
+        rdt.remove = true;
+        rdt.clos_id = protobuf::MessageField::some(api::OptionalString {
+            value: "gold".into(),
+            ..Default::default()
+        });
+        // Removing a network device the spec does not have, and saying
+        // hierarchy stays on, change nothing and are not refused.
+        l.net_devices.insert("-eth1".into(), Default::default());
+        let r = l.resources.mut_or_insert_default();
+        r.memory.mut_or_insert_default().use_hierarchy =
+            protobuf::MessageField::some(api::OptionalBool {
+                value: true,
+                ..Default::default()
+            });
+        r.devices.push(api::LinuxDeviceCgroup {
+            allow: false,
+            type_: "c".into(),
+            major: protobuf::MessageField::some(api::OptionalInt64 {
+                value: 10,
+                ..Default::default()
+            }),
+            access: "rwm".into(),
+            ..Default::default()
+        });
+        apply("c1", &mut s, &with_linux(l), &Default::default(), &[]).unwrap();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["linux"]["intelRdt"], json!({"closID": "gold"}));
+        assert_eq!(
+            v["linux"]["resources"]["devices"],
+            json!([{"allow": false, "type": "c", "major": 10, "access": "rwm"}])
+        );
+        assert!(v["linux"].get("netDevices").is_none());
     }
 }

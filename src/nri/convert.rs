@@ -236,3 +236,113 @@ pub fn overlay_cri(
     base.unified.extend(r.unified.clone());
     base
 }
+
+/// The fields `r` sets that CRI's resources cannot carry, so that the
+/// update path (which applies CRI resources) would drop them: an update
+/// setting any is refused instead.
+pub fn beyond_cri(r: &api::LinuxResources) -> Vec<api::Field> {
+    use api::Field;
+    let mut out = Vec::new();
+    if let Some(m) = r.memory.as_ref() {
+        for (set, field) in [
+            (m.reservation.is_some(), Field::MemReservation),
+            (m.kernel.is_some(), Field::MemKernelLimit),
+            (m.kernel_tcp.is_some(), Field::MemTCPLimit),
+            (m.swappiness.is_some(), Field::MemSwappiness),
+            (m.disable_oom_killer.is_some(), Field::MemDisableOomKiller),
+            (m.use_hierarchy.is_some(), Field::MemUseHierarchy),
+        ] {
+            if set {
+                out.push(field);
+            }
+        }
+    }
+    if let Some(c) = r.cpu.as_ref() {
+        if c.realtime_runtime.is_some() {
+            out.push(Field::CPURealtimeRuntime);
+        }
+        if c.realtime_period.is_some() {
+            out.push(Field::CPURealtimePeriod);
+        }
+    }
+    for (set, field) in [
+        (r.pids.is_some(), Field::PidsLimit),
+        (r.blockio_class.is_some(), Field::BlockioClass),
+        (r.rdt_class.is_some(), Field::RdtClass),
+        (!r.devices.is_empty(), Field::Devices),
+    ] {
+        if set {
+            out.push(field);
+        }
+    }
+    out
+}
+
+/// Who set `fields` of container `id`, per `owners` ("an NRI plugin" where
+/// no owner is recorded).
+pub fn owners_of(owners: &api::OwningPlugins, id: &str, fields: &[api::Field]) -> String {
+    let mut plugins: Vec<&str> = fields
+        .iter()
+        .filter_map(|f| {
+            owners
+                .owners
+                .get(id)
+                .and_then(|o| o.simple.get(&(*f as i32)))
+                .map(String::as_str)
+        })
+        .collect();
+    plugins.sort();
+    plugins.dedup();
+    match plugins.is_empty() {
+        true => "an NRI plugin".into(),
+        false => plugins.join(","),
+    }
+}
+
+/// Why an update setting `fields` is refused.
+pub fn refusal(plugin: &str, id: &str, fields: &[api::Field]) -> String {
+    format!(
+        "NRI plugin {plugin:?}: update of container {id} sets {fields:?}, which berth's update \
+         path (CRI resources) cannot apply"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_cri_resources_cannot_carry_are_named() {
+        let mut r = resources_from_cri(&v1::LinuxContainerResources {
+            memory_limit_in_bytes: 1 << 20,
+            cpu_quota: 5000,
+            cpuset_cpus: "0".into(),
+            ..Default::default()
+        });
+        assert!(beyond_cri(&r).is_empty(), "CRI's own fields pass");
+        r.pids = MessageField::some(api::LinuxPids {
+            limit: 10,
+            ..Default::default()
+        });
+        r.memory.mut_or_insert_default().swappiness = MessageField::some(Default::default());
+        r.cpu.mut_or_insert_default().realtime_period = MessageField::some(Default::default());
+        assert_eq!(
+            beyond_cri(&r),
+            [
+                api::Field::MemSwappiness,
+                api::Field::CPURealtimePeriod,
+                api::Field::PidsLimit
+            ]
+        );
+        let mut owners = api::OwningPlugins::new();
+        owners
+            .owners
+            .entry("c".into())
+            .or_default()
+            .simple
+            .insert(api::Field::PidsLimit as i32, "10-x".into());
+        assert_eq!(owners_of(&owners, "c", &beyond_cri(&r)), "10-x");
+        let e = refusal("10-x", "c", &[api::Field::PidsLimit]);
+        assert!(e.contains("\"10-x\"") && e.contains("PidsLimit"), "{e}");
+    }
+}

@@ -10,6 +10,7 @@ use berth_nri::api;
 use super::convert;
 use crate::container::ContainerState;
 use crate::core::Core;
+use crate::error::Error;
 use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
 
@@ -79,7 +80,13 @@ pub async fn apply(
         let Some(r) = u.linux.as_ref().and_then(|l| l.resources.as_ref()) else {
             continue;
         };
+        let beyond = convert::beyond_cri(r);
         let result = match core.containers.lookup(&u.container_id) {
+            _ if !beyond.is_empty() => Err(Error::InvalidArgument(convert::refusal(
+                plugin,
+                &u.container_id,
+                &beyond,
+            ))),
             Ok(c) => {
                 let linux = convert::overlay_cri(core.current_resources(&c), r);
                 core.update_container_for_plugin(&c.meta.id, linux).await

@@ -61,24 +61,55 @@ impl NriPlugins {
         self.nri.get()
     }
 
-    /// Plugins' updates of other containers, applied off the caller's
-    /// locks (the caller may hold the lock of the container an update is
-    /// for, or of one whose stop waits for the same plugins).
-    fn apply_later(
+    /// Plugins' updates of other containers and evictions, from their reply
+    /// to `event` about container `held` (whose lifecycle lock the caller
+    /// holds), applied before the caller answers, as containerd does; a
+    /// failed update is logged and the call goes on. They run on a task of
+    /// their own, waited for up to the request timeout: one stuck behind
+    /// another call's lock then finishes after the answer rather than
+    /// being cut in half. Updates and evictions of `held` itself are
+    /// refused (it is being created, or stopped).
+    async fn apply_now(
         &self,
-        plugin: &'static str,
-        updates: Vec<berth_nri::api::ContainerUpdate>,
-        evict: Vec<berth_nri::api::ContainerEviction>,
+        event: &'static str,
+        held: &str,
+        mut updates: Vec<berth_nri::api::ContainerUpdate>,
+        mut evict: Vec<berth_nri::api::ContainerEviction>,
     ) {
         if updates.is_empty() && evict.is_empty() {
             return;
         }
-        let Some(core) = self.core.get().and_then(|c| c.upgrade()) else {
+        let (Some(nri), Some(core)) = (self.nri(), self.core.get().and_then(|c| c.upgrade()))
+        else {
             return;
         };
-        tokio::spawn(async move {
-            host::apply(&core, plugin, updates, evict).await;
+        updates.retain(|u| {
+            let own = u.container_id == held;
+            if own {
+                tracing::warn!(%event, container = %held, "NRI plugin's update of the container of the event itself refused");
+            }
+            !own
         });
+        evict.retain(|e| {
+            let own = e.container_id == held;
+            if own {
+                tracing::warn!(%event, container = %held, reason = %e.reason, "NRI plugin's eviction of the container of the event itself refused");
+            }
+            !own
+        });
+        let task = tokio::spawn(async move { host::apply(&core, event, updates, evict).await });
+        match tokio::time::timeout(nri.request_timeout(), task).await {
+            Ok(Ok(failed)) if failed.is_empty() => {}
+            Ok(Ok(failed)) => {
+                let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
+                tracing::warn!(%event, failed = ?ids, "NRI plugins' updates failed");
+            }
+            Ok(Err(e)) => tracing::warn!(%event, error = %e, "NRI plugins' updates"),
+            Err(_) => tracing::warn!(
+                %event,
+                "NRI plugins' updates not done within the request timeout: they go on after the answer"
+            ),
+        }
     }
 
     fn spec_of(&self, id: &str) -> Option<serde_json::Value> {
@@ -142,7 +173,9 @@ impl Plugins for NriPlugins {
             &result.owners,
             &self.cdi_dirs,
         )?;
-        self.apply_later("CreateContainer", result.updates, result.evict);
+        let id = &container.meta.id;
+        self.apply_now("CreateContainer", id, result.updates, result.evict)
+            .await;
         Ok(())
     }
 
@@ -159,8 +192,18 @@ impl Plugins for NriPlugins {
             .update_container(&convert::pod(pod), &c, &asked)
             .await
             .map_err(failed)?;
+        let beyond = convert::beyond_cri(&result.resources);
+        if !beyond.is_empty() {
+            let id = &container.meta.id;
+            let plugin = convert::owners_of(&result.owners, id, &beyond);
+            return Err(Error::InvalidArgument(convert::refusal(
+                &plugin, id, &beyond,
+            )));
+        }
         *resources = convert::overlay_cri(resources.clone(), &result.resources);
-        self.apply_later("UpdateContainer", result.updates, result.evict);
+        let id = &container.meta.id;
+        self.apply_now("UpdateContainer", id, result.updates, result.evict)
+            .await;
         Ok(())
     }
 
@@ -182,8 +225,10 @@ impl Plugins for NriPlugins {
             ContainerEvent::PostUpdate => nri.post_update_container(&p, &c).await,
             ContainerEvent::Remove => nri.remove_container(&p, &c).await,
             ContainerEvent::Stop => {
-                let updates = nri.stop_container(&p, &c).await.map_err(failed)?;
-                self.apply_later("StopContainer", updates, Vec::new());
+                let result = nri.stop_container(&p, &c).await.map_err(failed)?;
+                let id = &container.meta.id;
+                self.apply_now("StopContainer", id, result.updates, Vec::new())
+                    .await;
                 Ok(())
             }
         }

@@ -62,6 +62,7 @@ fn gauges(cri: &Cri) -> Gauges {
             .into_iter()
             .map(|s| crate::counters::NriPluginStats {
                 plugin: s.plugin,
+                connected: s.connected,
                 requests: s.requests,
                 failures: s.failures,
                 timeouts: s.timeouts,

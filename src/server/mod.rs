@@ -121,6 +121,12 @@ impl Cri {
     /// Starts NRI (after recovery: plugins are synchronized with what is
     /// there). A failure is logged: pods run on without plugins.
     pub async fn start_nri(&self) {
+        self.try_start_nri().await;
+        // The exits found by recovery, to the plugins now synchronized.
+        self.core.plugins_started().await;
+    }
+
+    async fn try_start_nri(&self) {
         let Some(nri) = &self.nri else { return };
         let cfg = match self.core.config.nri.nri_config() {
             Ok(cfg) => cfg,

@@ -30,7 +30,7 @@ fn pod_json(p: &api::PodSandbox) -> Value {
 
 fn ctr_json(c: &api::Container) -> Value {
     json!({"id": c.id, "pod_sandbox_id": c.pod_sandbox_id, "name": c.name,
-        "state": format!("{:?}", c.state.enum_value_or_default()),
+        "state": format!("{:?}", c.state.enum_value_or_default()), "pid": c.pid,
         "labels": c.labels, "annotations": c.annotations, "env": c.env})
 }
 

@@ -43,9 +43,18 @@ pub struct ValidatorConfig {
     /// Reject sysctl adjustment.
     pub reject_sysctl_adjustment: bool,
     /// Plugins (`NAME` or `IDX-NAME`) that must have been consulted for
-    /// every container creation.
+    /// every container creation (a pod may require more with the
+    /// [`REQUIRED_PLUGINS_ANNOTATION`]).
     pub required_plugins: Vec<String>,
+    /// An annotation key (empty: none) with which a pod, or one container
+    /// of it (`KEY/container.NAME`), says "true" to be created even when
+    /// required plugins are missing.
+    pub tolerate_missing_plugins_annotation: String,
 }
+
+/// The pod annotation (`KEY`, `KEY/pod` or `KEY/container.NAME`) listing,
+/// as a YAML list, more plugins a pod's containers require.
+pub const REQUIRED_PLUGINS_ANNOTATION: &str = "required-plugins.noderesource.dev";
 
 /// containerd/nri's default socket.
 pub const DEFAULT_SOCKET_PATH: &str = "/var/run/nri/nri.sock";

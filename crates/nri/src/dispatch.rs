@@ -281,10 +281,12 @@ impl Nri {
             }
         }
         let resources = merge.target_resources().cloned().unwrap_or_default();
+        let owners = merge.owners.0.clone();
         Ok(UpdateResult {
             resources,
             updates: merge.into_updates(),
             evict,
+            owners,
         })
     }
 
@@ -293,7 +295,7 @@ impl Nri {
         &self,
         pod: &api::PodSandbox,
         ctr: &api::Container,
-    ) -> Result<Vec<api::ContainerUpdate>, Error> {
+    ) -> Result<UpdateResult, Error> {
         let event = Event::STOP_CONTAINER;
         let name = event_name(event);
         let _g = self.inner.event_lock.lock().await;
@@ -317,6 +319,11 @@ impl Nri {
                     })?;
             }
         }
-        Ok(merge.into_updates())
+        let owners = merge.owners.0.clone();
+        Ok(UpdateResult {
+            updates: merge.into_updates(),
+            owners,
+            ..Default::default()
+        })
     }
 }

@@ -54,6 +54,7 @@ mod validate;
 
 pub use config::{
     Config, ValidatorConfig, DEFAULT_PLUGIN_CONFIG_PATH, DEFAULT_PLUGIN_PATH, DEFAULT_SOCKET_PATH,
+    REQUIRED_PLUGINS_ANNOTATION,
 };
 pub use error::Error;
 pub use nri::{Nri, PluginSyncBlock};
@@ -90,7 +91,8 @@ pub struct CreateResult {
     pub owners: api::OwningPlugins,
 }
 
-/// The merged outcome of UpdateContainer.
+/// The merged outcome of UpdateContainer (and of StopContainer, whose
+/// resources are empty and which evicts nothing).
 #[derive(Debug, Clone, Default)]
 pub struct UpdateResult {
     /// The resources to give the updated container.
@@ -99,6 +101,8 @@ pub struct UpdateResult {
     pub updates: Vec<api::ContainerUpdate>,
     /// Containers to evict.
     pub evict: Vec<api::ContainerEviction>,
+    /// Which plugin set which field.
+    pub owners: api::OwningPlugins,
 }
 
 /// An active plugin.
@@ -112,14 +116,27 @@ pub struct PluginInfo {
     pub events: Vec<api::Event>,
 }
 
-/// Request counters of one plugin.
+/// Request counters of one plugin (`IDX-NAME`): since berth started, over
+/// every connection of that name, dropped ones included.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PluginStats {
     /// `IDX-NAME`.
     pub plugin: String,
+    /// Connected now.
+    pub connected: bool,
     pub requests: u64,
     /// Requests answered with an error, timed out, or broken.
     pub failures: u64,
     pub timeouts: u64,
     pub latency_sum: Duration,
+}
+
+impl PluginStats {
+    /// Adds `other`'s counts to these.
+    pub(crate) fn add(&mut self, other: &PluginStats) {
+        self.requests += other.requests;
+        self.failures += other.failures;
+        self.timeouts += other.timeouts;
+        self.latency_sum += other.latency_sum;
+    }
 }

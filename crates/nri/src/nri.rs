@@ -30,6 +30,41 @@ pub(crate) struct Inner {
     pub event_lock: Mutex<()>,
     sync_lock: Arc<RwLock<()>>,
     accept: StdMutex<Option<JoinHandle<()>>>,
+    /// The counters of dropped plugins, by name, so that they stay.
+    retired: StdMutex<Retired>,
+}
+
+/// Dropped plugins' counters by `IDX-NAME`: what earlier connections of
+/// that name counted, and the counters of the last one (a call it had
+/// under way as it was dropped still counts there). Bounded: past
+/// [`MAX_RETIRED`] names, new ones count under [`OTHER_PLUGINS`].
+#[derive(Default)]
+struct Retired(std::collections::BTreeMap<String, (PluginStats, Arc<StdMutex<PluginStats>>)>);
+
+const MAX_RETIRED: usize = 256;
+/// The name dropped plugins' counters go under past [`MAX_RETIRED`] names.
+pub const OTHER_PLUGINS: &str = "(other dropped plugins)";
+
+fn read(s: &StdMutex<PluginStats>) -> PluginStats {
+    s.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
+impl Retired {
+    fn retire(&mut self, name: String, stats: Arc<StdMutex<PluginStats>>) {
+        let name = match self.0.contains_key(&name) || self.0.len() < MAX_RETIRED {
+            true => name,
+            false => OTHER_PLUGINS.to_string(),
+        };
+        match self.0.get_mut(&name) {
+            Some((base, last)) => {
+                base.add(&read(last));
+                *last = stats;
+            }
+            None => {
+                self.0.insert(name, (PluginStats::default(), stats));
+            }
+        }
+    }
 }
 
 /// The NRI runtime side. Cheap to clone.
@@ -54,6 +89,7 @@ impl Nri {
             event_lock: Mutex::new(()),
             sync_lock: Arc::new(RwLock::new(())),
             accept: StdMutex::new(None),
+            retired: StdMutex::new(Retired::default()),
         });
         let found = launch::discover(&inner.cfg.plugin_path, &inner.cfg.plugin_config_path)
             .await
@@ -102,14 +138,37 @@ impl Nri {
             .collect()
     }
 
-    /// Per-plugin request counters.
+    /// The bound on every request to a plugin.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        self.inner.cfg.request_timeout
+    }
+
+    /// Per-plugin request counters, by `IDX-NAME`: connected plugins and
+    /// dropped ones (monotonic counters do not vanish with a plugin; one
+    /// that reconnects under its name counts on).
     pub fn stats(&self) -> Vec<PluginStats> {
-        self.active()
+        let active = self.active();
+        let mut by_name: std::collections::BTreeMap<String, PluginStats> = self
+            .inner
+            .retired
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
             .iter()
-            .map(|p| PluginStats {
-                plugin: p.full_name(),
-                ..p.stats()
+            .map(|(name, (base, last))| {
+                let mut s = base.clone();
+                s.add(&read(last));
+                (name.clone(), s)
             })
+            .collect();
+        for p in &active {
+            let s = by_name.entry(p.full_name()).or_default();
+            s.add(&p.stats());
+            s.connected = true;
+        }
+        by_name
+            .into_iter()
+            .map(|(plugin, s)| PluginStats { plugin, ..s })
             .collect()
     }
 
@@ -121,6 +180,7 @@ impl Nri {
         let _ = std::fs::remove_file(&self.inner.cfg.socket_path);
         let plugins =
             std::mem::take(&mut *self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()));
+        self.retire(&plugins);
         for p in plugins {
             let _ = p
                 .call(
@@ -135,8 +195,23 @@ impl Nri {
     /// The plugins still connected (dropping the closed ones).
     pub(crate) fn active(&self) -> Vec<Arc<Plugin>> {
         let mut g = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
-        g.retain(|p| !p.is_closed());
-        g.clone()
+        let (closed, open): (Vec<_>, Vec<_>) = g.drain(..).partition(|p| p.is_closed());
+        *g = open;
+        let active = g.clone();
+        drop(g);
+        self.retire(&closed);
+        active
+    }
+
+    /// Keeps the counters of plugins leaving the set.
+    fn retire(&self, plugins: &[Arc<Plugin>]) {
+        if plugins.is_empty() {
+            return;
+        }
+        let mut r = self.inner.retired.lock().unwrap_or_else(|e| e.into_inner());
+        for p in plugins {
+            r.retire(p.full_name(), p.shared_stats());
+        }
     }
 }
 
@@ -237,4 +312,44 @@ async fn attach(
     g.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
     tracing::info!(plugin = %p.full_name(), kind = ?p.kind, "NRI plugin connected and synchronized");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(requests: u64) -> Arc<StdMutex<PluginStats>> {
+        Arc::new(StdMutex::new(PluginStats {
+            requests,
+            failures: 1,
+            ..Default::default()
+        }))
+    }
+
+    fn total(r: &Retired, name: &str) -> PluginStats {
+        let (base, last) = &r.0[name];
+        let mut s = base.clone();
+        s.add(&read(last));
+        s
+    }
+
+    #[test]
+    fn dropped_plugins_counters_stay_and_add_up() {
+        let mut r = Retired::default();
+        let first = counted(3);
+        r.retire("10-x".into(), first.clone());
+        // A call under way as it was dropped still counts.
+        first.lock().unwrap().requests += 1;
+        assert_eq!(total(&r, "10-x").requests, 4);
+        // Reconnected under its name and dropped again: counts on.
+        r.retire("10-x".into(), counted(5));
+        let t = total(&r, "10-x");
+        assert_eq!((t.requests, t.failures), (9, 2));
+        for i in 0..MAX_RETIRED + 5 {
+            r.retire(format!("{i}-many"), counted(1));
+        }
+        assert_eq!(r.0.len(), MAX_RETIRED + 1, "bounded");
+        assert_eq!(total(&r, "10-x").requests, 9, "kept past the bound");
+        assert!(total(&r, OTHER_PLUGINS).requests >= 5);
+    }
 }

@@ -57,7 +57,9 @@ pub(crate) struct Plugin {
     server: StdMutex<Option<Server>>,
     child: StdMutex<Option<tokio::process::Child>>,
     closed: AtomicBool,
-    stats: StdMutex<PluginStats>,
+    /// Shared with the registry's record of dropped plugins (see
+    /// [`crate::Nri::stats`]), so no count is lost once it is dropped.
+    stats: Arc<StdMutex<PluginStats>>,
     timeout: Duration,
 }
 
@@ -217,7 +219,7 @@ where
         server: StdMutex::new(Some(server)),
         child: StdMutex::new(child),
         closed: AtomicBool::new(false),
-        stats: StdMutex::new(PluginStats::default()),
+        stats: Arc::new(StdMutex::new(PluginStats::default())),
         timeout,
     });
     watch_close(&plugin);
@@ -255,6 +257,11 @@ impl Plugin {
 
     pub fn stats(&self) -> PluginStats {
         self.stats.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Its counters, as they will be updated by a call still under way.
+    pub(crate) fn shared_stats(&self) -> Arc<StdMutex<PluginStats>> {
+        self.stats.clone()
     }
 
     /// Disconnects the plugin, killing it if we launched it. Idempotent and

@@ -43,7 +43,7 @@ pub(crate) async fn validate(
         reason,
     };
     if cfg.enable {
-        if let Err(reason) = default_validator(cfg, ctr, merge, &plugins) {
+        if let Err(reason) = default_validator(cfg, pod, ctr, merge, &plugins) {
             return Err(rejected("default-validator".into(), reason));
         }
     }
@@ -84,9 +84,62 @@ pub(crate) async fn validate(
     Ok(())
 }
 
+/// A pod annotation as it applies to container `ctr`: `KEY/container.NAME`
+/// before `KEY/pod` before `KEY` (NRI's `GetEffectiveAnnotation`).
+fn effective_annotation<'a>(pod: &'a api::PodSandbox, key: &str, ctr: &str) -> Option<&'a str> {
+    [
+        format!("{key}/container.{ctr}"),
+        format!("{key}/pod"),
+        key.to_string(),
+    ]
+    .iter()
+    .find_map(|k| pod.annotations.get(k))
+    .map(String::as_str)
+}
+
+/// Bound on the required-plugins annotation we parse.
+const MAX_ANNOTATION: usize = 4096;
+
+/// The plugins required of container `ctr`: the configured ones and the
+/// pod's annotation; none when the pod tolerates missing plugins.
+fn required_plugins(
+    cfg: &ValidatorConfig,
+    pod: &api::PodSandbox,
+    ctr: &str,
+) -> Result<Vec<String>, String> {
+    let tolerate = cfg.tolerate_missing_plugins_annotation.as_str();
+    if !tolerate.is_empty() {
+        if let Some(v) = effective_annotation(pod, tolerate, ctr) {
+            match v.trim() {
+                "1" | "t" | "T" | "true" | "TRUE" | "True" => return Ok(Vec::new()),
+                "0" | "f" | "F" | "false" | "FALSE" | "False" => {}
+                _ => {
+                    return Err(format!(
+                        "invalid {tolerate} annotation {v:?}: not a boolean"
+                    ))
+                }
+            }
+        }
+    }
+    let mut required = cfg.required_plugins.clone();
+    if let Some(v) = effective_annotation(pod, crate::REQUIRED_PLUGINS_ANNOTATION, ctr) {
+        let key = crate::REQUIRED_PLUGINS_ANNOTATION;
+        if v.len() > MAX_ANNOTATION {
+            return Err(format!(
+                "invalid {key} annotation: over {MAX_ANNOTATION} bytes"
+            ));
+        }
+        let listed: Vec<String> = serde_yaml_ng::from_str(v)
+            .map_err(|e| format!("invalid {key} annotation {v:?}: {e}"))?;
+        required.extend(listed);
+    }
+    Ok(required)
+}
+
 /// The built-in default validator's checks.
 fn default_validator(
     cfg: &ValidatorConfig,
+    pod: &api::PodSandbox,
     ctr: &api::Container,
     merge: &CreateMerge,
     plugins: &[api::PluginInstance],
@@ -143,8 +196,8 @@ fn default_validator(
             ));
         }
     }
-    let missing: Vec<&str> = cfg
-        .required_plugins
+    let required = required_plugins(cfg, pod, &ctr.name)?;
+    let missing: Vec<&str> = required
         .iter()
         .filter(|r| {
             !plugins
@@ -193,19 +246,20 @@ mod tests {
     #[test]
     fn default_validator_rules() {
         let (c, m) = merged_with_hook();
+        let pod = api::PodSandbox::new();
         let mut cfg = ValidatorConfig::default();
-        assert!(default_validator(&cfg, &c, &m, &[]).is_ok());
+        assert!(default_validator(&cfg, &pod, &c, &m, &[]).is_ok());
         cfg.reject_oci_hook_adjustment = true;
-        let e = default_validator(&cfg, &c, &m, &[]).unwrap_err();
+        let e = default_validator(&cfg, &pod, &c, &m, &[]).unwrap_err();
         assert!(e.contains("10-hooker") && e.contains("OCI hook"), "{e}");
         cfg.reject_oci_hook_adjustment = false;
         cfg.reject_sysctl_adjustment = true;
-        assert!(default_validator(&cfg, &c, &m, &[])
+        assert!(default_validator(&cfg, &pod, &c, &m, &[])
             .unwrap_err()
             .contains("sysctl"));
         cfg.reject_sysctl_adjustment = false;
         cfg.required_plugins = vec!["needed".into()];
-        assert!(default_validator(&cfg, &c, &m, &[])
+        assert!(default_validator(&cfg, &pod, &c, &m, &[])
             .unwrap_err()
             .contains("needed"));
         let present = api::PluginInstance {
@@ -213,6 +267,47 @@ mod tests {
             index: "05".into(),
             ..Default::default()
         };
-        assert!(default_validator(&cfg, &c, &m, &[present]).is_ok());
+        assert!(default_validator(&cfg, &pod, &c, &m, &[present]).is_ok());
+    }
+
+    #[test]
+    fn required_plugins_from_the_pod_and_their_toleration() {
+        let (mut c, m) = merged_with_hook();
+        c.name = "app".into();
+        let mut pod = api::PodSandbox::new();
+        let mut cfg = ValidatorConfig::default();
+        let present = api::PluginInstance {
+            name: "here".into(),
+            index: "10".into(),
+            ..Default::default()
+        };
+        let check = |cfg: &ValidatorConfig, pod: &api::PodSandbox| {
+            default_validator(cfg, pod, &c, &m, std::slice::from_ref(&present))
+        };
+        let key = crate::REQUIRED_PLUGINS_ANNOTATION;
+        pod.annotations.insert(key.into(), "[10-here]".into());
+        assert!(check(&cfg, &pod).is_ok());
+        // The container's own annotation wins over the pod's.
+        pod.annotations
+            .insert(format!("{key}/container.app"), "- here\n- gone\n".into());
+        let e = check(&cfg, &pod).unwrap_err();
+        assert!(e.contains("gone") && !e.contains("here"), "{e}");
+        pod.annotations
+            .insert(format!("{key}/container.app"), "{not: a list}".into());
+        assert!(check(&cfg, &pod).unwrap_err().contains("invalid"));
+        pod.annotations.clear();
+        cfg.required_plugins = vec!["gone".into()];
+        assert!(check(&cfg, &pod).unwrap_err().contains("\"gone\""));
+        // Toleration is only read when configured, then needs a boolean.
+        pod.annotations.insert("tolerate".into(), "true".into());
+        assert!(check(&cfg, &pod).is_err());
+        cfg.tolerate_missing_plugins_annotation = "tolerate".into();
+        assert!(check(&cfg, &pod).is_ok());
+        pod.annotations
+            .insert("tolerate/container.app".into(), "false".into());
+        assert!(check(&cfg, &pod).unwrap_err().contains("gone"));
+        pod.annotations
+            .insert("tolerate/container.app".into(), "maybe".into());
+        assert!(check(&cfg, &pod).unwrap_err().contains("not a boolean"));
     }
 }

@@ -19,7 +19,8 @@ pub struct Script {
     /// Updates returned with every CreateContainer.
     pub updates: Vec<Update>,
     /// Misbehaviour per event name ("Register", "Configure", "Synchronize",
-    /// or any event): "hang", "crash", "oversize", or {"error": "msg"}.
+    /// or any event): "hang", "crash", "oversize", {"error": "msg"}, or
+    /// {"delay": MILLISECONDS} (answer normally after that long).
     pub misbehave: BTreeMap<String, Misbehave>,
     /// Unsolicited UpdateContainers sent shortly after Synchronize.
     pub update_after_sync: Vec<Update>,
@@ -34,6 +35,7 @@ pub enum Misbehave {
     Crash,
     Oversize,
     Error(String),
+    Delay(u64),
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -58,6 +58,10 @@ impl TestPlugin {
                 Ok(())
             }
             Some(Misbehave::Crash) => std::process::exit(3),
+            Some(Misbehave::Delay(ms)) => {
+                tokio::time::sleep(Duration::from_millis(*ms)).await;
+                Ok(())
+            }
             Some(Misbehave::Oversize) => {
                 if let Some(raw) = self.raw.lock().await.as_mut() {
                     let hdr = berth_nri::mux::encode_header(2, berth_nri::mux::MAX_PAYLOAD + 1);

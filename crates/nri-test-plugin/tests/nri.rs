@@ -312,6 +312,37 @@ async fn late_plugin_is_synchronized_and_unsolicited_update_reaches_host() {
     wait_for(|| names(&env.log("late")).contains(&"UpdateContainersResult".to_string())).await;
 }
 
+/// Synchronize is bounded by the registration timeout (2 s here), not the
+/// request timeout (700 ms): a plugin that takes 1.2 s to synchronize (as
+/// cri-tools' Synchronize specs hold it for 2 s against NRI's default 2 s)
+/// stays and hears of what comes next; one slower than that is dropped.
+#[tokio::test]
+async fn synchronize_is_bounded_by_the_registration_timeout() {
+    let host = FakeHost {
+        pods: vec![pod()],
+        ctrs: vec![ctr()],
+        ..Default::default()
+    };
+    let mut env = start(host, None).await;
+    env.plugin(
+        "10",
+        "slow",
+        r#"{"subscribe": ["RunPodSandbox"], "misbehave": {"Synchronize": {"delay": 1200}}}"#,
+    )
+    .await;
+    assert_eq!(env.nri.plugins().len(), 1);
+    env.nri.run_pod_sandbox(&pod()).await.unwrap();
+    wait_for(|| names(&env.log("slow")).contains(&"RunPodSandbox".to_string())).await;
+    env.spawn(
+        "20",
+        "slower",
+        r#"{"misbehave": {"Synchronize": {"delay": 2600}}}"#,
+    );
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let names: Vec<String> = env.nri.plugins().iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, ["slow"]);
+}
+
 #[tokio::test]
 async fn registration_timeout_and_oversize_frame_drop_the_plugin() {
     let mut env = start(FakeHost::default(), None).await;

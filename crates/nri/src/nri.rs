@@ -290,7 +290,15 @@ async fn attach(
     }
     let _sync = inner.sync_lock.write().await;
     let (pods, containers) = inner.host.snapshot().await;
-    let updates = match crate::sync::synchronize(&p, pods, containers).await {
+    // Synchronize is part of a plugin's start-up and carries the whole
+    // node: it is bounded by the registration timeout (5 s by default)
+    // where that is the longer, not the per-event request timeout (2 s).
+    // NRI's own adaptation uses the request timeout, so a plugin that takes
+    // 2 s to synchronize is dropped there and the containers made meanwhile
+    // never reach it (cri-tools' two Synchronize specs skip on containerd
+    // for that); new containers wait on `sync_lock` meanwhile either way.
+    let sync_timeout = cfg.registration_timeout.max(cfg.request_timeout);
+    let updates = match crate::sync::synchronize(&p, pods, containers, sync_timeout).await {
         Ok(u) => u,
         Err(e) => {
             p.close();

@@ -288,6 +288,20 @@ impl Plugin {
         ttrpc::context::with_duration(self.timeout)
     }
 
+    /// Like [`Plugin::call`], bounded by `timeout` instead of the request
+    /// timeout (Synchronize; pair it with [`Plugin::context_within`]).
+    pub(crate) async fn call_within<T, F>(
+        &self,
+        event: &'static str,
+        timeout: Duration,
+        fut: F,
+    ) -> Result<Call<T>, Error>
+    where
+        F: Future<Output = ttrpc::Result<T>>,
+    {
+        self.call_bounded(event, timeout, fut).await
+    }
+
     /// Runs one request bounded by the request timeout, recording it. A
     /// timeout or a broken connection closes the plugin (NRI's "fatal"
     /// errors); an error status from the plugin is its answer.
@@ -295,11 +309,23 @@ impl Plugin {
     where
         F: Future<Output = ttrpc::Result<T>>,
     {
+        self.call_bounded(event, self.timeout, fut).await
+    }
+
+    async fn call_bounded<T, F>(
+        &self,
+        event: &'static str,
+        timeout: Duration,
+        fut: F,
+    ) -> Result<Call<T>, Error>
+    where
+        F: Future<Output = ttrpc::Result<T>>,
+    {
         if self.is_closed() {
             return Ok(Call::Dropped);
         }
         let start = Instant::now();
-        let res = tokio::time::timeout(self.timeout, fut).await;
+        let res = tokio::time::timeout(timeout, fut).await;
         let elapsed = start.elapsed();
         let (out, failed, timed_out) = match res {
             Err(_) => (Ok(Call::Dropped), true, true),
@@ -366,6 +392,11 @@ impl Plugin {
 
     pub(crate) fn context(&self) -> ttrpc::context::Context {
         self.ctx()
+    }
+
+    /// A request context bounded by `timeout` (see [`Plugin::call_within`]).
+    pub(crate) fn context_within(&self, timeout: Duration) -> ttrpc::context::Context {
+        ttrpc::context::with_duration(timeout)
     }
 }
 

@@ -51,17 +51,19 @@ pub fn chunks(
     out
 }
 
-/// Synchronizes `p`, returning the container updates it asked for.
+/// Synchronizes `p`, returning the container updates it asked for. Each
+/// request is bounded by `timeout`.
 pub(crate) async fn synchronize(
     p: &Plugin,
     pods: Vec<api::PodSandbox>,
     containers: Vec<api::Container>,
+    timeout: std::time::Duration,
 ) -> Result<Vec<api::ContainerUpdate>, String> {
     let reqs = chunks(pods, containers, CHUNK_BUDGET);
     let mut updates = Vec::new();
     for req in reqs {
-        let fut = p.client().synchronize(p.context(), &req);
-        match p.call("Synchronize", fut).await {
+        let fut = p.client().synchronize(p.context_within(timeout), &req);
+        match p.call_within("Synchronize", timeout, fut).await {
             Ok(Call::Done(rpl)) => {
                 if req.more && (!rpl.update.is_empty() || !rpl.more) {
                     return Err("plugin does not handle split sync requests".into());

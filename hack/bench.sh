@@ -4,7 +4,7 @@
 # kind of network (each its own bridge and subnet), images from one local
 # registry. Prints the table (Markdown) and writes it as JSON.
 #
-#   hack/bench.sh [--quick] [--big-pull] [--no-build] [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
+#   hack/bench.sh [--quick] [--big-pull] [--no-build] [--no-nri] [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
 #
 #   --quick    fewer iterations and smaller sizes (for development); pulls
 #              only the 200 MiB image unless --big-pull
@@ -13,6 +13,10 @@
 #   --json F   where the JSON goes (default: bench.json in the work dir, kept)
 #   --keep     keep the work dir (configs, daemon logs) afterwards
 #   --berth-only  run berth alone (no containerd), e.g. for its memory at scale
+#   --no-nri   skip the NRI table: the life cycle on a second berth with one
+#              no-op NRI plugin (berth-nri-test-plugin, pre-installed,
+#              subscribed to every event) against berth without one,
+#              interleaved, with the difference (what the plugin costs)
 #   -- ARGS    passed to `berth-bench run`, e.g. -- --iterations 50
 #
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
@@ -42,6 +46,7 @@ big_pull=0
 build=1
 keep=0
 berth_only=0
+nri=1
 json=""
 extra=()
 while (($#)); do
@@ -50,6 +55,7 @@ while (($#)); do
   --big-pull) big_pull=1; shift ;;
   --keep) keep=1; shift ;;
   --berth-only) berth_only=1; shift ;;
+  --no-nri) nri=0; shift ;;
   --no-build) build=0; shift ;;
   --json) json=${2:?--json needs a file}; shift 2 ;;
   --) shift; extra=("$@"); break ;;
@@ -64,6 +70,7 @@ CNI_BIN=/usr/lib/cni
 BERTH_NET=(berth-bench-berth bbench0 10.200.0.0/24)
 CTRD_NET=(berth-bench-containerd cbench0 10.201.0.0/24)
 FLOOR_NET=(berth-bench-floor fbench0 10.202.0.0/24)
+NRI_NET=(berth-bench-nri nbench0 10.203.0.0/24)
 
 if ((build)); then
   bash hack/install-deps.sh
@@ -71,7 +78,7 @@ if ((build)); then
   cargo build --release --locked
   cargo rustc --release --locked -p berth-shim --bin berth-shim --no-default-features \
     -- -C target-feature=+crt-static
-  cargo build --release --locked -p berth-bench
+  cargo build --release --locked -p berth-bench -p berth-nri-test-plugin
 fi
 command -v containerd >/dev/null || die "containerd not found"
 out=${CARGO_TARGET_DIR:-$repo/target}
@@ -84,10 +91,13 @@ work=$(mktemp -d /tmp/berth-bench-XXXXXX)
 [[ -n $json ]] || json=$work/bench.json
 berth_dir=$work/berth
 ctrd_dir=$work/containerd
+nri_dir=$work/berth-nri
 berth_pid=""
 ctrd_pid=""
+nri_pid=""
 berth_target="berth=$berth_dir/berth.sock,shim=berth-shim,match=$berth_dir/"
 ctrd_target="containerd=$ctrd_dir/containerd.sock,shim=containerd-shim-runc-v2,match=$ctrd_dir/containerd.sock"
+nri_target="berth-nri=$nri_dir/berth.sock,shim=berth-shim,match=$nri_dir/"
 
 # Stops a daemon by pid: SIGTERM, then SIGKILL after 20 s.
 stop_pid() {
@@ -117,30 +127,37 @@ cleanup() {
   set +e
   trap - EXIT INT TERM
   log "cleaning up"
-  if [[ -x $bench ]] && { [[ -n $berth_pid ]] || [[ -n $ctrd_pid ]]; }; then
+  if [[ -x $bench ]] && { [[ -n $berth_pid ]] || [[ -n $ctrd_pid ]] || [[ -n $nri_pid ]]; }; then
     local targets=()
     [[ -n $berth_pid ]] && kill -0 "$berth_pid" 2>/dev/null && targets+=(--target "$berth_target")
     [[ -n $ctrd_pid ]] && kill -0 "$ctrd_pid" 2>/dev/null && targets+=(--target "$ctrd_target")
+    [[ -n $nri_pid ]] && kill -0 "$nri_pid" 2>/dev/null && targets+=(--target "$nri_target")
     ((${#targets[@]})) && timeout 300 "$bench" cleanup "${targets[@]}" >&2
   fi
   stop_pid "$berth_pid"
   stop_pid "$ctrd_pid"
+  stop_pid "$nri_pid"
+  # The no-op plugin berth-nri launched (it exits when berth goes).
+  for pid in $(pids_of 10-noop ""); do
+    kill -KILL "$pid" 2>/dev/null
+  done
   # Whatever the daemons left: containers, then their shims.
   local root id pid
-  for root in "$berth_dir/state/runtime" "$ctrd_dir/runc/k8s.io"; do
+  for root in "$berth_dir/state/runtime" "$nri_dir/state/runtime" "$ctrd_dir/runc/k8s.io"; do
     [[ -d $root ]] || continue
     for id in $("$RUNC" --root "$root" list -q 2>/dev/null); do
       "$RUNC" --root "$root" delete -f "$id" >/dev/null 2>&1
     done
   done
-  for pid in $(pids_of berth-shim "$berth_dir/") $(pids_of containerd-shim-runc-v2 "$ctrd_dir/containerd.sock"); do
+  for pid in $(pids_of berth-shim "$berth_dir/") $(pids_of berth-shim "$nri_dir/") \
+    $(pids_of containerd-shim-runc-v2 "$ctrd_dir/containerd.sock"); do
     kill -KILL "$pid" 2>/dev/null
   done
   # Mounts (rootfs overlays, netns, shm) under the work dir, deepest first.
   awk -v w="$work/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null; done
   local net
-  for net in "${BERTH_NET[*]}" "${CTRD_NET[*]}" "${FLOOR_NET[*]}"; do
+  for net in "${BERTH_NET[*]}" "${CTRD_NET[*]}" "${FLOOR_NET[*]}" "${NRI_NET[*]}"; do
     set -- $net
     ip link show "$2" >/dev/null 2>&1 && ip link del "$2"
     rm -rf "/var/lib/cni/networks/$1"
@@ -152,6 +169,7 @@ cleanup() {
   done
   local cg
   for cg in /sys/fs/cgroup/*/berth-bench-berth /sys/fs/cgroup/*/berth-bench-containerd \
+    /sys/fs/cgroup/*/berth-bench-berth-nri /sys/fs/cgroup/berth-bench-berth-nri \
     /sys/fs/cgroup/*/berth-bench-floor /sys/fs/cgroup/berth-bench-floor \
     /sys/fs/cgroup/berth-bench-berth /sys/fs/cgroup/berth-bench-containerd; do
     [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
@@ -165,8 +183,11 @@ cleanup() {
   else
     # Keep the JSON when it was written inside the work dir.
     if [[ $json == "$work"/* && -f $json ]]; then
-      cp "$json" "/tmp/berth-bench-$(date +%Y%m%d-%H%M%S).json" &&
-        log "JSON kept as $(ls -t /tmp/berth-bench-*.json | head -1)"
+      local stamp
+      stamp=$(date +%Y%m%d-%H%M%S)
+      cp "$json" "/tmp/berth-bench-$stamp.json" && log "JSON kept as /tmp/berth-bench-$stamp.json"
+      [[ -f ${json%.json}-nri.json ]] && cp "${json%.json}-nri.json" "/tmp/berth-bench-$stamp-nri.json" &&
+        log "NRI JSON kept as /tmp/berth-bench-$stamp-nri.json"
     fi
     rm -rf "$work"
   fi
@@ -264,3 +285,35 @@ log "running berth-bench (started $(date -u +%FT%TZ))"
 start=$SECONDS
 "$bench" "${args[@]}" "${extra[@]}"
 log "done in $((SECONDS - start)) s; JSON: $json"
+
+if ((nri)); then
+  # The same berth, its own dirs, socket and network, with NRI on its own
+  # socket and one pre-installed no-op plugin (launched by berth, fd 3):
+  # the life cycle on both, interleaved, and what the plugin adds.
+  log "starting berth with a no-op NRI plugin"
+  mkdir -p "$nri_dir/net.d" "$nri_dir/config.d" "$nri_dir/nri/plugins" "$nri_dir/nri/conf.d"
+  fill hack/bench/cni.conflist.in "$nri_dir/net.d/10-${NRI_NET[0]}.conflist" \
+    NETWORK="${NRI_NET[0]}" BRIDGE="${NRI_NET[1]}" SUBNET="${NRI_NET[2]}"
+  fill hack/bench/berth.toml.in "$nri_dir/config.toml" \
+    DIR="$nri_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
+  printf '[nri]\nenable = true\nsocket_path = "%s"\nplugin_path = "%s"\nplugin_config_path = "%s"\n' \
+    "$nri_dir/nri/nri.sock" "$nri_dir/nri/plugins" "$nri_dir/nri/conf.d" \
+    >"$nri_dir/config.d/80-bench-nri.toml"
+  cp "$out/release/berth-nri-test-plugin" "$nri_dir/nri/plugins/10-noop"
+  "$berth" --config "$nri_dir/config.toml" </dev/null >/dev/null 2>"$nri_dir/berth.log" &
+  nri_pid=$!
+  wait_socket "$nri_dir/berth.sock" "$nri_pid" "$nri_dir/berth.log"
+  for _ in $(seq 1 100); do
+    grep -q 'NRI plugin connected' "$nri_dir/berth.log" && break
+    sleep 0.1
+  done
+  grep -q 'NRI plugin connected' "$nri_dir/berth.log" || die "the no-op NRI plugin did not connect"
+  nri_json=${json%.json}-nri.json
+  nri_args=(run --target "$nri_target" --target "$berth_target" --only lifecycle --difference
+    --image "$addr/berth-test/busybox:latest" --prepull "$pause_image" --runc "$RUNC"
+    --json "$nri_json")
+  ((quick)) && nri_args+=(--quick)
+  log "running berth-bench: NRI (berth-nri against berth)"
+  "$bench" "${nri_args[@]}" "${extra[@]}"
+  log "NRI JSON: $nri_json"
+fi

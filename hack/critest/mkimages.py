@@ -9,7 +9,7 @@ host to this registry):
   test-image-tags:{1,2,3}, test-image-tag:{test,all}, test-image-user-*,
   test-image-predefined-group:latest
 """
-import gzip, hashlib, io, json, sys, tarfile, urllib.request, urllib.error
+import gzip, os, hashlib, io, json, sys, tarfile, urllib.request, urllib.error
 
 ADDR = sys.argv[1]
 BASE = ("berth-test/busybox", "latest")
@@ -145,10 +145,10 @@ www = {"www/index.html": (b"<html>critest</html>\n", 0o644)}
 
 make("e2e-test-images/busybox", ["1.29-2"])
 NGX = "mkdir -p /var/run; echo $$ > /var/run/nginx.pid; exec httpd -f -p %d -h /www"
-NGINX = {"usr/sbin/nginx": (open("/var/tmp/critest/imgsrc/nginx", "rb").read(), 0o755)}
+NGINX = {"usr/sbin/nginx": (open(os.environ.get("W", "/var/tmp/critest") + "/imgsrc/nginx", "rb").read(), 0o755)}
 make("e2e-test-images/nginx", ["1.14-2"], files=dict(www, **NGINX), cmd=["/usr/sbin/nginx", "80", "-g", "daemon off; master process"], ports=[80])
 make("e2e-test-images/httpd", ["2.4.39-4"], files=www, cmd=["sh", "-c", "echo httpd starting; exec httpd -f -p 80 -h /www"], ports=[80])
-make("e2e-test-images/nonewprivs", ["1.3"], files={"nnp": (open("/var/tmp/critest/imgsrc/nnp", "rb").read(), 0o4755)}, cmd=["/nnp"])
+make("e2e-test-images/nonewprivs", ["1.3"], files={"nnp": (open(os.environ.get("W", "/var/tmp/critest") + "/imgsrc/nnp", "rb").read(), 0o4755)}, cmd=["/nnp"])
 make("hostnet-nginx-amd64", ["latest"], files=dict(www, **NGINX), cmd=["/usr/sbin/nginx", "12003", "-g", "daemon off; master process"], ports=[12003])
 make("pause", ["3.9"], cmd=["sleep", "2147483647"])
 for n in ["test-image-1", "test-image-2", "test-image-3", "test-image-latest", "test-image-digest"]:

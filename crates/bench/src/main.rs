@@ -166,6 +166,10 @@ struct RunArgs {
     /// image group need --floor-cni and --big-image].
     #[arg(long, value_delimiter = ',')]
     only: Option<Vec<String>>,
+    /// Also show first − second for every figure (two set-ups of one
+    /// runtime: what the first one adds, e.g. an NRI plugin).
+    #[arg(long)]
+    difference: bool,
 }
 
 /// `NAME=HOST:PORT` of `--metrics`.
@@ -305,6 +309,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
         targets: targets.iter().map(|t| t.name().to_string()).collect(),
         machine: machine_info(&targets, &a.runc),
         settings: serde_json::to_value(&settings)?,
+        difference: a.difference,
         ..Default::default()
     };
 

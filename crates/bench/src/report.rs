@@ -141,6 +141,15 @@ impl Row {
             _ => None,
         }
     }
+
+    /// first − second, when both are there (what the first's extra costs,
+    /// in the row's unit: see [`Report::difference`]).
+    pub fn difference(&self) -> Option<f64> {
+        match self.values.as_slice() {
+            [Some(a), Some(b), ..] => Some(a - b),
+            _ => None,
+        }
+    }
 }
 
 /// Everything one run measured.
@@ -155,6 +164,9 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// What failed, with the runtime and phase it happened in.
     pub errors: Vec<String>,
+    /// Show first − second beside the ratio (two set-ups of one runtime,
+    /// e.g. with and without an NRI plugin: what the first one adds).
+    pub difference: bool,
 }
 
 /// A number with three significant digits or so.
@@ -211,13 +223,18 @@ impl Report {
             [a, b, ..] => format!("{a}/{b}"),
             _ => "ratio".into(),
         };
+        let diff_name = match (self.difference, self.targets.as_slice()) {
+            (true, [a, b, ..]) => format!(" {a} − {b} |"),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "| group | figure | unit | {} | {ratio_name} |\n",
+            "| group | figure | unit | {} | {ratio_name} |{diff_name}\n",
             self.targets.join(" | ")
         ));
         out.push_str(&format!(
-            "|---|---|---|{}---|\n",
-            "---:|".repeat(self.targets.len())
+            "|---|---|---|{}---|{}\n",
+            "---:|".repeat(self.targets.len()),
+            if diff_name.is_empty() { "" } else { "---:|" }
         ));
         for row in &self.rows {
             let cells: Vec<String> = row
@@ -229,8 +246,13 @@ impl Report {
                 .ratio()
                 .map(|r| format!("{r:.2}"))
                 .unwrap_or_else(|| "-".into());
+            let diff = match (self.difference, row.difference()) {
+                (false, _) => String::new(),
+                (true, Some(d)) => format!(" {} |", fmt_value(d)),
+                (true, None) => " - |".into(),
+            };
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {ratio} |\n",
+                "| {} | {} | {} | {} | {ratio} |{diff}\n",
                 row.group,
                 row.figure,
                 row.unit,
@@ -259,13 +281,17 @@ impl Report {
                     .zip(&r.values)
                     .map(|(t, v)| (t.clone(), json!(v)))
                     .collect();
-                json!({
+                let mut row = json!({
                     "group": r.group,
                     "figure": r.figure,
                     "unit": r.unit,
                     "values": values,
                     "ratio": r.ratio(),
-                })
+                });
+                if self.difference {
+                    row["difference"] = json!(r.difference());
+                }
+                row
             })
             .collect();
         let machine: serde_json::Map<String, Value> = self
@@ -402,5 +428,36 @@ berth_grpc_request_duration_seconds_sum{code="OK",method="ListImages"} 0.003
         assert_eq!(j["rows"][0]["ratio"], json!(0.25));
         assert_eq!(j["rows"][0]["values"]["containerd"], json!(20.0));
         assert_eq!(j["rows"][1]["values"]["berth"], Value::Null);
+        assert!(j["rows"][0].get("difference").is_none());
+    }
+
+    #[test]
+    fn the_difference_column_says_what_the_first_adds() {
+        let mut r = Report {
+            targets: vec!["berth+nri".into(), "berth".into()],
+            difference: true,
+            ..Default::default()
+        };
+        r.add(
+            "lifecycle",
+            "start median",
+            "ms",
+            vec![Some(21.5), Some(20.0)],
+        );
+        r.add("lifecycle", "stop median", "ms", vec![None, Some(3.0)]);
+        let md = r.markdown();
+        assert!(md.contains("| berth+nri | berth | berth+nri/berth | berth+nri − berth |"));
+        assert!(md.contains("|---|---|---|---:|---:|---|---:|"), "{md}");
+        assert!(
+            md.contains("| start median | ms | 21.5 | 20.0 | 1.07 | 1.50 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| stop median | ms | failed | 3.00 | - | - |"),
+            "{md}"
+        );
+        let j = r.to_json();
+        assert_eq!(j["rows"][0]["difference"], json!(1.5));
+        assert_eq!(j["rows"][1]["difference"], Value::Null);
     }
 }

@@ -108,6 +108,23 @@ impl Workload {
                 report.add("lifecycle", &format!("{step} {stat}"), "ms", values);
             }
         }
+        // What kubelet waits for before a pod's workload runs.
+        for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+            let values = (0..n)
+                .map(|ti| {
+                    let starts: Vec<Duration> = (0..samples[ti][0].len())
+                        .map(|j| (0..3).map(|k| samples[ti][k][j]).sum())
+                        .collect();
+                    stat_ms(&starts, p)
+                })
+                .collect();
+            report.add(
+                "lifecycle",
+                &format!("pod + container start (run, create, start) {stat}"),
+                "ms",
+                values,
+            );
+        }
         steps_profile(&before, &after, s.warmup + s.iterations, report);
         for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
             let values = (0..n).map(|ti| stat_ms(&totals[ti], p)).collect();

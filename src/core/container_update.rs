@@ -84,10 +84,29 @@ impl Core {
     ) -> Result<(), Error> {
         let id = container.meta.id.clone();
         let resources = berth_spec::linux_resources(&id, &linux, &self.spec_options)?;
+        // runc keeps no OOM score in its resources: set on the processes
+        // (and in the spec below) when it changes, as kubelet asks when an
+        // in-place resize moves a Burstable pod's memory request.
+        let floor = self.spec_options.oom_score_adj_floor;
+        let oom = berth_spec::oom_score_adj(&id, linux.oom_score_adj, floor)?;
+        let old_oom = self.current_resources(container).oom_score_adj;
+        let old_oom = berth_spec::oom_score_adj(&id, old_oom, floor).unwrap_or(None);
+        let oom_changes = oom != old_oom;
         // Kept for ContainerStatus once applied.
         let applied = prost::Message::encode_to_vec(&linux);
         match container.status().state {
-            ContainerState::Running => self.shim_of(&id).await?.update(&resources).await?,
+            ContainerState::Running => {
+                let task = self.shim_of(&id).await?;
+                if oom_changes {
+                    // Unset: what the container would have had at its start.
+                    let value = match oom {
+                        Some(v) => v,
+                        None => self.inherited_oom_score_adj(&id)?,
+                    };
+                    task.set_oom_score_adj(value).await?;
+                }
+                task.update(&resources).await?
+            }
             ContainerState::Created => {}
             state => {
                 return Err(Error::FailedPrecondition(format!(
@@ -99,6 +118,11 @@ impl Core {
         // Replaced atomically (ExecSync reads it without the lock).
         let path = self.layout.container_dirs(&id).spec();
         let mut spec = self.mech.files.read_spec(&id, &path).await?;
+        if oom_changes {
+            if let Some(process) = spec.process_mut() {
+                process.set_oom_score_adj(oom);
+            }
+        }
         if let Some(linux) = spec.linux_mut() {
             let mut merged = resources;
             if let Some(old) = linux.resources() {
@@ -109,6 +133,19 @@ impl Core {
         self.mech.files.write_spec(&id, &path, &spec).await?;
         objects::save(container, move |s| s.resources = applied).await?;
         Ok(())
+    }
+
+    /// The OOM score adjustment a container with none asked for starts
+    /// with: the floor berth is configured with, else berth's own.
+    fn inherited_oom_score_adj(&self, id: &str) -> Result<i32, Error> {
+        match self.spec_options.oom_score_adj_floor {
+            Some(f) => Ok(f),
+            None => berth_spec::current_oom_score_adj().map_err(Error::io(
+                id,
+                "reading",
+                "/proc/self/oom_score_adj",
+            )),
+        }
     }
 
     /// Records the pod-level resources kubelet has just applied to pod

@@ -225,6 +225,9 @@ pub trait Task: Send + Sync {
     async fn attach(&self, opts: AttachOptions) -> Result<IoStream, Error>;
     /// Applies new resources to the running container.
     async fn update(&self, resources: &LinuxResources) -> Result<(), Error>;
+    /// Sets the OOM score adjustment of every process of the running
+    /// container (runc cannot change it after the start).
+    async fn set_oom_score_adj(&self, value: i32) -> Result<(), Error>;
     /// Reopens the CRI log file (after kubelet rotated it).
     async fn reopen_log(&self) -> Result<(), Error>;
 }

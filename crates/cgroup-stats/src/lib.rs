@@ -8,7 +8,8 @@
 //! - [`CpuSampler`]: the last two CPU samples per key, so that a rate
 //!   (`usage_nano_cores`) is cheap to answer;
 //! - [`net`]: network interface counters of a process's network namespace;
-//! - [`disk_usage`]: bytes and inodes of a directory tree (a writable layer).
+//! - [`disk_usage`]: bytes and inodes of a directory tree (a writable layer);
+//! - [`pids_below`]: the processes of a cgroup tree.
 //!
 //! Everything here is plain file reads: no process ever changes namespace.
 
@@ -18,6 +19,7 @@ mod error;
 mod mount;
 pub mod net;
 mod parse;
+mod procs;
 mod sampler;
 mod stats;
 
@@ -25,5 +27,6 @@ pub use cgroup::Cgroup;
 pub use disk::{disk_usage, DiskUsage};
 pub use error::Error;
 pub use mount::{Mode, Mounts};
+pub use procs::pids_below;
 pub use sampler::{nano_cores, CpuSample, CpuSampler};
 pub use stats::{CpuStats, HugetlbStats, MemoryStats, PidsStats, Pressure, Psi, PsiData, Stats};

@@ -538,6 +538,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         privileged,
         readonly_rootfs,
         rro_supported: opts.rro_supported,
+        selinux_enabled: opts.selinux_enabled,
         mountinfo: None,
     })?;
 

@@ -191,6 +191,9 @@ pub(crate) struct MountInputs<'a> {
     pub privileged: bool,
     pub readonly_rootfs: bool,
     pub rro_supported: bool,
+    /// SELinux is enforcing labels on this host: a mount asking to be
+    /// relabelled is refused (berth applies no labels).
+    pub selinux_enabled: bool,
     /// /proc/self/mountinfo, read when a mount asks for propagation; `None`
     /// reads the live one.
     pub mountinfo: Option<&'a str>,
@@ -283,6 +286,13 @@ fn cri_mount(
             id,
             format!("{field}.container_path"),
             format!("{dest:?} is not an absolute path"),
+        ));
+    }
+    if m.selinux_relabel && inp.selinux_enabled {
+        return Err(invalid(
+            id,
+            format!("{field}.selinux_relabel"),
+            "SELinux is enabled on this host and berth does not relabel mounts yet",
         ));
     }
     let idmapped = crate::userns::check_mount_idmap(id, field, m, inp.userns)?;
@@ -570,6 +580,7 @@ mod tests {
             privileged: false,
             readonly_rootfs: false,
             rro_supported: true,
+            selinux_enabled: false,
             mountinfo: Some(mountinfo),
         }
     }
@@ -653,6 +664,30 @@ mod tests {
         };
         let (_, p) = mounts(&inputs(&c, &sb, &none, &shared)).unwrap();
         assert_eq!(p.as_deref(), Some("rshared"));
+    }
+
+    #[test]
+    fn selinux_relabel_is_refused_where_selinux_labels_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let sb = SandboxInfo::default();
+        let none = BTreeMap::new();
+        let mut m = host_mount(
+            dir.path(),
+            "/data",
+            v1::MountPropagation::PropagationPrivate,
+        );
+        m.selinux_relabel = true;
+        let c = v1::ContainerConfig {
+            mounts: vec![m],
+            ..Default::default()
+        };
+        // Without SELinux, relabelling is nothing to do (as containerd).
+        assert!(mounts(&inputs(&c, &sb, &none, "")).is_ok());
+        let mut inp = inputs(&c, &sb, &none, "");
+        inp.selinux_enabled = true;
+        let e = mounts(&inp).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::InvalidArgument);
+        assert!(e.to_string().contains("mounts[0].selinux_relabel"), "{e}");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct World {
     pub specs: BTreeMap<PathBuf, Spec>,
     /// Resources applied to running containers, by id, in order.
     pub updates: Vec<(String, oci_spec::runtime::LinuxResources)>,
+    /// The OOM score adjustment set on a running container, by id.
+    pub oom_score_adj: BTreeMap<String, i32>,
     /// What an ExecSync answers.
     pub exec_output: berth_shim::ExecOutput,
 }

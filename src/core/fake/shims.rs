@@ -122,6 +122,12 @@ impl Task for FakeTask {
         world.updates.push((self.id.clone(), resources.clone()));
         Ok(())
     }
+    async fn set_oom_score_adj(&self, value: i32) -> Result<(), Error> {
+        self.fake.call("task.oom_score_adj", &self.id).await?;
+        let mut world = self.fake.world.lock().unwrap();
+        world.oom_score_adj.insert(self.id.clone(), value);
+        Ok(())
+    }
     async fn reopen_log(&self) -> Result<(), Error> {
         self.fake.call("task.reopen_log", &self.id).await
     }

@@ -77,6 +77,12 @@ impl Task for Shim {
             .await
             .map_err(Error::runtime(self.0.id(), "update"))
     }
+    async fn set_oom_score_adj(&self, value: i32) -> Result<(), Error> {
+        let (id, pid) = (self.0.id().to_string(), self.0.pid());
+        tokio::task::spawn_blocking(move || set_oom_score_adj(&id, pid, value))
+            .await
+            .map_err(Error::join)?
+    }
     async fn reopen_log(&self) -> Result<(), Error> {
         self.0
             .reopen_log()
@@ -135,4 +141,42 @@ impl Runtime for Shims {
             ))),
         }
     }
+}
+
+/// Writes `value` as the OOM score adjustment of every process in the
+/// cgroup tree of container `id`'s init (`pid`); a process that exits
+/// meanwhile is skipped. Lowering a score needs CAP_SYS_RESOURCE: without
+/// it the kernel refuses, and so does this (FailedPrecondition).
+fn set_oom_score_adj(id: &str, pid: u32, value: i32) -> Result<(), Error> {
+    let gone =
+        |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT));
+    let mounts = berth_cgroup_stats::Mounts::read()
+        .map_err(|e| Error::Internal(format!("{id}: reading the cgroup mounts: {e}")))?;
+    let cgroup = berth_cgroup_stats::Cgroup::for_pid(&mounts, pid)
+        .map_err(|e| Error::FailedPrecondition(format!("{id}: the cgroup of pid {pid}: {e}")))?;
+    let dir = cgroup
+        .dir("memory")
+        .or_else(|| cgroup.dir("pids"))
+        .ok_or_else(|| {
+            Error::FailedPrecondition(format!("{id}: no cgroup directory for pid {pid}"))
+        })?;
+    let mut pids = berth_cgroup_stats::pids_below(&dir).unwrap_or_default();
+    if !pids.contains(&pid) {
+        pids.push(pid);
+    }
+    for p in pids {
+        let path = PathBuf::from(format!("/proc/{p}/oom_score_adj"));
+        match std::fs::write(&path, value.to_string()) {
+            Ok(()) => {}
+            Err(e) if gone(&e) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(Error::FailedPrecondition(format!(
+                    "{id}: setting oom_score_adj {value} on pid {p}: {e} \
+                     (lowering it needs CAP_SYS_RESOURCE, which berth lacks here)"
+                )))
+            }
+            Err(e) => return Err(Error::io(id, "writing", &path)(e)),
+        }
+    }
+    Ok(())
 }

@@ -64,6 +64,51 @@ async fn an_update_reaches_the_shim_the_spec_and_the_record() {
     assert_eq!(r.fake.count("task.update"), 1);
 }
 
+/// kubelet's in-place resize of a Burstable pod moves its OOM score: a
+/// changed `oom_score_adj` is set on the running container's processes and
+/// kept in the spec; the same one again calls nothing; a failure to set it
+/// changes nothing.
+#[tokio::test]
+async fn a_changed_oom_score_adj_reaches_the_processes_and_the_spec() {
+    let (r, id) = running().await;
+    let with_oom = |oom: i64| v1::LinuxContainerResources {
+        oom_score_adj: oom,
+        ..resources(512, 64 << 20)
+    };
+    r.core
+        .update_container_resources(&id, Some(with_oom(800)))
+        .await
+        .unwrap();
+    assert_eq!(r.fake.world.lock().unwrap().oom_score_adj[&id], 800);
+    let oom_of = |r: &Rig| {
+        spec_of(r, &id)
+            .process()
+            .as_ref()
+            .and_then(|p| p.oom_score_adj())
+    };
+    assert_eq!(oom_of(&r), Some(800));
+    r.core
+        .update_container_resources(&id, Some(with_oom(800)))
+        .await
+        .unwrap();
+    assert_eq!(r.fake.count("task.oom_score_adj"), 1);
+    r.fake.fail("task.oom_score_adj");
+    let e = r
+        .core
+        .update_container_resources(&id, Some(with_oom(600)))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("task.oom_score_adj"), "{e}");
+    assert_eq!(oom_of(&r), Some(800));
+    assert_eq!(r.fake.count("task.update"), 2);
+    let bad = r
+        .core
+        .update_container_resources(&id, Some(with_oom(1001)))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code(), tonic::Code::InvalidArgument, "{bad}");
+}
+
 #[tokio::test]
 async fn a_failing_shim_update_leaves_the_record_and_the_spec_as_they_were() {
     let (r, id) = running().await;

@@ -13,15 +13,11 @@ pub(super) struct Processes {
     pub(super) sockets: u64,
 }
 
-/// Most cgroups a container's cgroup tree is walked through (a container
-/// running systemd makes a few; this bounds a hostile one).
-const MAX_CGROUPS: usize = 4096;
-
 /// The processes in the cgroup at `dir` and the cgroups below it; `None`
 /// when the cgroup is gone. A process that exits during the count is left
 /// out.
 pub(super) fn count(dir: &Path) -> Option<Processes> {
-    let pids = pids_below(dir)?;
+    let pids = berth_cgroup_stats::pids_below(dir)?;
     let mut out = Processes::default();
     for pid in pids {
         let proc = Path::new("/proc").join(pid.to_string());
@@ -47,38 +43,6 @@ pub(super) fn count(dir: &Path) -> Option<Processes> {
         }
     }
     Some(out)
-}
-
-/// The pids of the cgroup tree at `dir` (`cgroup.procs` of each cgroup).
-fn pids_below(dir: &Path) -> Option<Vec<u32>> {
-    let top = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
-    let mut pids: Vec<u32> = parse_pids(&top);
-    let mut stack = vec![dir.to_path_buf()];
-    let mut walked = 0;
-    while let Some(cgroup) = stack.pop() {
-        walked += 1;
-        if walked > MAX_CGROUPS {
-            tracing::debug!(cgroup = %dir.display(), "too many cgroups below a container: counted in part");
-            break;
-        }
-        let Ok(entries) = std::fs::read_dir(&cgroup) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                let sub = entry.path();
-                if let Ok(text) = std::fs::read_to_string(sub.join("cgroup.procs")) {
-                    pids.extend(parse_pids(&text));
-                }
-                stack.push(sub);
-            }
-        }
-    }
-    Some(pids)
-}
-
-fn parse_pids(text: &str) -> Vec<u32> {
-    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 /// The soft limit on open files of process `pid` (`/proc/<pid>/limits`);

@@ -274,10 +274,15 @@ impl<'a> Import<'a> {
         list
     }
 
-    /// The names of the sub-tables of the table at `path`.
+    /// The names of the sub-tables of the table at `path` (other values
+    /// there are left to the generic notes).
     fn table_keys(&self, path: &[&str]) -> Vec<String> {
         match self.lookup(path).and_then(Value::as_table) {
-            Some(t) => t.keys().cloned().collect(),
+            Some(t) => t
+                .iter()
+                .filter(|(_, v)| v.is_table())
+                .map(|(k, _)| k.clone())
+                .collect(),
             None => Vec::new(),
         }
     }

@@ -172,6 +172,13 @@ fn plugin_reason(version: Version, id: &str, rest: &[&str], value: &Value) -> (G
              registry.max_concurrent_downloads comes from the CRI images plugin's value"
                 .into(),
         ),
+        ("io.containerd.transfer.v1.local", ["config_path"]) => (
+            unless_empty(value),
+            "containerd 2.1+'s transfer service reads hosts.toml files from here; berth's \
+             registry.config_path comes from the CRI images plugin's registry.config_path: make \
+             them one"
+                .into(),
+        ),
         ("io.containerd.service.v1.tasks-service", ["rdt_config_file" | "blockio_config_file"]) => (
             unless_empty(value),
             "berth configures no RDT or blockio classes (a container asking for one is refused)"

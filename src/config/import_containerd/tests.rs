@@ -398,6 +398,13 @@ state = '/run/containerd'
   [plugins.'io.containerd.gc.v1.scheduler']
     pause_threshold = 0.02
     deletion_threshold = 0
+
+  [plugins.'io.containerd.transfer.v1.local']
+    config_path = '/etc/containerd/certs.d'
+    max_concurrent_downloads = 3
+    [[plugins.'io.containerd.transfer.v1.local'.unpack_config]]
+      platform = 'linux/amd64'
+      snapshotter = 'overlayfs'
 "#;
 
 #[test]
@@ -489,11 +496,19 @@ fn a_containerd_2_x_config_with_its_split_cri_plugins_becomes_the_same_berth_con
         ["10-resource-policy"]
     );
 
-    // Other plugins: listed, nothing to do.
+    // Other plugins: listed, nothing to do, except what bears on pulls.
     note_of(
         &out,
         "plugins.\"io.containerd.gc.v1.scheduler\".pause_threshold",
         false,
+    );
+    let transfer = "plugins.\"io.containerd.transfer.v1.local\"";
+    note_of(&out, &format!("{transfer}.config_path"), true);
+    note_of(&out, &format!("{transfer}.max_concurrent_downloads"), false);
+    let unpack = note_of(&out, &format!("{transfer}.unpack_config"), false);
+    assert!(
+        unpack.contains("= [{ platform = \"linux/amd64\", snapshotter = \"overlayfs\" }]"),
+        "{unpack}"
     );
 }
 

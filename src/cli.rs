@@ -89,6 +89,13 @@ pub enum ConfigAction {
     /// Print the embedded defaults as the commented config file that the
     /// package installs as /etc/berth/config.toml.
     DefaultCommented,
+    /// Read a containerd config (version 2, as containerd 1.6/1.7 write it,
+    /// or 3, as 2.x does) and print the equivalent berth config; each key
+    /// that is not carried over is printed as a comment saying why.
+    ImportContainerd {
+        /// The containerd config file, e.g. /etc/containerd/config.toml.
+        file: PathBuf,
+    },
 }
 
 impl Flags {

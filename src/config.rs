@@ -10,6 +10,7 @@
 mod cni;
 mod default_file;
 mod error;
+mod import_containerd;
 mod layers;
 mod nri;
 mod runtime;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cni::CniConfig;
 pub use error::{ConfigError, Origin};
+pub use import_containerd::import_file as import_containerd_file;
 pub use layers::{Layers, Loaded};
 pub use nri::NriConfig;
 pub use runtime::{systemd_is_running, CgroupDriver, RuntimeConfig, RuntimeHandler};

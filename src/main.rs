@@ -51,9 +51,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// `berth config default|default-commented|show`.
+/// `berth config default|default-commented|show|import-containerd`.
 fn config_command(flags: &Flags, action: ConfigAction) -> ExitCode {
     match action {
+        ConfigAction::ImportContainerd { file } => match config::import_containerd_file(&file) {
+            Ok(text) => print!("{text}"),
+            Err(e) => return fail(e.into()),
+        },
         ConfigAction::Default => print!("{}", Config::default_toml()),
         ConfigAction::DefaultCommented => print!("{}", Config::commented_default_toml()),
         ConfigAction::Show => match flags.load().and_then(|l| l.validate().map(|()| l)) {

@@ -168,7 +168,7 @@ pub fn drop_in_files(dir: &Path, required: bool) -> Result<Vec<PathBuf>, ConfigE
 }
 
 /// Reads a config file of at most [`MAX_FILE_BYTES`].
-fn read_bounded(path: &Path) -> Result<String, ConfigError> {
+pub(super) fn read_bounded(path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
     let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),

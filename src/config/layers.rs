@@ -189,7 +189,7 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, ConfigError> {
 }
 
 /// One key as it is written in TOML: bare when it can be, else quoted.
-fn key_segment(key: &str) -> String {
+pub(super) fn key_segment(key: &str) -> String {
     if !key.is_empty()
         && key
             .bytes()
@@ -197,7 +197,7 @@ fn key_segment(key: &str) -> String {
     {
         key.to_string()
     } else {
-        format!("{key:?}")
+        toml::Value::String(key.to_string()).to_string()
     }
 }
 

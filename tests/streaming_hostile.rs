@@ -334,8 +334,9 @@ async fn hostile_streaming_clients_against_the_daemon() {
     drop((resize, conn));
     still_serving(&mut daemon, &id, "after the resize object").await;
 
-    // 4. More connections than the server serves (256): the ones past it
-    //    are closed at once, and the server serves again once they go.
+    // 4. More connections than the server serves (256): each one past it
+    //    closes the oldest connection that has shown no token (#28), and
+    //    the server serves again once they go.
     let (addr, _) = split_url(&url);
     let rss = Rss::start(&daemon);
     let mut conns = Vec::new();

@@ -91,6 +91,23 @@ fn streaming_defaults_and_checks() {
         server.idle_timeout,
         std::time::Duration::from_secs(4 * 3600)
     );
+    assert_eq!(
+        (server.max_connections, server.max_connections_per_peer),
+        (256, 16)
+    );
+    assert_eq!(server.header_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(server.keepalive_timeout, std::time::Duration::from_secs(10));
+    let limits = "[streaming]\nmax_connections = 8\nmax_connections_per_peer = 64\nheader_timeout = \"3s\"\nkeepalive_timeout = \"500ms\"\n";
+    let server = parse(limits).unwrap().streaming.server_config().unwrap();
+    assert_eq!(
+        (server.max_connections, server.max_connections_per_peer),
+        (8, 64)
+    );
+    assert_eq!(server.header_timeout, std::time::Duration::from_secs(3));
+    assert_eq!(
+        server.keepalive_timeout,
+        std::time::Duration::from_millis(500)
+    );
     let cfg = parse("[streaming]\naddress = \"::1\"\nport = 10010\ntoken_ttl = \"30s\"\n").unwrap();
     cfg.validate().unwrap();
     assert_eq!(
@@ -109,6 +126,15 @@ fn streaming_defaults_and_checks() {
         ("token_ttl = \"soon\"", "streaming.token_ttl"),
         ("idle_timeout = \"0s\"", "streaming.idle_timeout"),
         ("token_ttl = \"0s\"", "streaming.token_ttl"),
+        ("max_connections = 0", "streaming.max_connections"),
+        ("max_connections = 65537", "streaming.max_connections"),
+        (
+            "max_connections_per_peer = 0",
+            "streaming.max_connections_per_peer",
+        ),
+        ("header_timeout = \"0s\"", "streaming.header_timeout"),
+        ("header_timeout = \"soon\"", "streaming.header_timeout"),
+        ("keepalive_timeout = \"0s\"", "streaming.keepalive_timeout"),
         (
             "enable_tls = true\ntls_cert_file = \"/c.pem\"",
             "streaming.tls_key_file",

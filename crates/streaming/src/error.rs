@@ -16,6 +16,9 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// A [`crate::Config`] the server cannot run with.
+    #[error("streaming server configuration: {0}")]
+    Config(String),
     #[error("the streaming server is already serving")]
     AlreadyServing,
     #[error("streaming server: {0}")]

@@ -22,6 +22,7 @@
 //! or a self-signed one made at start), as containerd's
 //! `enable_tls_streaming`; a plain HTTP request then gets 400.
 
+mod admission;
 mod backend;
 mod channel;
 pub mod client;
@@ -72,18 +73,59 @@ pub struct Config {
     pub max_in_flight: usize,
     /// A session with no byte either way for this long ends.
     pub idle_timeout: Duration,
-    /// Most client connections served at once (sessions and requests that
-    /// have not upgraded yet); a connection past this is closed at once.
+    /// Most client connections served at once (sessions and connections
+    /// that have not upgraded yet). When all are taken, a new connection
+    /// closes the oldest one that has not shown a valid token (of the
+    /// address holding the most such); when all are sessions, the new one
+    /// is closed at once.
     pub max_connections: usize,
+    /// Most connections one peer address holds before it has shown a valid
+    /// token; past this its oldest such connection is closed. Sessions do
+    /// not count (kubelet makes them all from one address).
+    pub max_connections_per_peer: usize,
+    /// From the accept, how long a client may take to finish the TLS
+    /// handshake and send its first request head.
+    pub header_timeout: Duration,
+    /// After an answer on a connection kept open (a valid token whose
+    /// upgrade was refused), how long until the next request head must be
+    /// in. A request without a valid token is answered and the connection
+    /// closed.
+    pub keepalive_timeout: Duration,
     /// Serve HTTPS with this certificate (URLs are `https://`); `None`:
     /// plain HTTP.
     pub tls: Option<TlsIdentity>,
 }
 
+impl Config {
+    /// Refuses values the server cannot run with.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |what: &str| Err(Error::Config(what.to_string()));
+        if self.max_connections == 0 {
+            return bad("max_connections must be at least 1");
+        }
+        if self.max_connections_per_peer == 0 {
+            return bad("max_connections_per_peer must be at least 1");
+        }
+        for (name, d) in [
+            ("token_ttl", self.token_ttl),
+            ("stream_creation_timeout", self.stream_creation_timeout),
+            ("idle_timeout", self.idle_timeout),
+            ("header_timeout", self.header_timeout),
+            ("keepalive_timeout", self.keepalive_timeout),
+        ] {
+            if d.is_zero() {
+                return bad(&format!("{name} must be above 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for Config {
     /// 127.0.0.1 on a free port, tokens for 1 minute, 30 s to open
     /// streams, 1000 tokens in flight, 4 h idle timeout (kubelet's values),
-    /// 256 connections at once, plain HTTP.
+    /// 256 connections at once and 16 not yet upgraded per peer address,
+    /// 10 s for the first request head and between requests, plain HTTP.
     fn default() -> Self {
         Config {
             addr: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
@@ -92,6 +134,9 @@ impl Default for Config {
             max_in_flight: 1000,
             idle_timeout: Duration::from_secs(4 * 3600),
             max_connections: 256,
+            max_connections_per_peer: 16,
+            header_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(10),
             tls: None,
         }
     }

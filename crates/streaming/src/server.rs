@@ -12,10 +12,19 @@
 //! text: 404 for a wrong, expired or used token, 400 for a request that is
 //! not an upgrade, 403 when no sub-protocol matches (with the accepted ones
 //! in `X-Accepted-Stream-Protocol-Versions`, as kubelet answers).
+//!
+//! Connections are rationed ([`crate::admission`]): per peer address and in
+//! all, with room made by closing the oldest connections that have not
+//! shown a valid token. A connection must send its first request head (and
+//! finish its TLS handshake) within [`Config::header_timeout`] of its
+//! accept, a deadline no later request moves. A request without a valid
+//! token is answered and the connection closed (`Connection: close`); one
+//! with a valid token whose upgrade is refused may be followed by another
+//! within [`Config::keepalive_timeout`] of the answer.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,13 +37,15 @@ use hyper::{Method, Request as HttpRequest, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role as WsRole;
 use tokio_tungstenite::WebSocketStream;
 
+use crate::admission::{Admission, Admit, Slot};
 use crate::backend::{AttachRequest, Backend, ExecRequest, PortForwardRequest};
 use crate::error::Error;
 use crate::idle::Idle;
@@ -42,8 +53,6 @@ use crate::remotecommand::{self, Command};
 use crate::token::{Lookup, TokenCache};
 use crate::{portforward, tunnel, websocket, Config};
 
-/// How long a client may take to send its request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of a request head buffered (kubelet's clients send well under
 /// 4 KiB; hyper's own default is some 400 KiB per connection).
 const MAX_REQUEST_HEAD: usize = 64 * 1024;
@@ -101,6 +110,7 @@ impl StreamingServer {
     /// Binds `config.addr` (port 0: a free port); [`StreamingServer::serve`]
     /// then answers on it.
     pub fn new(config: Config, backend: Arc<dyn Backend>) -> Result<StreamingServer, Error> {
+        config.validate()?;
         let bind_err = |source| Error::Bind {
             addr: config.addr,
             source,
@@ -174,24 +184,45 @@ impl StreamingServer {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let mut stop = self.inner.stop.subscribe();
         let mut connections = JoinSet::new();
-        let slots = Arc::new(Semaphore::new(self.inner.config.max_connections));
+        let config = &self.inner.config;
+        // Where kubelet connects from: the loopbacks, or the address itself.
+        let kubelet = [
+            IpAddr::from(Ipv4Addr::LOCALHOST),
+            IpAddr::from(Ipv6Addr::LOCALHOST),
+            self.inner.local_addr.ip(),
+        ];
+        let admission = Admission::new(
+            config.max_connections,
+            config.max_connections_per_peer,
+            &kubelet,
+        );
         loop {
             tokio::select! {
                 _ = async { let _ = stop.wait_for(|stop| *stop).await; } => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, peer)) => match slots.clone().try_acquire_owned() {
-                        Ok(slot) => {
+                    Ok((tcp, peer)) => match admission.admit(peer.ip()) {
+                        Admit::Yes { slot, evicted } => {
+                            let accepted = Instant::now();
+                            if let Some(evicted) = evicted {
+                                tracing::debug!(
+                                    %peer,
+                                    closed = %evicted.peer,
+                                    "streaming server: closing a connection without a valid token to make room"
+                                );
+                                evicted.close();
+                            }
+                            let id = slot.id();
                             let inner = self.inner.clone();
-                            connections.spawn(async move {
-                                serve_connection(inner, tcp, peer).await;
-                                drop(slot);
+                            let task = connections.spawn(async move {
+                                serve_connection(inner, tcp, peer, accepted, slot).await;
                             });
+                            admission.spawned(id, task);
                         }
-                        Err(_) => {
+                        Admit::Full => {
                             tracing::warn!(
                                 %peer,
-                                max = self.inner.config.max_connections,
-                                "streaming server: too many connections; closing a new one"
+                                max = config.max_connections,
+                                "streaming server: every connection is a session; closing a new one"
                             );
                             drop(tcp);
                         }
@@ -219,13 +250,20 @@ const PLAIN_HTTP_REFUSAL: &str = "Client sent an HTTP request to an HTTPS server
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
 
-async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
+async fn serve_connection(
+    inner: Arc<Inner>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    accepted: Instant,
+    slot: Slot,
+) {
     let _ = tcp.set_nodelay(true);
+    // The handshake and the first request head, together.
+    let first_head = accepted + inner.config.header_timeout;
     let Some(acceptor) = inner.tls.clone() else {
-        return serve_http(inner, tcp, peer).await;
+        return serve_http(inner, tcp, peer, first_head, slot).await;
     };
-    // Bounded like a request head: the handshake, or the plain request.
-    let handshake = tokio::time::timeout(HEADER_TIMEOUT, async {
+    let handshake = tokio::time::timeout_at(first_head, async {
         let mut first = [0u8; 1];
         match tcp.peek(&mut first).await {
             Ok(1) if first[0] != TLS_HANDSHAKE => {
@@ -245,31 +283,95 @@ async fn serve_connection(inner: Arc<Inner>, tcp: TcpStream, peer: SocketAddr) {
     })
     .await;
     match handshake {
-        Ok(Ok(tls)) => serve_http(inner, tls, peer).await,
+        Ok(Ok(tls)) => serve_http(inner, tls, peer, first_head, slot).await,
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "streaming server: TLS"),
         Err(_) => tracing::debug!(%peer, "streaming server: no TLS handshake in time"),
     }
 }
 
+/// What an answer does to its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// No valid token: answered, then closed.
+    Close,
+    /// A valid token whose upgrade was refused: the client may try again
+    /// on this connection (within the keep-alive timeout).
+    KeepAlive,
+    /// Upgraded: the session runs.
+    Upgrade,
+}
+
+/// One connection, as its request handler sees it.
+struct Connection {
+    slot: Slot,
+    /// When it is closed unless a request head has come in by then; `None`
+    /// once upgraded (the session has its own idle timeout).
+    deadline: watch::Sender<Option<Instant>>,
+}
+
 /// Serves HTTP/1.1 on one connection (plain or TLS), then the session it
-/// upgraded to, if any.
-async fn serve_http<IO>(inner: Arc<Inner>, io: IO, peer: SocketAddr)
-where
+/// upgraded to, if any. The connection ends if no request head is in by
+/// `first_head`, or within the keep-alive timeout of an answer.
+async fn serve_http<IO>(
+    inner: Arc<Inner>,
+    io: IO,
+    peer: SocketAddr,
+    first_head: Instant,
+    slot: Slot,
+) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let header_timeout = inner.config.header_timeout;
+    let keepalive = inner.config.keepalive_timeout;
+    let (deadline, mut deadlines) = watch::channel(Some(first_head));
+    let connection = Arc::new(Connection { slot, deadline });
     let upgraded: Arc<Mutex<Option<Session>>> = Arc::default();
-    let slot = upgraded.clone();
+    let session_slot = upgraded.clone();
+    let conn = connection.clone();
     let service = hyper::service::service_fn(move |req| {
-        let response = handle(&inner, req, &slot);
+        let (mut response, outcome) = handle(&inner, req, &session_slot, &conn.slot);
+        // The answer is written at once; the next head (if any) must
+        // follow within the keep-alive timeout, and so must the end of a
+        // body hyper still drains.
+        let next = Instant::now() + keepalive;
+        match outcome {
+            Outcome::Close => {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+                conn.deadline.send_replace(Some(next));
+            }
+            Outcome::KeepAlive => {
+                conn.deadline.send_replace(Some(next));
+            }
+            Outcome::Upgrade => {
+                conn.deadline.send_replace(None);
+            }
+        }
         async move { Ok::<_, Infallible>(response) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(header_timeout)
         .max_buf_size(MAX_REQUEST_HEAD)
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades();
-    if let Err(e) = conn.await {
+    tokio::pin!(conn);
+    // `connection` keeps the sender alive: `changed` never fails here.
+    let served = loop {
+        let Some(deadline) = *deadlines.borrow_and_update() else {
+            break conn.as_mut().await;
+        };
+        tokio::select! {
+            served = conn.as_mut() => break served,
+            _ = deadlines.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::debug!(%peer, "streaming server: no request in time; closing");
+                return;
+            }
+        }
+    };
+    if let Err(e) = served {
         tracing::debug!(%peer, error = %e, "streaming server: connection");
     }
     let session = upgraded.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -435,12 +537,15 @@ fn query_ports(req: &HttpRequest<Incoming>) -> Result<Vec<u16>, String> {
 }
 
 /// Answers one request: an error, or 101 with the session left in `slot`
-/// to run once hyper hands the connection over.
+/// to run once hyper hands the connection over; and what that does to the
+/// connection.
 fn handle(
     inner: &Arc<Inner>,
     mut req: HttpRequest<Incoming>,
     slot: &Arc<Mutex<Option<Session>>>,
-) -> Response<Body> {
+    connection: &Slot,
+) -> (Response<Body>, Outcome) {
+    use Outcome::{Close, KeepAlive};
     let path = req.uri().path().to_string();
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
     let (kind, token) = match (parts.next(), parts.next()) {
@@ -450,10 +555,10 @@ fn handle(
             (kind, token.to_string())
         }
         _ => {
-            return text(
+            return (text(
                 StatusCode::NOT_FOUND,
                 format!("{path} not found: this server serves /exec/TOKEN, /attach/TOKEN and /portforward/TOKEN"),
-            )
+            ), Close)
         }
     };
     if req.method() != Method::GET && req.method() != Method::POST {
@@ -463,11 +568,11 @@ fn handle(
         );
         resp.headers_mut()
             .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, POST"));
-        return resp;
+        return (resp, Close);
     }
     let ttl = inner.tokens.ttl();
     let gone = |lookup: Lookup<Pending>| {
-        match lookup {
+        let resp = match lookup {
         Lookup::Expired => text(
             StatusCode::NOT_FOUND,
             format!("streaming token has expired: a URL is valid for {ttl:?} after the RPC returned it"),
@@ -476,18 +581,23 @@ fn handle(
             StatusCode::NOT_FOUND,
             "unknown streaming token: it was never issued, has already been used (tokens are single-use), or has expired",
         ),
-    }
+    };
+        (resp, Close)
     };
     let pending = match inner.tokens.peek(&token) {
         Lookup::Found(p) => p,
         other => return gone(other),
     };
     if pending.path() != kind {
-        return text(
-            StatusCode::NOT_FOUND,
-            format!("this token is for /{}, not /{kind}", pending.path()),
+        return (
+            text(
+                StatusCode::NOT_FOUND,
+                format!("this token is for /{}, not /{kind}", pending.path()),
+            ),
+            Close,
         );
     }
+    // From here on the token is valid: a refused upgrade may be retried.
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let websocket = is_websocket(&req);
@@ -504,7 +614,7 @@ fn handle(
     };
     let transport = match handshake {
         Ok(t) => t,
-        Err(resp) => return *resp,
+        Err(resp) => return (*resp, KeepAlive),
     };
     let tunnelled =
         matches!(&transport, Transport::WebSocket(p) if p == tunnel::PORT_FORWARD_PROTOCOL);
@@ -514,20 +624,34 @@ fn handle(
         if ws_ports.is_empty() {
             match query_ports(&req) {
                 Ok(ports) => ws_ports = ports,
-                Err(e) => return text(StatusCode::BAD_REQUEST, e),
+                Err(e) => return (text(StatusCode::BAD_REQUEST, e), KeepAlive),
             }
         }
         if ws_ports.is_empty() || ws_ports.len() > websocket::MAX_PORTS {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "port forwarding over a WebSocket needs 1 to {} ports, in the request or as query parameter \"port\"",
-                    websocket::MAX_PORTS
+            return (
+                text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "port forwarding over a WebSocket needs 1 to {} ports, in the request or as query parameter \"port\"",
+                        websocket::MAX_PORTS
+                    ),
                 ),
+                KeepAlive,
             );
         }
     }
-    // The upgrade goes ahead: use the token now (a racing request loses).
+    // The upgrade goes ahead: the connection becomes a session, unless it
+    // was just chosen to make room for another (its task is ending).
+    if !connection.prove() {
+        return (
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the streaming server closed this connection to make room; try again",
+            ),
+            Close,
+        );
+    }
+    // Use the token now (a racing request loses).
     let pending = match inner.tokens.take(&token) {
         Lookup::Found(p) => p,
         other => return gone(other),
@@ -581,5 +705,5 @@ fn handle(
         }
     });
     *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
-    response
+    (response, Outcome::Upgrade)
 }

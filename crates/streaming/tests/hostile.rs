@@ -481,12 +481,26 @@ async fn connections_past_the_server_limit_are_closed_at_once() {
         ..Config::default()
     });
     let addr = s.server.local_addr();
+    // Four sessions: connections without a token would be closed to make
+    // room (tests/exhaustion.rs), sessions are not.
+    let opts = CommandOptions {
+        stdin: false,
+        stdout: true,
+        stderr: true,
+        tty: false,
+    };
     let mut held = Vec::new();
     for _ in 0..4 {
-        held.push(TcpStream::connect(addr).await.unwrap());
+        let url = s
+            .server
+            .get_exec_url(exec_req(&["sleep"], false, false))
+            .unwrap();
+        held.push(
+            RemoteCommand::connect(&url, Transport::Spdy, opts, &["v4.channel.k8s.io"])
+                .await
+                .unwrap(),
+        );
     }
-    // Let the server take them.
-    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut extra = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(3), extra.read(&mut buf)).await;

@@ -1,14 +1,18 @@
 //! Local users cannot read what berth keeps: after a pod with a container
 //! holding a secret in its environment, an unprivileged uid walks the root
 //! and state trees and finds nothing it can read or enter below them (the
-//! socket stays 0660 root:root). Root only.
+//! socket stays 0660 root:root). Whoever can write to the pods' log
+//! directories cannot turn a container's output into a write elsewhere.
+//! Root only.
 
 use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use common::cri::{pull, remove_pod, start};
+use common::cri::{container_status, pull, remove_pod, start};
 use common::pods::{daemon, pod_config, TestNet};
 use common::registry;
 use cri_api::v1;
@@ -107,5 +111,100 @@ async fn local_users_read_nothing_under_root_and_state() {
     // The socket: 0660, root's.
     let socket = std::fs::metadata(daemon.sandbox.socket()).unwrap();
     assert_eq!(socket.permissions().mode() & 0o777, 0o660);
+    remove_pod(&daemon, &pod).await;
+}
+
+/// Waits until `path` holds `what`.
+async fn wait_for_text(path: &Path, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never held {what:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A log agent that can write in `/var/log/pods` replaces a container's
+/// log file with a symlink to a file elsewhere and waits for kubelet's
+/// ReopenContainerLog, or links a directory of a container's log path
+/// elsewhere before it starts: the shim refuses both (the call fails, the
+/// container keeps running and logging where it did), and the file
+/// elsewhere is never written.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn log_symlinks_do_not_redirect_container_output() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &registry().busybox()).await;
+    let outside = daemon.sandbox.path("etc");
+    std::fs::create_dir_all(&outside).unwrap();
+    let secret = outside.join("shadow");
+    std::fs::write(&secret, "root:secret\n").unwrap();
+    let untouched = || {
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "root:secret\n");
+        let names: Vec<_> = std::fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            ["shadow"],
+            "something was made in {}",
+            outside.display()
+        );
+    };
+    let logs = daemon.sandbox.path("pods/default_links_uid");
+    let mut config = pod_config("links");
+    config.log_directory = logs.display().to_string();
+    let pod = cri.run_pod(&config).await.unwrap();
+
+    // At ReopenContainerLog: the log file is now a symlink.
+    let mut ticker = common::cri::container(
+        "ticker",
+        &[
+            "sh",
+            "-c",
+            "i=0; while true; do echo tick$i; i=$((i+1)); sleep 0.1; done",
+        ],
+    );
+    ticker.log_path = "ticker/0.log".into();
+    let id = cri.create_container(&pod, &config, ticker).await.unwrap();
+    start(&daemon, &id).await;
+    let log = logs.join("ticker/0.log");
+    wait_for_text(&log, " stdout F tick").await;
+    let rotated = logs.join("ticker/0.log.1");
+    std::fs::rename(&log, &rotated).unwrap();
+    std::os::unix::fs::symlink(&secret, &log).unwrap();
+    let e = cri.reopen_container_log(&id).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+    assert!(e.message().contains("symbolic link"), "{e:?}");
+    // The container runs on and logs to the file it had.
+    let before = std::fs::read_to_string(&rotated).unwrap().len();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(std::fs::read_to_string(&rotated).unwrap().len() > before);
+    assert_eq!(
+        container_status(&daemon, &id).await.state,
+        v1::ContainerState::ContainerRunning as i32
+    );
+    untouched();
+
+    // At start: a directory of the log path links elsewhere.
+    std::os::unix::fs::symlink(&outside, logs.join("printer")).unwrap();
+    let mut printer = common::cri::container("printer", &["sh", "-c", "echo leaked"]);
+    printer.log_path = "printer/shadow".into();
+    let printer = cri.create_container(&pod, &config, printer).await.unwrap();
+    let e = cri.start_container(&printer).await.unwrap_err();
+    assert!(e.message().contains("symbolic link"), "{e:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    untouched();
     remove_pod(&daemon, &pod).await;
 }

@@ -115,6 +115,7 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
                 &mut options,
                 parser.as_deref(),
                 &layout.apparmor_profile(),
+                std::path::Path::new(crate::apparmor::PROFILES),
             );
             options
         })

@@ -59,6 +59,15 @@ fn tune_malloc() {
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
+    // Before anything is made: not the umask of whatever started berth.
+    let inherited = crate::host_dirs::set_umask();
+    if inherited != crate::host_dirs::UMASK {
+        tracing::info!(
+            inherited = format_args!("{inherited:04o}"),
+            umask = format_args!("{:04o}", crate::host_dirs::UMASK),
+            "set the daemon's umask"
+        );
+    }
     tune_malloc();
     // Local users may cross root and state (the socket may live in state)
     // but read nothing in them: every subtree is 0700, set explicitly, not
@@ -77,7 +86,8 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .socket
         .parent()
         .context("socket path has no parent directory")?;
-    make_dir(socket_dir, 0o711)?;
+    crate::host_dirs::make_dirs(socket_dir, 0o711)
+        .with_context(|| format!("creating directory {}", socket_dir.display()))?;
 
     // Held for the life of the daemon: a second berth on the same socket or root refuses to start.
     let _socket_lock = lock(&lock_path(&config.socket))?;

@@ -11,6 +11,7 @@ mod counters;
 mod daemon;
 mod error;
 mod failpoint;
+mod host_dirs;
 mod layout;
 mod logging;
 mod nri;

@@ -113,16 +113,23 @@ pub(super) fn check_security_modules(host: &dyn Host) -> Vec<Item> {
     let selinux = host
         .read(Path::new("/sys/fs/selinux/enforce"))
         .map(|v| v.trim().to_string());
+    let name = berth_spec::APPARMOR_DEFAULT;
+    let apparmor = if apparmor {
+        let list = host
+            .read(Path::new(crate::apparmor::PROFILES))
+            .unwrap_or_default();
+        match crate::apparmor::loaded_mode(&list, name) {
+            Some("enforce") => format!("enabled; {name} loaded (enforce)"),
+            Some(mode) => format!(
+                "enabled; {name} loaded in {mode} mode (berth replaces it, enforced, at start)"
+            ),
+            None => format!("enabled; {name} not loaded (berth loads it at start)"),
+        }
+    } else {
+        "not present".to_string()
+    };
     vec![
-        item(
-            Status::Info,
-            "apparmor",
-            if apparmor {
-                "enabled (berth applies no AppArmor profiles yet)"
-            } else {
-                "not present"
-            },
-        ),
+        item(Status::Info, "apparmor", apparmor),
         item(
             Status::Info,
             "selinux",

@@ -353,6 +353,24 @@ fn security_modules_are_reported() {
     let items = run(&Config::default(), &host);
     assert!(find(&items, "apparmor").detail.starts_with("enabled"));
     assert!(find(&items, "selinux").detail.starts_with("enforcing"));
+    assert!(find(&items, "apparmor").detail.contains("not loaded"));
+    // berth's default profile: its mode, by exact name.
+    for (list, says) in [
+        (
+            "berth-default (enforce)\n",
+            "berth-default loaded (enforce)",
+        ),
+        (
+            "berth-default (complain)\n",
+            "complain mode (berth replaces it",
+        ),
+        ("berth-default-old (enforce)\n", "not loaded"),
+    ] {
+        host.file("/sys/kernel/security/apparmor/profiles", list);
+        let items = run(&Config::default(), &host);
+        let detail = &find(&items, "apparmor").detail;
+        assert!(detail.contains(says), "{list}: {detail}");
+    }
 }
 
 #[test]

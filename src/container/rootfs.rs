@@ -35,8 +35,10 @@ impl ContainerDirs {
 
     /// Makes the dirs and mounts the overlay of `lowerdirs` (top layer first).
     pub fn mount(&self, lowerdirs: &[PathBuf]) -> io::Result<()> {
+        // 0755 whatever the umask: the upper dir's mode is the container's
+        // `/` (kept as it is when it exists: the container may have changed it).
         for dir in [self.upper(), self.work(), self.rootfs()] {
-            std::fs::create_dir_all(&dir)?;
+            crate::host_dirs::make_dirs(&dir, 0o755)?;
         }
         if lowerdirs.is_empty() {
             return Err(io::Error::new(

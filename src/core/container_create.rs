@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use berth_shim::LogTarget;
 use cri_api::v1;
 use prost::Message;
 
@@ -380,31 +381,25 @@ fn not_ready(sandbox: &Sandbox) -> Error {
 }
 
 /// The container's CRI log file: inside the pod's log directory, never
-/// outside it (an absolute path or a `..` that climbs out is refused).
-pub fn log_path(log_directory: &str, log_path: &str) -> Result<PathBuf, Error> {
+/// outside it (an absolute path or a `..` that climbs out is refused);
+/// `None` when the pod has no log directory or the container no log path.
+/// The shim opens it from the directory through no symlink (see
+/// [`berth_shim::LogTarget`]).
+pub fn log_target(log_directory: &str, log_path: &str) -> Result<Option<LogTarget>, Error> {
     if log_directory.is_empty() || log_path.is_empty() {
-        return Ok(PathBuf::new());
+        return Ok(None);
     }
-    let relative = std::path::Path::new(log_path);
-    let mut depth = 0usize;
-    for part in relative.components() {
-        match part {
-            std::path::Component::Normal(_) => depth += 1,
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir if depth > 0 => depth -= 1,
-            _ => {
-                return Err(Error::InvalidArgument(format!(
-                    "log_path {log_path:?} must be a relative path inside the pod's log directory"
-                )))
-            }
-        }
-    }
-    if depth == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "log_path {log_path:?} names no file"
-        )));
-    }
-    Ok(PathBuf::from(log_directory).join(relative))
+    LogTarget::new(log_directory, log_path)
+        .map(Some)
+        .map_err(|e| Error::InvalidArgument(format!("log_path {log_path:?}: {e}")))
+}
+
+/// The container's CRI log file as recorded (and reported by
+/// ContainerStatus): [`log_target`]'s full path, empty for none.
+pub fn log_path(log_directory: &str, log_path: &str) -> Result<PathBuf, Error> {
+    Ok(log_target(log_directory, log_path)?
+        .map(|t| t.path())
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -428,7 +423,13 @@ mod tests {
             let e = log_path("/var/log/pods/x", bad).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}");
         }
-        // `..` that stays inside is fine.
-        assert!(log_path("/var/log/pods/x", "c/../d/0.log").is_ok());
+        // `..` that stays inside is fine (and cleaned away).
+        assert_eq!(
+            log_path("/var/log/pods/x", "c/../d/0.log").unwrap(),
+            PathBuf::from("/var/log/pods/x/d/0.log")
+        );
+        // The directory kubelet names is absolute.
+        let e = log_path("var/log/pods/x", "c/0.log").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
     }
 }

@@ -10,7 +10,7 @@ use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
-use crate::sandbox::SandboxState;
+use crate::sandbox::{Sandbox, SandboxState};
 
 impl Core {
     /// Starts a created container under a new shim.
@@ -49,7 +49,7 @@ impl Core {
         )
         .await;
         let spawned = match hooked {
-            Ok(()) => self.spawn_container(&container).await,
+            Ok(()) => self.spawn_container(&container, &sandbox).await,
             Err(e) => Err(e),
         };
         match spawned {
@@ -93,6 +93,7 @@ impl Core {
     async fn spawn_container(
         &self,
         container: &Container,
+        sandbox: &Sandbox,
     ) -> Result<(Arc<dyn Task>, u32, i64), Error> {
         let id = &container.meta.id;
         let config = container.meta.config();
@@ -104,14 +105,13 @@ impl Core {
         opts.stdin = config.stdin;
         opts.stdin_once = config.stdin_once;
         opts.tty = config.tty;
+        // The shim opens the log from the pod's log directory, through no
+        // symlink, and makes the directories missing on the way (0755).
         if !container.meta.log_path.as_os_str().is_empty() {
-            if let Some(dir) = container.meta.log_path.parent() {
-                self.mech
-                    .files
-                    .create_dirs(id, vec![dir.to_path_buf()])
-                    .await?;
-            }
-            opts.log_path = Some(container.meta.log_path.clone());
+            opts.log = super::container_create::log_target(
+                &sandbox.meta.config().log_directory,
+                &config.log_path,
+            )?;
         }
         // One runtime exec (`run --detach`) instead of create + start: the
         // container runs as its shim comes up; Start only reports it.

@@ -2,6 +2,7 @@
 //! and the /dev/shm tmpfs.
 
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use cri_api::v1;
@@ -63,6 +64,11 @@ impl SandboxFiles {
             None => {
                 std::fs::copy("/etc/resolv.conf", self.resolv_conf())?;
             }
+        }
+        // Bound into every container of the pod: readable by its users,
+        // writable by none but root, whatever the umask or the host's modes.
+        for file in [self.hostname(), self.hosts(), self.resolv_conf()] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
         }
         Ok(())
     }

@@ -175,7 +175,7 @@ impl Cri {
         };
         let mut net = berth_cni::DefaultNetwork::new(name, subnet, &config.cni.default_bridge);
         net.hostport_snat = config.cni.hostport_snat;
-        std::fs::create_dir_all(&config.cni.conf_dir).map_err(Error::io(
+        crate::host_dirs::make_dirs(&config.cni.conf_dir, 0o755).map_err(Error::io(
             "cni",
             "creating",
             &config.cni.conf_dir,

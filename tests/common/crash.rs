@@ -31,6 +31,7 @@ impl Daemon {
             sandbox,
             config: config.to_path_buf(),
             args: Vec::new(),
+            umask: None,
         };
         daemon.wait_ready().await;
         daemon

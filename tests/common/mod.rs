@@ -129,6 +129,8 @@ pub struct Daemon {
     pub sandbox: Sandbox,
     config: PathBuf,
     args: Vec<String>,
+    /// The umask berth is started with (the test's own when `None`).
+    umask: Option<u32>,
 }
 
 impl Daemon {
@@ -146,12 +148,28 @@ impl Daemon {
 
     /// Like [`Daemon::start_in`], with extra command-line arguments.
     pub async fn start_with_args(sandbox: Sandbox, config: &Path, args: &[&str]) -> Daemon {
-        let child = spawn_logged(&sandbox, config, args);
+        Daemon::start_with(sandbox, config, args, None).await
+    }
+
+    /// Like [`Daemon::start_in`], berth started with `umask` (as from a
+    /// shell that ran `umask 000`).
+    pub async fn start_with_umask(sandbox: Sandbox, config: &Path, umask: u32) -> Daemon {
+        Daemon::start_with(sandbox, config, &[], Some(umask)).await
+    }
+
+    async fn start_with(
+        sandbox: Sandbox,
+        config: &Path,
+        args: &[&str],
+        umask: Option<u32>,
+    ) -> Daemon {
+        let child = spawn_logged(&sandbox, config, args, umask);
         let mut daemon = Daemon {
             child,
             sandbox,
             config: config.to_path_buf(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            umask,
         };
         daemon.wait_ready().await;
         daemon
@@ -163,7 +181,7 @@ impl Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.child = spawn_logged(&self.sandbox, &self.config, &args);
+        self.child = spawn_logged(&self.sandbox, &self.config, &args, self.umask);
         self.wait_ready().await;
     }
 
@@ -267,20 +285,27 @@ impl Sandbox {
     }
 }
 
-/// Spawns berth with its stderr appended to the sandbox's log file.
-fn spawn_logged(sandbox: &Sandbox, config: &Path, args: &[&str]) -> Child {
+/// Spawns berth with its stderr appended to the sandbox's log file, with
+/// `umask` when one is given.
+fn spawn_logged(sandbox: &Sandbox, config: &Path, args: &[&str], umask: Option<u32>) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(sandbox.log_file())
         .expect("log file");
-    sandbox
-        .command(config)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn berth")
+    let mut cmd = sandbox.command(config);
+    cmd.args(args).stdout(Stdio::null()).stderr(log);
+    if let Some(mask) = umask {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: umask is async-signal-safe and touches no memory.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            });
+        }
+    }
+    cmd.spawn().expect("spawn berth")
 }
 
 /// Waits for a child to exit, panicking after `timeout`.

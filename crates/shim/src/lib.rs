@@ -34,6 +34,7 @@ pub use client::{
     delete_container, new_exec_id, AttachOptions, ExecOptions, ExecOutput, IoStream, ShimClient,
     SpawnOptions, StreamEvent, StreamReader, StreamWriter,
 };
+pub use crilog::{LogError, LogTarget};
 pub use error::Error;
 pub use exit_file::{read_exit_file, write_exit_file};
 pub use options::{validate_id, ShimOptions, ShimPaths};

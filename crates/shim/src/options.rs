@@ -6,6 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::crilog::LogTarget;
+
 /// Longest path a unix socket address holds (sun_path, minus the NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
@@ -27,8 +29,10 @@ pub struct ShimOptions {
     /// More global options for the runtime, before the command (e.g. crun's
     /// `--cgroup-manager=disabled`).
     pub runtime_args: Vec<String>,
-    /// The CRI log file for the container's output; `None` discards it.
-    pub log_path: Option<PathBuf>,
+    /// The CRI log file for the container's output (below the pod's log
+    /// directory, never through a symlink: see [`LogTarget`]); `None`
+    /// discards it.
+    pub log: Option<LogTarget>,
     /// Keep the container's stdin open for attach.
     pub stdin: bool,
     /// Close the container's stdin when the first attach that used it ends.
@@ -59,7 +63,7 @@ impl ShimOptions {
             runtime_root: PathBuf::from("/run/runc"),
             systemd_cgroup: false,
             runtime_args: Vec::new(),
-            log_path: None,
+            log: None,
             stdin: false,
             stdin_once: false,
             tty: false,
@@ -77,16 +81,14 @@ impl ShimOptions {
     /// socket path too long for a unix address.
     pub fn validate(&self) -> Result<(), String> {
         validate_id(&self.id)?;
-        for (name, path) in [
-            ("bundle", Some(&self.bundle)),
-            ("state dir", Some(&self.state_dir)),
-            ("log path", self.log_path.as_ref()),
-        ] {
-            if let Some(path) = path {
-                if !path.is_absolute() {
-                    return Err(format!("{name} {} is not an absolute path", path.display()));
-                }
+        for (name, path) in [("bundle", &self.bundle), ("state dir", &self.state_dir)] {
+            if !path.is_absolute() {
+                return Err(format!("{name} {} is not an absolute path", path.display()));
             }
+        }
+        if let Some(log) = &self.log {
+            // Built by LogTarget::new, or not: checked again.
+            LogTarget::new(log.dir(), log.file())?;
         }
         let socket = self.paths().socket();
         if socket.as_os_str().len() > MAX_SOCKET_PATH {
@@ -112,8 +114,9 @@ impl ShimOptions {
         pair("--runtime-root", self.runtime_root.as_os_str());
         let timeout = self.runtime_timeout.as_millis().to_string();
         pair("--runtime-timeout-ms", OsStr::new(&timeout));
-        if let Some(log) = &self.log_path {
-            pair("--log-path", log.as_os_str());
+        if let Some(log) = &self.log {
+            pair("--log-dir", log.dir().as_os_str());
+            pair("--log-file", log.file().as_os_str());
         }
         for arg in &self.runtime_args {
             pair("--runtime-arg", OsStr::new(arg));
@@ -136,6 +139,7 @@ impl ShimOptions {
     pub fn from_args(args: impl IntoIterator<Item = OsString>) -> Result<ShimOptions, String> {
         let mut opts = ShimOptions::new("", "", "");
         let mut seen_id = false;
+        let (mut log_dir, mut log_file): (Option<PathBuf>, Option<PathBuf>) = (None, None);
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let flag = arg.to_string_lossy().into_owned();
@@ -159,7 +163,8 @@ impl ShimOptions {
                         .ok_or_else(|| format!("--runtime-timeout-ms {v:?} is not a number"))?;
                     opts.runtime_timeout = Duration::from_millis(ms);
                 }
-                "--log-path" => opts.log_path = Some(value()?.into()),
+                "--log-dir" => log_dir = Some(value()?.into()),
+                "--log-file" => log_file = Some(value()?.into()),
                 "--runtime-arg" => opts.runtime_args.push(
                     value()?
                         .into_string()
@@ -181,6 +186,11 @@ impl ShimOptions {
                 return Err(format!("{name} is required"));
             }
         }
+        opts.log = match (log_dir, log_file) {
+            (None, None) => None,
+            (Some(dir), Some(file)) => Some(LogTarget::new(dir, file)?),
+            _ => return Err("--log-dir and --log-file go together".into()),
+        };
         opts.validate()?;
         Ok(opts)
     }
@@ -278,7 +288,7 @@ mod tests {
         let mut opts = ShimOptions::new("c1", "/b", "/s");
         opts.runtime = "crun".into();
         opts.runtime_args = vec!["--cgroup-manager=disabled".into(), "--debug".into()];
-        opts.log_path = Some("/l/0.log".into());
+        opts.log = Some(LogTarget::new("/l", "c/0.log").unwrap());
         opts.stdin = true;
         opts.tty = true;
         opts.runtime_timeout = Duration::from_millis(1500);
@@ -296,6 +306,14 @@ mod tests {
         assert!(parse(&["--id", "../x", "--bundle", "/b", "--state-dir", "/s"]).is_err());
         assert!(parse(&["--id", "c", "--bundle", "/b", "--state-dir", "/s", "--what"]).is_err());
         assert!(parse(&["--id"]).is_err());
+        let base = ["--id", "c", "--bundle", "/b", "--state-dir", "/s"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        assert!(with(&["--log-dir", "/l", "--log-file", "c/0.log"]).is_ok());
+        assert!(with(&["--log-dir", "/l"]).is_err());
+        assert!(with(&["--log-file", "0.log"]).is_err());
+        assert!(with(&["--log-dir", "l", "--log-file", "0.log"]).is_err());
+        assert!(with(&["--log-dir", "/l", "--log-file", "../0.log"]).is_err());
+        assert!(with(&["--log-dir", "/l", "--log-file", "/etc/passwd"]).is_err());
         let long = format!("/{}", "d".repeat(120));
         assert!(parse(&["--id", "c", "--bundle", "/b", "--state-dir", &long]).is_err());
     }

@@ -25,6 +25,20 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes `fd` out of non-blocking mode.
+pub fn set_blocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a caller-owned descriptor; no memory is passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `poll(2)` over `fds`, retried on EINTR; `None` waits forever. Returns the
 /// number of descriptors with events.
 pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {

@@ -194,7 +194,9 @@ pub struct SpecOptions {
     pub cdi_spec_dirs: Vec<PathBuf>,
     /// The host enforces AppArmor profiles.
     pub apparmor_enabled: bool,
-    /// berth's default AppArmor profile, when it is loaded.
+    /// berth's default AppArmor profile, once it is loaded and enforced
+    /// (not detected here: the daemon loads it at start and checks the
+    /// kernel enforces it).
     pub apparmor_default: Option<String>,
     /// Why berth's default profile is not loaded on an AppArmor host, when
     /// loading it failed: containers that would run under it are refused
@@ -268,13 +270,6 @@ impl SpecOptions {
             all_capabilities: current_capabilities().ok(),
             apparmor_enabled: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
                 .is_ok_and(|s| s.trim() == "Y"),
-            apparmor_default: std::fs::read_to_string("/sys/kernel/security/apparmor/profiles")
-                .ok()
-                .filter(|p| {
-                    p.lines()
-                        .any(|l| l.starts_with(&format!("{APPARMOR_DEFAULT} ")))
-                })
-                .map(|_| APPARMOR_DEFAULT.to_string()),
             selinux_enabled: Path::new("/sys/fs/selinux/enforce").exists(),
             ..SpecOptions::default()
         }

@@ -4,8 +4,9 @@
 //! - AppArmor on the host: `Localhost` runs under the named profile,
 //!   `Unconfined` unconfined, `RuntimeDefault` (and no request) under
 //!   berth's default profile (`SpecOptions::apparmor_default`, loaded by the
-//!   daemon at start-up); where it could not be loaded they are refused
-//!   with the reason (`apparmor_default_problem`).
+//!   daemon at start-up and checked enforced); where it could not be loaded
+//!   or is not enforced they are refused with the reason
+//!   (`apparmor_default_problem`).
 //! - No AppArmor: `Localhost` is refused (the profile cannot be applied);
 //!   `RuntimeDefault` and `Unconfined` run unconfined, as containerd does.
 //! - SELinux enforcing or permissive on the host: `selinux_options` are not

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::marker::PhantomData;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -58,6 +59,14 @@ pub struct LoadedRecord<T> {
     pub record: Result<T, RecordError>,
 }
 
+/// Makes `dir` and its missing parents, mode 0700 (less the umask).
+pub(crate) fn make_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 /// Records of type `T` stored as `<dir>/<id>.json`.
 #[derive(Debug)]
 pub struct RecordDir<T> {
@@ -66,9 +75,10 @@ pub struct RecordDir<T> {
 }
 
 impl<T: Serialize + DeserializeOwned> RecordDir<T> {
-    /// Opens (creating) the directory.
+    /// Opens (creating, mode 0700: records hold the pods' secrets) the
+    /// directory.
     pub fn open(dir: &Path) -> io::Result<RecordDir<T>> {
-        std::fs::create_dir_all(dir)?;
+        make_private_dir(dir)?;
         Ok(RecordDir {
             dir: dir.to_path_buf(),
             _marker: PhantomData,

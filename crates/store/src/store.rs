@@ -11,6 +11,7 @@ use std::sync::{Arc, RwLock};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::record::make_private_dir;
 use crate::{IdIndex, LookupError, RecordDir, RecordError, Registrar, Reserved, StatusCell};
 
 /// Metadata of a stored object.
@@ -143,7 +144,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
     /// `dir`, out of the way of later starts; where it went.
     pub fn move_aside(&self, id: &str, dir: &Path) -> io::Result<std::path::PathBuf> {
         let from = self.records.path(id).map_err(io::Error::other)?;
-        std::fs::create_dir_all(dir)?;
+        make_private_dir(dir)?;
         let to = dir.join(from.file_name().unwrap_or_default());
         std::fs::rename(&from, &to)?;
         Ok(to)

@@ -108,11 +108,14 @@ impl Files for Host {
         .await
     }
 
+    /// Each missing directory (and parent) is made 0755, root's, whatever
+    /// the umask: a CRI mount's missing host path is a directory on the
+    /// host others may look into, as containerd and CRI-O make it.
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error> {
         let id = id.to_string();
         blocking(move || {
             for dir in &dirs {
-                std::fs::create_dir_all(dir).map_err(Error::io(&id, "creating", dir))?;
+                crate::host_dirs::make_dirs(dir, 0o755).map_err(Error::io(&id, "creating", dir))?;
             }
             Ok(())
         })

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
-use crate::crilog::{LineSplitter, LogFile, Stream};
+use crate::crilog::{LineSplitter, LogError, LogFile, LogTarget, Stream};
 use crate::protocol::{self, Control, FrameKind};
 use crate::sys;
 
@@ -58,10 +58,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ContainerIo {
-    /// Opens the CRI log at `log_path` (when there is one).
-    pub fn new(log_path: Option<&Path>) -> io::Result<ContainerIo> {
+    /// Opens the CRI log of `log` (when there is one).
+    pub fn new(log: Option<&LogTarget>) -> Result<ContainerIo, LogError> {
         Ok(ContainerIo {
-            log: log_path.map(LogFile::open).transpose()?,
+            log: log.map(LogFile::open).transpose()?,
             stdin: Mutex::new(None),
             terminal: Mutex::new(None),
             subs: Mutex::new(Subscribers::default()),
@@ -111,15 +111,9 @@ impl ContainerIo {
         }
     }
 
-    /// Reopens the CRI log file.
-    pub fn reopen_log(&self) -> io::Result<()> {
-        match &self.log {
-            Some(log) => log.reopen(),
-            None => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "the container has no log file",
-            )),
-        }
+    /// Reopens the CRI log file; `None` when the container has none.
+    pub fn reopen_log(&self) -> Option<Result<(), LogError>> {
+        self.log.as_ref().map(LogFile::reopen)
     }
 
     /// Starts a thread copying `source` (a pipe, or the pty master) into the

@@ -169,6 +169,17 @@ fn internal(what: impl fmt::Display, e: impl fmt::Display) -> RemoteError {
     RemoteError::new(ErrorKind::Internal, format!("{what}: {e}"))
 }
 
+/// A log that could not be opened: refused for what is at its place (a
+/// symlink, …) is the caller's precondition, anything else internal.
+fn log_error(what: impl fmt::Display, e: crate::crilog::LogError) -> RemoteError {
+    let kind = if e.is_refused() {
+        ErrorKind::FailedPrecondition
+    } else {
+        ErrorKind::Internal
+    };
+    RemoteError::new(kind, format!("{what}: {e}"))
+}
+
 /// The container's life as the shim sees it.
 struct Life {
     status: ContainerStatus,
@@ -443,11 +454,15 @@ impl Shim {
                 .resize(width, height)
                 .map(|()| Response::Ok)
                 .map_err(|e| RemoteError::new(ErrorKind::FailedPrecondition, e.to_string())),
-            Request::ReopenLog => self
-                .io
-                .reopen_log()
-                .map(|()| Response::Ok)
-                .map_err(|e| internal("reopening the log", e)),
+            Request::ReopenLog => match self.io.reopen_log() {
+                Some(result) => result
+                    .map(|()| Response::Ok)
+                    .map_err(|e| log_error("reopening the log", e)),
+                None => Err(RemoteError::new(
+                    ErrorKind::FailedPrecondition,
+                    "reopening the log: the container has no log file",
+                )),
+            },
             Request::Update { resources } => self
                 .runtime
                 .update(id, &resources)

@@ -23,7 +23,7 @@ use crate::ShimPaths;
 
 use super::io::{ConsoleSocket, ContainerIo};
 use super::reaper::{self, Reaper, ReaperSpawner, Subscription};
-use super::{internal, log, read_pid_file, Life, Shim, CONSOLE_WAIT};
+use super::{internal, log, log_error, read_pid_file, Life, Shim, CONSOLE_WAIT};
 
 /// Undoes start-up steps when a later one fails.
 struct Undo<'a> {
@@ -82,8 +82,8 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
     };
 
     let io = Arc::new(
-        ContainerIo::new(opts.log_path.as_deref())
-            .map_err(|e| internal("opening the container log", e))?,
+        ContainerIo::new(opts.log.as_ref())
+            .map_err(|e| log_error("opening the container log", e))?,
     );
     let (process_io, ends) = open_stdio(&opts, &paths)?;
     let console = ends.console.as_ref().map(|c| c.path());

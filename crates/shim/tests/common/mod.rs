@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use berth_shim::{ShimClient, ShimOptions, SpawnOptions};
+use berth_shim::{LogTarget, ShimClient, ShimOptions, SpawnOptions};
 use oci_spec::runtime::{
     LinuxBuilder, LinuxMemoryBuilder, LinuxResourcesBuilder, RootBuilder, Spec,
 };
@@ -201,11 +201,10 @@ impl Bundle {
             serde_json::to_vec_pretty(&self.spec).unwrap(),
         )
         .unwrap();
-        std::fs::create_dir_all(self.log_path().parent().unwrap()).unwrap();
         let mut opts = ShimOptions::new(&self.id, self.bundle_dir(), self.state_dir());
         opts.runtime = runtime_binary(runtime, self.dir.path());
         opts.runtime_root = self.runtime_root();
-        opts.log_path = Some(self.log_path());
+        opts.log = Some(LogTarget::new(self.dir.path().join("logs"), "0.log").unwrap());
         opts.tty = self
             .spec
             .process()

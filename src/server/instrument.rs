@@ -1,6 +1,8 @@
 //! The one layer around every RPC: refuses calls until start-up (recovery)
-//! has finished, runs the handler on its own task so a client that cancels
-//! cannot cut the work short, answers `DeadlineExceeded` when the client's
+//! has finished, runs the handler of a call that changes state on its own
+//! task so a client that cancels cannot cut the work short (a read-only
+//! call runs inline: there is no work to cut short, and a task spawn is
+//! most of a status call's cost), answers `DeadlineExceeded` when the client's
 //! deadline passes first (the work still runs to its end), logs the call in
 //! a span that names the RPC and the ids it touches, and maps the handler's
 //! error to a gRPC status.
@@ -8,6 +10,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use futures_util::FutureExt;
 use tokio::time::Instant;
 use tonic::{Response, Status};
 use tracing::{field, Instrument};
@@ -66,6 +69,33 @@ fn rpc_span(rpc: &'static str, ids: &Ids) -> tracing::Span {
     span
 }
 
+/// The RPCs that change nothing: dropping one half-way (its client
+/// cancelled) leaves nothing half-done, so they run inline, not on a task
+/// of their own. Streams and every call that changes state are not here.
+const READ_ONLY: &[&str] = &[
+    "Version",
+    "Status",
+    "RuntimeConfig",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "ContainerStatus",
+    "ListContainers",
+    "ContainerStats",
+    "ListContainerStats",
+    "PodSandboxStats",
+    "ListPodSandboxStats",
+    "ListMetricDescriptors",
+    "ListPodSandboxMetrics",
+    "ImageStatus",
+    "ListImages",
+    "ImageFsInfo",
+];
+
+/// Whether `rpc` runs inline (see [`READ_ONLY`]).
+fn is_read_only(rpc: &str) -> bool {
+    READ_ONLY.contains(&rpc)
+}
+
 /// Runs one RPC through the layer. With a `deadline` (the client's), the
 /// call is answered `DeadlineExceeded` when the body has not finished by
 /// then; the body runs on to its end all the same, seeing its client gone.
@@ -87,6 +117,31 @@ where
         }
         let started = Instant::now();
         tracing::debug!("call");
+        if is_read_only(rpc) {
+            // A panic is still the call's Internal error, as on a task.
+            let body = std::panic::AssertUnwindSafe(body).catch_unwind().map(|r| {
+                r.unwrap_or_else(|_| Err(Error::Internal(format!("{rpc} handler panicked"))))
+            });
+            let result = match deadline {
+                None => body.await,
+                Some(deadline) => match tokio::time::timeout_at(deadline, body).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        crate::counters::rpc_done(
+                            rpc,
+                            tonic::Code::DeadlineExceeded,
+                            started.elapsed(),
+                        );
+                        tracing::warn!("client's deadline passed: answered DeadlineExceeded");
+                        return Err(Error::DeadlineExceeded(format!(
+                            "deadline exceeded: {rpc} did not finish within the client's deadline"
+                        ))
+                        .into());
+                    }
+                },
+            };
+            return answer(rpc, started, result);
+        }
         // Own task: dropping this future (client cancelled) does not drop
         // the body, which can see its client go (core::caller).
         let (caller, body) = crate::core::caller::track(body);
@@ -276,5 +331,39 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(status.code(), Code::InvalidArgument);
+    }
+
+    #[tokio::test]
+    async fn read_only_calls_run_inline_and_keep_the_layers_answers() {
+        let gate = Gate::default();
+        gate.open();
+        assert!(is_read_only("ContainerStatus") && !is_read_only("StopContainer"));
+        // Inline: the body sees no task of its own (no caller tracking).
+        let resp = call(&gate, "ContainerStatus", Ids::default(), None, async {
+            Ok(crate::core::caller::gone())
+        })
+        .await
+        .unwrap();
+        assert!(!resp.into_inner());
+        let status = call::<(), _>(&gate, "ListContainers", Ids::default(), None, async {
+            panic!("boom")
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::Internal);
+        let deadline = Instant::now() + std::time::Duration::from_millis(10);
+        let status = call::<(), _>(
+            &gate,
+            "ImageStatus",
+            Ids::default(),
+            Some(deadline),
+            async {
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                Ok(())
+            },
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(status.code(), Code::DeadlineExceeded);
     }
 }

@@ -11,6 +11,7 @@ mod counters;
 mod daemon;
 mod error;
 mod failpoint;
+mod images_cli;
 mod layout;
 mod logging;
 mod nri;
@@ -47,6 +48,10 @@ fn main() -> ExitCode {
             }
         }
         Some(Command::Recover { dry_run }) => recover_command(&cli.flags, dry_run),
+        Some(Command::Images { action }) => match images_cli::run(&cli.flags, action) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
         None => serve(&cli.flags),
     }
 }

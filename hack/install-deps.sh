@@ -21,6 +21,7 @@ PACKAGES=(
   openssl                      # certificates for the TLS registry tests
   pkg-config
   apparmor                     # apparmor_parser: berth's default profile is parsed in a test
+  skopeo                       # image archives made and read back by the archive tests
 )
 
 if [[ $(id -u) -ne 0 ]]; then

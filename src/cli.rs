@@ -70,12 +70,39 @@ pub enum Command {
     /// Print berth's man page (roff).
     #[command(hide = true)]
     Man,
+    /// Image archives, through the running daemon (its socket: --socket or
+    /// the configured one).
+    Images {
+        #[command(subcommand)]
+        action: ImagesAction,
+    },
     /// Recovery runs whenever berth starts; with --dry-run, list what it
     /// would change now, changing nothing.
     Recover {
         /// Only list the changes.
         #[arg(long)]
         dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesAction {
+    /// Load docker-archive (`docker save`) or OCI-archive tarballs, or OCI
+    /// layout directories, into the daemon's image store, with their names.
+    Import {
+        /// Archives (tar files) or OCI layout directories.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Write images as an OCI archive (readable by skopeo, `ctr import`,
+    /// `docker load` and `berth images import`).
+    Export {
+        /// The archive to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Image references or ids.
+        #[arg(required = true)]
+        images: Vec<String>,
     },
 }
 

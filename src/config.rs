@@ -57,6 +57,18 @@ pub struct Config {
     pub streaming: StreamingConfig,
     /// NRI plugins.
     pub nri: NriConfig,
+    /// Image archives loaded at start-up.
+    pub images: ImagesConfig,
+}
+
+/// Images berth loads itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImagesConfig {
+    /// A directory whose `*.tar` archives (docker or OCI) are imported at
+    /// every start, after recovery and before CRI calls are served, in name
+    /// order (as k3s's agent images directory); empty: none.
+    pub import_dir: PathBuf,
 }
 
 /// berth's own Prometheus metrics.
@@ -89,6 +101,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             streaming: StreamingConfig::default(),
             nri: NriConfig::default(),
+            images: ImagesConfig::default(),
         }
     }
 }

@@ -139,6 +139,8 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
             .context("start-up task failed")??;
     }
     cri.recover().await;
+    // The node's own images (pause, system images) before kubelet's first call.
+    cri.import_dir().await;
     cri.start_nri().await;
     cri.gate.open();
     cri.start_stats_sampler();

@@ -12,6 +12,7 @@ mod daemon;
 mod error;
 mod failpoint;
 mod host_dirs;
+mod images_cli;
 mod layout;
 mod logging;
 mod nri;
@@ -48,6 +49,10 @@ fn main() -> ExitCode {
             }
         }
         Some(Command::Recover { dry_run }) => recover_command(&cli.flags, dry_run),
+        Some(Command::Images { action }) => match images_cli::run(&cli.flags, action) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
         None => serve(&cli.flags),
     }
 }

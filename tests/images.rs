@@ -122,3 +122,194 @@ async fn pull_status_list_remove() {
         Code::NotFound
     );
 }
+
+/// Runs skopeo with `args`; its stdout.
+fn skopeo(args: &[&str]) -> String {
+    let out = std::process::Command::new("skopeo")
+        .args(args)
+        .output()
+        .expect("skopeo (hack/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "skopeo {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Archives made by skopeo from the test registry are loaded with the
+/// registry out of reach (mirror-only, no mirror): a docker archive from
+/// `images.import_dir` at start-up, an OCI archive with `berth images
+/// import`; a container runs from each. `berth images export` writes an OCI
+/// archive that skopeo reads, with the image's manifest digest. A bad
+/// archive is refused with the reason and records nothing.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn archives_import_run_and_export() {
+    require_root!();
+    let reg = registry();
+    let work = tempfile::tempdir().unwrap();
+    let import_dir = work.path().join("import");
+    std::fs::create_dir(&import_dir).unwrap();
+    let src = format!("docker://{}", reg.busybox());
+    let docker_tar = import_dir.join("10-busybox.tar");
+    let oci_tar = work.path().join("busybox-oci.tar");
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &src,
+        &format!(
+            "docker-archive:{}:example.com/archived/busybox:docker",
+            docker_tar.display()
+        ),
+    ]);
+    skopeo(&[
+        "copy",
+        "--src-tls-verify=false",
+        &src,
+        &format!(
+            "oci-archive:{}:example.com/archived/busybox:oci",
+            oci_tar.display()
+        ),
+    ]);
+    // A broken archive in the import dir is logged, not fatal.
+    std::fs::write(import_dir.join("20-broken.tar"), b"not a tar").unwrap();
+
+    let net = common::pods::TestNet::new();
+    let daemon = common::pods::daemon_with(
+        &net,
+        &format!(
+            "[registry]\nmirror_only = true\n[images]\nimport_dir = {:?}\n",
+            import_dir
+        ),
+    )
+    .await;
+    let cri = daemon.cri().await;
+    // Nothing can be pulled.
+    assert!(cri.pull(&reg.busybox()).await.is_err());
+    let docker_image = cri
+        .image_status("example.com/archived/busybox:docker")
+        .await
+        .unwrap()
+        .expect("imported from the import dir at start-up");
+    assert!(
+        daemon.stderr().contains("20-broken.tar"),
+        "the broken archive is logged by name"
+    );
+
+    let socket = daemon.sandbox.socket();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(common::berth_bin())
+            .arg("images")
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["import", oci_tar.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("example.com/archived/busybox:oci"));
+    let oci_image = cri
+        .image_status("example.com/archived/busybox:oci")
+        .await
+        .unwrap()
+        .expect("imported by the CLI");
+    // skopeo rewrites the config for a docker archive: two images.
+    assert_ne!(oci_image.id, docker_image.id);
+
+    // A container from each name.
+    let pod_config = common::pods::pod_config("archived");
+    let pod = cri.run_pod(&pod_config).await.unwrap();
+    for (n, image) in [
+        "example.com/archived/busybox:docker",
+        "example.com/archived/busybox:oci",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut config = common::cri::container(&format!("c{n}"), &["sh", "-c", "exit 7"]);
+        config.image = Some(v1::ImageSpec {
+            image: image.to_string(),
+            ..Default::default()
+        });
+        let id = common::cri::run_container(&daemon, &pod, &pod_config, config).await;
+        let st = common::cri::wait_exited(&daemon, &id, std::time::Duration::from_secs(20)).await;
+        assert_eq!(st.exit_code, 7, "{image}");
+    }
+
+    // Hostile: a path escape. Refused with the reason; nothing recorded.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(1);
+    h.set_mode(0o644);
+    h.as_old_mut().name[..4].copy_from_slice(b"../x");
+    h.set_cksum();
+    b.append(&h, &b"x"[..]).unwrap();
+    let bad = work.path().join("bad.tar");
+    std::fs::write(&bad, b.into_inner().unwrap()).unwrap();
+    let before = cri.list_images(None).await.unwrap().len();
+    let out = cli(&["import", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("escapes the archive"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(cri.list_images(None).await.unwrap().len(), before);
+
+    // Export, read back by skopeo: the same manifest digest.
+    let exported = work.path().join("exported.tar");
+    let out = cli(&[
+        "export",
+        "-o",
+        exported.to_str().unwrap(),
+        "example.com/archived/busybox:oci",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inspect: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        &format!("oci-archive:{}", exported.display()),
+    ]))
+    .unwrap();
+    let digest = inspect["Digest"].as_str().unwrap().to_string();
+    assert!(
+        oci_image.repo_digests.iter().any(|d| d.ends_with(&digest)),
+        "{digest} in {:?}",
+        oci_image.repo_digests
+    );
+    let copied = work.path().join("copied");
+    skopeo(&[
+        "copy",
+        &format!("oci-archive:{}", exported.display()),
+        &format!("dir:{}", copied.display()),
+    ]);
+    let manifest = std::fs::read(copied.join("manifest.json")).unwrap();
+    assert_eq!(format!("sha256:{}", sha256_hex(&manifest)), digest);
+    assert!(
+        copied.join(&oci_image.id["sha256:".len()..]).exists(),
+        "the config blob"
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(bytes)?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}

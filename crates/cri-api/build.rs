@@ -1,4 +1,5 @@
-//! Compiles `proto/runtime/v1/api.proto` with protox (pure Rust, no `protoc`
+//! Compiles `proto/runtime/v1/api.proto` (and berth's admin API,
+//! `proto/berth/admin/v1/admin.proto`) with protox (pure Rust, no `protoc`
 //! needed) and generates the prost messages and tonic servers and clients.
 
 use std::path::PathBuf;
@@ -7,9 +8,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let proto_root = manifest.join("../../proto");
     let file = proto_root.join("runtime/v1/api.proto");
+    let admin = proto_root.join("berth/admin/v1/admin.proto");
     println!("cargo:rerun-if-changed={}", file.display());
+    println!("cargo:rerun-if-changed={}", admin.display());
 
-    let descriptors = protox::compile([&file], [&proto_root])?;
+    let descriptors = protox::compile([&file, &admin], [&proto_root])?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

@@ -39,7 +39,8 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// no interval is set, as in tonic).
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The RuntimeService and the ImageService, with berth's message limits.
+/// The RuntimeService and the ImageService, and berth's admin service
+/// (image archives, `server/admin.rs`), with berth's message limits.
 pub fn routes(cri: &Arc<Cri>) -> Routes {
     let runtime = RuntimeServiceServer::new(RuntimeApi(cri.clone()))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
@@ -47,7 +48,14 @@ pub fn routes(cri: &Arc<Cri>) -> Routes {
     let images = ImageServiceServer::new(ImageApi(cri.clone()))
         .max_decoding_message_size(MAX_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    Routes::new(runtime).add_service(images).prepare()
+    let admin =
+        cri_api::admin::images_server::ImagesServer::new(super::admin::AdminApi(cri.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_SIZE)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE);
+    Routes::new(runtime)
+        .add_service(images)
+        .add_service(admin)
+        .prepare()
 }
 
 /// The HTTP/2 settings: tonic's server defaults (unbounded concurrent

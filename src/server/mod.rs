@@ -5,6 +5,7 @@
 //! the RPC, e.g. `list_containers.rs`; the stats RPCs under `stats/`);
 //! `encode.rs` turns records into CRI messages for all of them.
 
+pub mod admin;
 mod attach;
 mod container_status;
 mod create_container;

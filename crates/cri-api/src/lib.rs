@@ -7,3 +7,10 @@
 pub mod v1 {
     tonic::include_proto!("runtime.v1");
 }
+
+/// berth's own admin API (`berth.admin.v1`, image archives), served beside
+/// CRI on the same socket; the `berth images` commands are its client.
+#[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]
+pub mod admin {
+    tonic::include_proto!("berth.admin.v1");
+}

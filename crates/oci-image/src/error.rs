@@ -76,6 +76,8 @@ pub enum Error {
         digest: String,
         reason: String,
     },
+    #[error("image archive {}: {reason}", path.display())]
+    BadArchive { path: PathBuf, reason: String },
     #[error("{op} {}: {source}", path.display())]
     Io {
         op: &'static str,
@@ -99,6 +101,7 @@ impl Error {
             Error::ProgressTimeout { .. } => ErrorKind::DeadlineExceeded,
             Error::Registry { .. } => ErrorKind::Unavailable,
             Error::BadContent { .. } => ErrorKind::DataLoss,
+            Error::BadArchive { .. } => ErrorKind::InvalidArgument,
             Error::Io { .. } | Error::Internal(_) => ErrorKind::Internal,
         }
     }

@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+mod archive;
 mod auth;
 mod client;
 mod config;
@@ -30,6 +31,7 @@ mod remote;
 mod store;
 mod unpack;
 
+pub use archive::{ANNOTATION_IMAGE_NAME, ANNOTATION_REF_NAME};
 pub use auth::Auth;
 pub use client::install_crypto_provider;
 pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};

@@ -58,14 +58,14 @@ type PullFuture = Shared<BoxFuture<'static, Result<Image, Error>>>;
 /// Images on disk, and the way to get more.
 #[derive(Clone)]
 pub struct ImageStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    paths: Paths,
-    cfg: RegistryConfig,
+pub(crate) struct Inner {
+    pub(crate) paths: Paths,
+    pub(crate) cfg: RegistryConfig,
     clients: ClientCache,
-    same_owner: bool,
+    pub(crate) same_owner: bool,
     state: Mutex<State>,
     pulls: Mutex<HashMap<String, (u64, PullFuture)>>,
     next_pull: AtomicU64,
@@ -74,15 +74,24 @@ struct Inner {
 }
 
 #[derive(Default)]
-struct State {
-    images: BTreeMap<String, Image>,
+pub(crate) struct State {
+    pub(crate) images: BTreeMap<String, Image>,
     leases: HashMap<String, usize>,
-    usage: HashMap<String, Usage>,
+    pub(crate) usage: HashMap<String, Usage>,
     generation: u64,
 }
 
+/// One image to record ([`Inner::register`]): the record to start from
+/// when the store has none for its id, and the names to add.
+pub(crate) struct Registration {
+    pub fresh: Image,
+    pub tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub manifests: Vec<String>,
+}
+
 /// Keeps digests and chain ids from the garbage collector while held.
-struct Lease {
+pub(crate) struct Lease {
     inner: Arc<Inner>,
     keys: Vec<String>,
 }
@@ -101,7 +110,7 @@ impl Drop for Lease {
     }
 }
 
-fn join_err(e: tokio::task::JoinError) -> Error {
+pub(crate) fn join_err(e: tokio::task::JoinError) -> Error {
     Error::Internal(format!("background task failed: {e}"))
 }
 
@@ -229,6 +238,31 @@ impl ImageStore {
         .map_err(join_err)?
     }
 
+    /// Imports the images of a docker archive, an OCI archive (tar files)
+    /// or an OCI layout directory at `path` (absolute; a symlink, device or
+    /// FIFO is refused) with their names, as a pull would record them.
+    /// All or nothing: on an error no image is recorded (see `archive.rs`).
+    pub async fn import(&self, path: &Path) -> Result<Vec<Image>, Error> {
+        let inner = self.inner.clone();
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || inner.import(&path))
+            .await
+            .map_err(join_err)?
+    }
+
+    /// Writes the images named by `images` (references or ids) as an OCI
+    /// archive to `out`, on a blocking thread (`out` may block).
+    pub async fn export<W: std::io::Write + Send + 'static>(
+        &self,
+        images: Vec<String>,
+        out: W,
+    ) -> Result<(), Error> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.export(&images, out))
+            .await
+            .map_err(join_err)?
+    }
+
     /// Collects unused blobs and snapshots now (also done by `remove`).
     pub async fn gc(&self) -> Result<(), Error> {
         let inner = self.inner.clone();
@@ -283,7 +317,7 @@ impl ImageStore {
 }
 
 /// Lookup: id, then reference, then unique id prefix.
-fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
+pub(crate) fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
     if let Some(hex) = query.strip_prefix("sha256:") {
         if reference::is_sha256_hex(hex) {
             return state.images.get(query);
@@ -325,11 +359,11 @@ fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lease(self: &Arc<Self>, keys: Vec<String>) -> Lease {
+    pub(crate) fn lease(self: &Arc<Self>, keys: Vec<String>) -> Lease {
         let mut state = self.lock();
         for key in &keys {
             *state.leases.entry(key.clone()).or_default() += 1;
@@ -340,7 +374,7 @@ impl Inner {
         }
     }
 
-    fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn key_lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks.entry(key.to_string()).or_default().clone()
@@ -461,7 +495,7 @@ impl Inner {
 
     /// Decides, under the lock, what no image, lease or root uses; removes
     /// such blobs and renames such snapshots away (deleted by [`Inner::delete`]).
-    fn collect_garbage(&self, state: &mut State) -> Result<Vec<PathBuf>, Error> {
+    pub(crate) fn collect_garbage(&self, state: &mut State) -> Result<Vec<PathBuf>, Error> {
         let mut keep: HashSet<String> = state.leases.keys().cloned().collect();
         for image in state.images.values() {
             keep.insert(image.id.clone());
@@ -509,7 +543,7 @@ impl Inner {
         Ok(victims)
     }
 
-    fn delete(&self, victims: Vec<PathBuf>) {
+    pub(crate) fn delete(&self, victims: Vec<PathBuf>) {
         for dir in victims {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 tracing::warn!(path = %dir.display(), error = %e, "removing an unused snapshot failed; retried at next start");
@@ -647,42 +681,80 @@ impl Inner {
             generation: 0,
         };
         let inner = self.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut state = inner.lock();
-            let mut image = state.images.get(&id).cloned().unwrap_or(fresh);
-            if let Some(tag) = &tag {
+        let registration = Registration {
+            fresh,
+            tags: tag.into_iter().collect(),
+            repo_digests: vec![repo_digest],
+            manifests: manifest_digests,
+        };
+        let mut images = tokio::task::spawn_blocking(move || inner.register(vec![registration]))
+            .await
+            .map_err(join_err)??;
+        images
+            .pop()
+            .ok_or_else(|| Error::Internal(format!("{name}: registered no image")))
+    }
+
+    /// Records images (a pull's one, an archive's several) with their names,
+    /// in one go under the lock: each record gains the tags, repo digests
+    /// and manifests given; a tag moves from any other image that had it
+    /// (that image stays, untagged, until removed, as in containerd).
+    pub(crate) fn register(&self, new: Vec<Registration>) -> Result<Vec<Image>, Error> {
+        let mut state = self.lock();
+        let mut changed: Vec<Image> = Vec::new();
+        let mut ids = Vec::new();
+        for reg in new {
+            let id = reg.fresh.id.clone();
+            let mut image = changed
+                .iter()
+                .find(|i| i.id == id)
+                .cloned()
+                .or_else(|| state.images.get(&id).cloned())
+                .unwrap_or(reg.fresh);
+            for tag in &reg.tags {
                 if !image.repo_tags.contains(tag) {
                     image.repo_tags.push(tag.clone());
                 }
             }
-            if !image.repo_digests.contains(&repo_digest) {
-                image.repo_digests.push(repo_digest);
+            for d in reg.repo_digests {
+                if !image.repo_digests.contains(&d) {
+                    image.repo_digests.push(d);
+                }
             }
-            for d in manifest_digests {
+            for d in reg.manifests {
                 if !image.manifests.contains(&d) {
                     image.manifests.push(d);
                 }
             }
-            // The tag moves: older images lose it (they stay, untagged,
-            // until removed, as in containerd).
-            let mut changed = Vec::new();
-            if state.images.get(&image.id) != Some(&image) {
-                changed.push(image.clone());
-            }
-            if let Some(tag) = &tag {
+            // The tags move: older images (and images changed before in
+            // this same call) lose them.
+            for tag in &reg.tags {
+                for other in changed.iter_mut().filter(|o| o.id != id) {
+                    other.repo_tags.retain(|t| t != tag);
+                }
                 for other in state.images.values() {
-                    if other.id != image.id && other.repo_tags.contains(tag) {
+                    if other.id != id
+                        && other.repo_tags.contains(tag)
+                        && !changed.iter().any(|c| c.id == other.id)
+                    {
                         let mut other = other.clone();
                         other.repo_tags.retain(|t| t != tag);
                         changed.push(other);
                     }
                 }
             }
-            inner.write_records(&mut state, changed)?;
-            Ok(state.images.get(&image.id).cloned().unwrap_or(image))
-        })
-        .await
-        .map_err(join_err)?
+            changed.retain(|c| c.id != id);
+            changed.push(image);
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        changed.retain(|c| state.images.get(&c.id) != Some(c));
+        self.write_records(&mut state, changed)?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.images.get(id).cloned())
+            .collect())
     }
 
     /// Makes sure snapshot `job.chain_id` exists: from the stored blob if

@@ -1,0 +1,1077 @@
+//! Image archives: imports docker-archive tarballs (`docker save`,
+//! `skopeo copy … docker-archive:`), OCI-archive tarballs (`skopeo copy …
+//! oci-archive:`) and OCI layout directories into the store, with their
+//! names; exports images as an OCI archive.
+//!
+//! An archive is a file a client names, so every byte of it is untrusted:
+//!
+//! - the tar is indexed first (names, data offsets and sizes; nothing is
+//!   extracted), with at most [`MAX_ENTRIES`] entries and [`MAX_HEADER_BYTES`]
+//!   of headers (long names, PAX records) read in all; names with `..` or a
+//!   leading `/`, duplicate names, devices and FIFOs are refused, and
+//!   symlinks are followed only inside the archive;
+//! - documents are read with the pull's caps (manifests 4 MiB, configs
+//!   16 MiB, `index.json` and `manifest.json` 4 MiB) and parsed by the
+//!   pull's parsers; OCI blobs are found only as `blobs/sha256/<64 hex>`,
+//!   and every blob's size and digest are checked against its descriptor;
+//! - layers go through the pull's unpacker ([`crate::layer::run_limited`]),
+//!   with the same [`crate::UnpackLimits`], digest and diff id checks.
+//!
+//! Nothing is half-imported: blobs and snapshots are content-addressed and
+//! leased while the import runs; the image records (with their names) are
+//! written only once every image of the archive is whole, in one
+//! registration. A failed import leaves no record, and its blobs and
+//! snapshots are collected at once.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::content::{self, sha256_digest};
+use crate::error::Error;
+use crate::image::{self, Descriptor, Image, Layer, ManifestKind};
+use crate::layer::{self, LayerJob, Progress};
+use crate::parse;
+use crate::reference::{check_digest, Reference};
+use crate::store::{self, Inner, Registration};
+
+/// Most entries an archive's tar may have.
+pub const MAX_ENTRIES: usize = 100_000;
+/// Most bytes of tar headers (with long names and PAX records) read while
+/// indexing an archive.
+pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+/// Most images (index or `manifest.json` entries) one archive may hold.
+pub const MAX_IMAGES: usize = 1024;
+/// Most names one image may get from an archive.
+const MAX_NAMES: usize = 1024;
+/// Most symlinks followed to find one file of an archive.
+const MAX_LINK_HOPS: usize = 8;
+/// Largest `oci-layout` file read.
+const MAX_LAYOUT_FILE: usize = 64 << 10;
+
+/// The annotation containerd (and docker) put the full name in.
+pub const ANNOTATION_IMAGE_NAME: &str = "io.containerd.image.name";
+/// The OCI annotation of a reference's name (a tag, or a whole name).
+pub const ANNOTATION_REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+const OCI_LAYOUT: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
+const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+
+/// A refused archive: the file (or directory), and why.
+fn bad(path: &Path, reason: impl Into<String>) -> Error {
+    Error::BadArchive {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Where a file of a tar archive is: its data's offset and size, or the
+/// name a link points at.
+#[derive(Debug, Clone)]
+enum Member {
+    File { offset: u64, size: u64 },
+    Symlink(String),
+    Hardlink(String),
+}
+
+/// The files of an archive, read without extracting it.
+enum Files {
+    Tar {
+        path: PathBuf,
+        file: Arc<File>,
+        members: HashMap<String, Member>,
+    },
+    Dir {
+        path: PathBuf,
+    },
+}
+
+/// Reads `len` bytes at `pos` of a shared file (no shared offset).
+struct At {
+    file: Arc<File>,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for At {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.end.saturating_sub(self.pos);
+        if left == 0 {
+            return Ok(0);
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "archive ends inside an entry",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl layer::Source for At {}
+
+/// Counts the bytes the tar reader reads (headers, long names, PAX records:
+/// data is skipped by seeking) and stops it past [`MAX_HEADER_BYTES`].
+struct HeaderBudget {
+    file: File,
+    read: u64,
+}
+
+impl Read for HeaderBudget {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read(buf)?;
+        self.read += n as u64;
+        if self.read > MAX_HEADER_BYTES {
+            return Err(io::Error::other(format!(
+                "more than {} MiB of tar headers",
+                MAX_HEADER_BYTES >> 20
+            )));
+        }
+        Ok(n)
+    }
+}
+
+impl io::Seek for HeaderBudget {
+    fn seek(&mut self, pos: io::SeekFrom) -> io::Result<u64> {
+        self.file.seek(pos)
+    }
+}
+
+/// `name` as a relative path inside the archive (`./a//b` → `a/b`), or why not.
+fn clean_name(name: &Path) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for c in name.components() {
+        match c {
+            Component::Normal(p) => parts.push(
+                p.to_str()
+                    .ok_or_else(|| format!("entry {name:?}: name is not UTF-8"))?,
+            ),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "entry {:?}: path escapes the archive",
+                    name.display()
+                ))
+            }
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// `target` of a symlink at `link` (both inside the archive), resolved
+/// against the link's directory; `None` when it leaves the archive.
+fn resolve_link(link: &str, target: &str) -> Option<String> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = link.split('/').collect();
+    parts.pop();
+    for p in target.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+impl Files {
+    /// Opens `path`: a directory is an OCI layout, a regular file a tar
+    /// (indexed here). A symlink as the last component, a device or a FIFO
+    /// are refused (O_NOFOLLOW, O_NONBLOCK: opening a FIFO never waits).
+    fn open(path: &Path) -> Result<Files, Error> {
+        if !path.is_absolute() {
+            return Err(bad(path, "the path must be absolute"));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => bad(path, "is a symlink (name the file it points at)"),
+                _ => Error::io("open", path, e),
+            })?;
+        let md = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+        if md.is_dir() {
+            return Ok(Files::Dir {
+                path: path.to_path_buf(),
+            });
+        }
+        if !md.is_file() {
+            return Err(bad(path, "neither a regular file nor a directory"));
+        }
+        let len = md.len();
+        let mut archive = tar::Archive::new(HeaderBudget {
+            file: file.try_clone().map_err(|e| Error::io("open", path, e))?,
+            read: 0,
+        });
+        let entries = archive
+            .entries_with_seek()
+            .map_err(|e| bad(path, format!("not a tar archive: {e}")))?;
+        let mut members = HashMap::new();
+        for (n, entry) in entries.enumerate() {
+            if n >= MAX_ENTRIES {
+                return Err(bad(path, format!("more than {MAX_ENTRIES} entries")));
+            }
+            let entry = entry.map_err(|e| bad(path, format!("bad tar: {e}")))?;
+            let raw = entry
+                .path()
+                .map_err(|e| bad(path, format!("bad entry name: {e}")))?
+                .into_owned();
+            let name = clean_name(&raw).map_err(|r| bad(path, r))?;
+            let link = || -> Result<String, Error> {
+                let target = entry
+                    .link_name()
+                    .map_err(|e| bad(path, format!("entry {name}: bad link: {e}")))?
+                    .ok_or_else(|| bad(path, format!("entry {name}: link without a target")))?;
+                target
+                    .to_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(path, format!("entry {name}: link target is not UTF-8")))
+            };
+            let member = match entry.header().entry_type() {
+                tar::EntryType::Regular | tar::EntryType::Continuous => {
+                    let offset = entry.raw_file_position();
+                    let size = entry.size();
+                    if offset.checked_add(size).is_none_or(|end| end > len) {
+                        return Err(bad(path, format!("entry {name}: truncated archive")));
+                    }
+                    Member::File { offset, size }
+                }
+                tar::EntryType::Directory | tar::EntryType::XGlobalHeader => continue,
+                tar::EntryType::Symlink => Member::Symlink(link()?),
+                tar::EntryType::Link => Member::Hardlink(link()?),
+                other => {
+                    return Err(bad(
+                        path,
+                        format!("entry {name}: unsupported entry type {other:?}"),
+                    ))
+                }
+            };
+            if members.insert(name.clone(), member).is_some() {
+                return Err(bad(path, format!("entry {name} appears twice")));
+            }
+        }
+        Ok(Files::Tar {
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            members,
+        })
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Files::Tar { path, .. } | Files::Dir { path } => path,
+        }
+    }
+
+    /// The file `name` of the archive: a reader of its bytes and its size;
+    /// `None` when there is no such file.
+    fn file(&self, name: &str) -> Result<Option<Opened>, Error> {
+        match self {
+            Files::Tar {
+                path,
+                file,
+                members,
+            } => {
+                let mut name = name.to_string();
+                for _ in 0..=MAX_LINK_HOPS {
+                    match members.get(&name) {
+                        None => return Ok(None),
+                        Some(Member::File { offset, size }) => {
+                            let reader = At {
+                                file: file.clone(),
+                                pos: *offset,
+                                end: offset + size,
+                            };
+                            return Ok(Some((Box::new(reader), *size)));
+                        }
+                        Some(Member::Symlink(target)) => {
+                            name = resolve_link(&name, target).ok_or_else(|| {
+                                bad(path, format!("entry {name}: symlink leaves the archive"))
+                            })?;
+                        }
+                        Some(Member::Hardlink(target)) => {
+                            name = clean_name(Path::new(target)).map_err(|r| bad(path, r))?;
+                        }
+                    }
+                }
+                Err(bad(path, format!("entry {name}: too many links")))
+            }
+            Files::Dir { path } => {
+                let full = path.join(name);
+                let file = match std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                    .open(&full)
+                {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(Error::io("open", &full, e)),
+                };
+                let md = file.metadata().map_err(|e| Error::io("stat", &full, e))?;
+                if !md.is_file() {
+                    return Err(bad(path, format!("{name} is not a regular file")));
+                }
+                Ok(Some((Box::new(file), md.len())))
+            }
+        }
+    }
+
+    /// The whole file `name`, at most `cap` bytes (refused before reading
+    /// when larger); `None` when absent.
+    fn small(&self, name: &str, cap: usize) -> Result<Option<Vec<u8>>, Error> {
+        let Some((mut reader, size)) = self.file(name)? else {
+            return Ok(None);
+        };
+        if size > cap as u64 {
+            return Err(bad(
+                self.path(),
+                format!("{name} is {size} bytes, more than the {cap} accepted"),
+            ));
+        }
+        let mut out = Vec::with_capacity(size as usize);
+        reader
+            .by_ref()
+            .take(cap as u64 + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| bad(self.path(), format!("reading {name}: {e}")))?;
+        if out.len() as u64 != size {
+            return Err(bad(self.path(), format!("{name}: truncated")));
+        }
+        Ok(Some(out))
+    }
+
+    /// Blob `digest` of an OCI layout, checked against its descriptor's
+    /// size (cap `cap`) and digest.
+    fn oci_blob(&self, digest: &str, size: i64, cap: usize) -> Result<Vec<u8>, Error> {
+        let path = self.path();
+        check_digest(digest).map_err(|r| bad(path, r))?;
+        let want =
+            u64::try_from(size).map_err(|_| bad(path, format!("{digest}: negative size")))?;
+        if want > cap as u64 {
+            return Err(bad(
+                path,
+                format!("{digest}: {want} bytes, more than the {cap} accepted"),
+            ));
+        }
+        let name = oci_blob_name(digest);
+        let bytes = self
+            .small(&name, cap)?
+            .ok_or_else(|| bad(path, format!("{digest}: blob missing ({name})")))?;
+        if bytes.len() as u64 != want {
+            return Err(bad(
+                path,
+                format!(
+                    "{digest}: {} bytes, its descriptor says {want}",
+                    bytes.len()
+                ),
+            ));
+        }
+        let got = sha256_digest(&bytes);
+        if got != digest {
+            return Err(bad(path, format!("{digest}: content hashes to {got}")));
+        }
+        Ok(bytes)
+    }
+}
+
+/// A file of an archive opened: its reader and its size.
+type Opened = (Box<dyn ReadSource>, u64);
+
+/// A file of an archive being read (to unpack a layer from it).
+trait ReadSource: layer::Source + Send {}
+impl<T: layer::Source + Send> ReadSource for T {}
+
+impl layer::Source for Box<dyn ReadSource> {
+    fn abort_probe(&self) -> layer::AbortProbe {
+        (**self).abort_probe()
+    }
+}
+
+/// `blobs/sha256/<hex>`.
+fn oci_blob_name(digest: &str) -> String {
+    format!("blobs/sha256/{}", content::hex_of(digest))
+}
+
+#[derive(Deserialize)]
+struct OciIndex {
+    #[serde(default)]
+    manifests: Vec<IndexEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IndexEntry {
+    #[serde(default)]
+    media_type: String,
+    digest: String,
+    size: i64,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct DockerEntry {
+    #[serde(rename = "Config")]
+    config: String,
+    #[serde(rename = "RepoTags", default)]
+    repo_tags: Option<Vec<String>>,
+    #[serde(rename = "Layers")]
+    layers: Vec<String>,
+}
+
+/// One image of an archive, checked and ready to be stored.
+struct Prepared {
+    /// Manifest documents to store (digest, bytes), the top one first.
+    documents: Vec<(String, Vec<u8>)>,
+    top_digest: String,
+    config_digest: String,
+    config_bytes: Vec<u8>,
+    config: image::ConfigFile,
+    /// The layers, bottom first, and the archive file of each.
+    layers: Vec<(Layer, String)>,
+    /// Normalised `domain/path:tag` names.
+    tags: Vec<String>,
+    /// `domain/path` of each name, for the repo digests.
+    repos: Vec<String>,
+}
+
+/// The names one image gets: the `RepoTags` of a docker archive, the
+/// `io.containerd.image.name` annotation of an OCI index entry, else its
+/// `org.opencontainers.image.ref.name` when that is a whole name (with a
+/// `/` or a `:`; a bare tag such as `latest` names nothing).
+fn names_of(path: &Path, names: &[String]) -> Result<(Vec<String>, Vec<String>), Error> {
+    if names.len() > MAX_NAMES {
+        return Err(bad(
+            path,
+            format!("more than {MAX_NAMES} names for one image"),
+        ));
+    }
+    let (mut tags, mut repos) = (Vec::new(), Vec::new());
+    for n in names {
+        let r = Reference::parse(n).map_err(|e| bad(path, e.to_string()))?;
+        let Some(tagged) = r.tagged() else {
+            return Err(bad(path, format!("name {n:?} has no tag")));
+        };
+        if !tags.contains(&tagged) {
+            tags.push(tagged);
+        }
+        if !repos.contains(&r.name()) {
+            repos.push(r.name());
+        }
+    }
+    Ok((tags, repos))
+}
+
+impl Inner {
+    /// Imports the archive (or OCI layout directory) at `path`; on a
+    /// blocking thread. See the module's documentation.
+    pub(crate) fn import(self: &Arc<Self>, path: &Path) -> Result<Vec<Image>, Error> {
+        let result = self.import_inner(path);
+        if result.is_err() {
+            // What the failed import stored is no image's: collect it now.
+            if let Ok(victims) = self.collect_garbage(&mut self.lock()) {
+                self.delete(victims);
+            }
+        }
+        result
+    }
+
+    fn import_inner(self: &Arc<Self>, path: &Path) -> Result<Vec<Image>, Error> {
+        let files = Files::open(path)?;
+        let prepared = if files.file("oci-layout")?.is_some() {
+            self.prepare_oci(&files)?
+        } else if files.file("manifest.json")?.is_some() {
+            self.prepare_docker(&files)?
+        } else {
+            return Err(bad(
+                path,
+                "neither an OCI layout (oci-layout, index.json) nor a docker archive (manifest.json)",
+            ));
+        };
+        if prepared.is_empty() {
+            return Err(bad(path, "the archive holds no image"));
+        }
+        let reference = path.display().to_string();
+        let mut keys = Vec::new();
+        for p in &prepared {
+            keys.extend(p.documents.iter().map(|(d, _)| d.clone()));
+            keys.push(p.config_digest.clone());
+            for (l, _) in &p.layers {
+                keys.push(l.digest.clone());
+                keys.push(l.chain_id.clone());
+            }
+        }
+        let _lease = self.lease(keys);
+        let mut registrations = Vec::new();
+        for p in prepared {
+            for (digest, bytes) in p.documents.iter().chain(std::iter::once(&(
+                p.config_digest.clone(),
+                p.config_bytes.clone(),
+            ))) {
+                let dest = self.paths.blob(digest);
+                content::store_blob(&self.paths, digest, bytes)
+                    .map_err(|e| Error::io("store blob", &dest, e))?;
+            }
+            for (l, member) in &p.layers {
+                self.import_layer(&files, &reference, l, member)?;
+            }
+            let user = p.config.image_config();
+            let (uid, username) = image::split_user(&user.user);
+            let layers: Vec<Layer> = p.layers.into_iter().map(|(l, _)| l).collect();
+            let size = p.config_bytes.len() as u64 + layers.iter().map(|l| l.size).sum::<u64>();
+            registrations.push(Registration {
+                fresh: Image {
+                    id: p.config_digest.clone(),
+                    repo_tags: Vec::new(),
+                    repo_digests: Vec::new(),
+                    size,
+                    uid,
+                    username,
+                    pinned: false,
+                    config: user,
+                    layers,
+                    manifests: Vec::new(),
+                    generation: 0,
+                },
+                tags: p.tags,
+                repo_digests: p
+                    .repos
+                    .iter()
+                    .map(|r| format!("{r}@{}", p.top_digest))
+                    .collect(),
+                manifests: p.documents.into_iter().map(|(d, _)| d).collect(),
+            });
+        }
+        let images = self.register(registrations)?;
+        for image in &images {
+            tracing::info!(archive = %path.display(), id = %image.id, tags = ?image.repo_tags, "imported");
+        }
+        Ok(images)
+    }
+
+    /// Makes snapshot `l.chain_id` (and blob `l.digest`) from archive file
+    /// `member`, with the pull's unpacker, limits and checks.
+    fn import_layer(
+        self: &Arc<Self>,
+        files: &Files,
+        reference: &str,
+        l: &Layer,
+        member: &str,
+    ) -> Result<(), Error> {
+        let lock = self.key_lock(&l.chain_id);
+        let _guard = lock.blocking_lock();
+        // The archive must hold every layer it names, even one the store
+        // has already.
+        let (reader, size) = files
+            .file(member)?
+            .ok_or_else(|| bad(files.path(), format!("layer {member} is missing")))?;
+        if size != l.size {
+            return Err(bad(
+                files.path(),
+                format!("layer {member}: {size} bytes, the manifest says {}", l.size),
+            ));
+        }
+        let have_snapshot = self.paths.snapshot(&l.chain_id).is_dir();
+        let have_blob = self.paths.blob(&l.digest).is_file();
+        if have_snapshot && have_blob {
+            return Ok(());
+        }
+        if have_snapshot {
+            // Unpacked for another image (from another compression of the
+            // same content): keep the blob too, for export.
+            return self.store_verified(reference, reader, l);
+        }
+        let job = LayerJob {
+            reference: reference.to_string(),
+            digest: l.digest.clone(),
+            size: l.size,
+            diff_id: l.diff_id.clone(),
+            chain_id: l.chain_id.clone(),
+            same_owner: self.same_owner,
+        };
+        let usage = layer::run_limited(
+            &job,
+            reader,
+            true,
+            &self.paths,
+            &Progress::new(),
+            &self.cfg.unpack,
+        )?;
+        self.lock().usage.insert(l.chain_id.clone(), usage);
+        Ok(())
+    }
+
+    /// Stores blob `l.digest` from `reader`, checked (size and digest).
+    fn store_verified(
+        &self,
+        reference: &str,
+        mut reader: Box<dyn ReadSource>,
+        l: &Layer,
+    ) -> Result<(), Error> {
+        let ingest = &self.paths.ingest;
+        let mut tmp = tempfile::Builder::new()
+            .prefix("import-")
+            .tempfile_in(ingest)
+            .map_err(|e| Error::io("create temp blob in", ingest, e))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut n_total = 0u64;
+        loop {
+            let n = reader
+                .read(&mut buf)
+                .map_err(|e| Error::bad(reference, &l.digest, format!("reading: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            n_total += n as u64;
+            hasher.update(&buf[..n]);
+            tmp.write_all(&buf[..n])
+                .map_err(|e| Error::io("write", tmp.path(), e))?;
+        }
+        let got = content::finish_digest(hasher);
+        if got != l.digest || n_total != l.size {
+            return Err(Error::bad(
+                reference,
+                &l.digest,
+                format!("content hashes to {got} ({n_total} bytes)"),
+            ));
+        }
+        let dest = self.paths.blob(&l.digest);
+        content::persist(tmp, &dest).map_err(|e| Error::io("store blob", &dest, e))
+    }
+
+    /// The images of an OCI layout: `index.json`'s entries, each an image
+    /// manifest or an index (its entry for this platform is taken).
+    fn prepare_oci(&self, files: &Files) -> Result<Vec<Prepared>, Error> {
+        let path = files.path();
+        let layout = files
+            .small("oci-layout", MAX_LAYOUT_FILE)?
+            .ok_or_else(|| bad(path, "oci-layout missing"))?;
+        let version: serde_json::Value =
+            serde_json::from_slice(&layout).map_err(|e| bad(path, format!("oci-layout: {e}")))?;
+        if version.get("imageLayoutVersion").and_then(|v| v.as_str()) != Some("1.0.0") {
+            return Err(bad(path, "oci-layout: imageLayoutVersion is not 1.0.0"));
+        }
+        let index = files
+            .small("index.json", parse::MAX_MANIFEST)?
+            .ok_or_else(|| bad(path, "index.json missing"))?;
+        let index: OciIndex =
+            serde_json::from_slice(&index).map_err(|e| bad(path, format!("index.json: {e}")))?;
+        if index.manifests.len() > MAX_IMAGES {
+            return Err(bad(
+                path,
+                format!("index.json: more than {MAX_IMAGES} entries"),
+            ));
+        }
+        // One image per manifest digest, with the names of all its entries.
+        let mut out: Vec<Prepared> = Vec::new();
+        for entry in index.manifests {
+            let mut names = Vec::new();
+            if let Some(n) = entry.annotations.get(ANNOTATION_IMAGE_NAME) {
+                names.push(n.clone());
+            } else if let Some(n) = entry.annotations.get(ANNOTATION_REF_NAME) {
+                if n.contains(['/', ':']) {
+                    names.push(n.clone());
+                } else {
+                    tracing::info!(archive = %path.display(), digest = %entry.digest, ref_name = %n, "index entry's ref.name is a tag only: imported without a name");
+                }
+            }
+            let (tags, repos) = names_of(path, &names)?;
+            if let Some(p) = out.iter_mut().find(|p| p.top_digest == entry.digest) {
+                for (t, r) in tags.into_iter().zip(repos) {
+                    if !p.tags.contains(&t) {
+                        p.tags.push(t);
+                    }
+                    if !p.repos.contains(&r) {
+                        p.repos.push(r);
+                    }
+                }
+                continue;
+            }
+            let top = files.oci_blob(&entry.digest, entry.size, parse::MAX_MANIFEST)?;
+            let mut documents = vec![(entry.digest.clone(), top.clone())];
+            let kind = parse::manifest(&top).map_err(|r| {
+                bad(
+                    path,
+                    format!("{} ({}): {r}", entry.digest, entry.media_type),
+                )
+            })?;
+            let (manifest_digest, config, layers) = match kind {
+                ManifestKind::Image { config, layers } => (entry.digest.clone(), config, layers),
+                ManifestKind::Index(manifests) => {
+                    let arch = parse::host_arch();
+                    let d = parse::platform(&manifests, arch).ok_or_else(|| {
+                        bad(
+                            path,
+                            format!("index {} has no manifest for linux/{arch}", entry.digest),
+                        )
+                    })?;
+                    let bytes = files.oci_blob(&d.digest, d.size, parse::MAX_MANIFEST)?;
+                    let kind = parse::manifest(&bytes)
+                        .map_err(|r| bad(path, format!("{}: {r}", d.digest)))?;
+                    documents.push((d.digest.clone(), bytes));
+                    match kind {
+                        ManifestKind::Image { config, layers } => {
+                            (d.digest.clone(), config, layers)
+                        }
+                        ManifestKind::Index(_) => {
+                            return Err(bad(
+                                path,
+                                format!("{}: an index inside an index", d.digest),
+                            ))
+                        }
+                    }
+                }
+            };
+            let config_bytes = files.oci_blob(&config.digest, config.size, parse::MAX_CONFIG)?;
+            let members = layers.iter().map(|l| oci_blob_name(&l.digest)).collect();
+            out.push(self.prepared(
+                files,
+                documents,
+                entry.digest.clone(),
+                &manifest_digest,
+                &config,
+                config_bytes,
+                &layers,
+                members,
+                (tags, repos),
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// The images of a docker archive (`manifest.json`): their configs and
+    /// layers, and an OCI manifest made for each (as containerd does), so
+    /// the image has a manifest digest and can be exported again.
+    fn prepare_docker(&self, files: &Files) -> Result<Vec<Prepared>, Error> {
+        let path = files.path();
+        let bytes = files
+            .small("manifest.json", parse::MAX_MANIFEST)?
+            .ok_or_else(|| bad(path, "manifest.json missing"))?;
+        let entries: Vec<DockerEntry> =
+            serde_json::from_slice(&bytes).map_err(|e| bad(path, format!("manifest.json: {e}")))?;
+        if entries.len() > MAX_IMAGES {
+            return Err(bad(
+                path,
+                format!("manifest.json: more than {MAX_IMAGES} images"),
+            ));
+        }
+        let mut out = Vec::new();
+        for entry in entries {
+            let config_name = clean_name(Path::new(&entry.config)).map_err(|r| bad(path, r))?;
+            let config_bytes = files
+                .small(&config_name, parse::MAX_CONFIG)?
+                .ok_or_else(|| bad(path, format!("config {config_name} is missing")))?;
+            let config_digest = sha256_digest(&config_bytes);
+            let config = parse::config(&config_bytes)
+                .map_err(|r| bad(path, format!("{config_name}: {r}")))?;
+            let diff_ids = config.diff_ids().to_vec();
+            if diff_ids.len() != entry.layers.len() {
+                return Err(bad(
+                    path,
+                    format!(
+                        "{config_name} lists {} diff ids, manifest.json {} layers",
+                        diff_ids.len(),
+                        entry.layers.len()
+                    ),
+                ));
+            }
+            let mut descriptors = Vec::new();
+            let mut members = Vec::new();
+            for (name, diff_id) in entry.layers.iter().zip(&diff_ids) {
+                let name = clean_name(Path::new(name)).map_err(|r| bad(path, r))?;
+                let (mut reader, size) = files
+                    .file(&name)?
+                    .ok_or_else(|| bad(path, format!("layer {name} is missing")))?;
+                let mut head = [0u8; 4];
+                let mut got = 0;
+                while got < head.len() {
+                    match reader.read(&mut head[got..]) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) => return Err(bad(path, format!("reading {name}: {e}"))),
+                    }
+                }
+                let (media_type, digest) = if head.starts_with(&[0x1f, 0x8b]) {
+                    ("application/vnd.oci.image.layer.v1.tar+gzip", None)
+                } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+                    ("application/vnd.oci.image.layer.v1.tar+zstd", None)
+                } else {
+                    (
+                        "application/vnd.oci.image.layer.v1.tar",
+                        Some(diff_id.clone()),
+                    )
+                };
+                // A compressed layer's digest is known only from its name
+                // (`blobs/sha256/<hex>`, as docker 25 saves); the unpacker
+                // checks it like any other.
+                let digest = match digest {
+                    Some(d) => d,
+                    None => match name.strip_prefix("blobs/sha256/") {
+                        Some(hex) => format!("sha256:{hex}"),
+                        None => {
+                            return Err(bad(
+                                path,
+                                format!("layer {name}: compressed, and not named by its digest"),
+                            ))
+                        }
+                    },
+                };
+                descriptors.push(Descriptor {
+                    media_type: media_type.to_string(),
+                    digest,
+                    size: i64::try_from(size).map_err(|_| bad(path, "layer too large"))?,
+                    platform: None,
+                });
+                members.push(name);
+            }
+            let config_desc = Descriptor {
+                media_type: OCI_CONFIG.to_string(),
+                digest: config_digest.clone(),
+                size: config_bytes.len() as i64,
+                platform: None,
+            };
+            let manifest = oci_manifest(&config_desc, &descriptors);
+            let manifest_digest = sha256_digest(&manifest);
+            let names_in = entry.repo_tags.unwrap_or_default();
+            let names = names_of(path, &names_in)?;
+            out.push(self.prepared(
+                files,
+                vec![(manifest_digest.clone(), manifest)],
+                manifest_digest.clone(),
+                &manifest_digest,
+                &config_desc,
+                config_bytes,
+                &descriptors,
+                members,
+                names,
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// Checks an image's config and layers the way a pull does.
+    #[allow(clippy::too_many_arguments)]
+    fn prepared(
+        &self,
+        files: &Files,
+        documents: Vec<(String, Vec<u8>)>,
+        top_digest: String,
+        manifest_digest: &str,
+        config_desc: &Descriptor,
+        config_bytes: Vec<u8>,
+        layers: &[Descriptor],
+        members: Vec<String>,
+        (tags, repos): (Vec<String>, Vec<String>),
+    ) -> Result<Prepared, Error> {
+        let path = files.path();
+        let config = parse::config(&config_bytes)
+            .map_err(|r| bad(path, format!("{}: {r}", config_desc.digest)))?;
+        let layers = parse::layers(&config, &config_desc.digest, manifest_digest, layers)
+            .map_err(|r| bad(path, r.to_string()))?;
+        for l in &layers {
+            if l.size > self.cfg.unpack.max_layer_bytes {
+                return Err(bad(
+                    path,
+                    format!(
+                        "layer {}: {} bytes, more than the limit of {} (unpack limit max_layer_bytes)",
+                        l.digest, l.size, self.cfg.unpack.max_layer_bytes
+                    ),
+                ));
+            }
+        }
+        Ok(Prepared {
+            documents,
+            top_digest,
+            config_digest: config_desc.digest.clone(),
+            config_bytes,
+            config,
+            layers: layers.into_iter().zip(members).collect(),
+            tags,
+            repos,
+        })
+    }
+
+    /// Writes `images` (names or ids) as an OCI archive to `out`: blobs as
+    /// stored (layers compressed as pulled), `oci-layout`, and `index.json`
+    /// with one entry per name (`io.containerd.image.name` the whole name,
+    /// `org.opencontainers.image.ref.name` its tag, as containerd and
+    /// docker write them), or one without names for an untagged image.
+    pub(crate) fn export(&self, images: &[String], out: impl Write) -> Result<(), Error> {
+        let mut picked: Vec<(Image, String, Vec<u8>)> = Vec::new();
+        {
+            let state = self.lock();
+            for query in images {
+                let image = store::find(&state, query)
+                    .cloned()
+                    .ok_or_else(|| Error::ImageNotFound(query.clone()))?;
+                if picked.iter().any(|(i, _, _)| i.id == image.id) {
+                    continue;
+                }
+                picked.push((image, String::new(), Vec::new()));
+            }
+        }
+        // The platform manifest of each: the one whose config is the image.
+        for (image, digest, bytes) in &mut picked {
+            let mut found = None;
+            for d in &image.manifests {
+                let p = self.paths.blob(d);
+                let Ok(b) = std::fs::read(&p) else { continue };
+                if let Ok(ManifestKind::Image { config, .. }) = parse::manifest(&b) {
+                    if config.digest == image.id {
+                        found = Some((d.clone(), b));
+                        break;
+                    }
+                }
+            }
+            let (d, b) = found.ok_or_else(|| {
+                Error::Internal(format!(
+                    "image {}: its manifest is not in the store",
+                    image.id
+                ))
+            })?;
+            *digest = d;
+            *bytes = b;
+        }
+        let mut tar = tar::Builder::new(out);
+        tar.mode(tar::HeaderMode::Deterministic);
+        let put = |tar: &mut tar::Builder<_>, name: &str, size: u64, data: &mut dyn Read| {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(size);
+            h.set_mode(0o644);
+            h.set_mtime(0);
+            h.set_entry_type(tar::EntryType::Regular);
+            tar.append_data(&mut h, name, data)
+                .map_err(|e| Error::io("write archive entry", name, e))
+        };
+        put(
+            &mut tar,
+            "oci-layout",
+            OCI_LAYOUT.len() as u64,
+            &mut OCI_LAYOUT.as_bytes(),
+        )?;
+        let mut written = HashSet::new();
+        let mut entries = Vec::new();
+        for (image, digest, bytes) in &picked {
+            let mut blobs = vec![digest.clone(), image.id.clone()];
+            blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
+            for d in blobs {
+                if !written.insert(d.clone()) {
+                    continue;
+                }
+                let p = self.paths.blob(&d);
+                let file = File::open(&p).map_err(|e| {
+                    if e.kind() == io::ErrorKind::NotFound {
+                        Error::Internal(format!(
+                            "image {}: blob {d} is not in the store (its layer was unpacked from another image's blob)",
+                            image.id
+                        ))
+                    } else {
+                        Error::io("open", &p, e)
+                    }
+                })?;
+                let size = file.metadata().map_err(|e| Error::io("stat", &p, e))?.len();
+                put(&mut tar, &oci_blob_name(&d), size, &mut (&file).take(size))?;
+            }
+            let media_type = serde_json::from_slice::<serde_json::Value>(bytes)
+                .ok()
+                .and_then(|v| v.get("mediaType")?.as_str().map(str::to_string))
+                .unwrap_or_else(|| image::OCI_MANIFEST.to_string());
+            let descriptor = |annotations: Option<BTreeMap<String, String>>| ExportEntry {
+                media_type: media_type.clone(),
+                digest: digest.clone(),
+                size: bytes.len() as u64,
+                annotations,
+            };
+            if image.repo_tags.is_empty() {
+                entries.push(descriptor(None));
+            }
+            for tag in &image.repo_tags {
+                let r = Reference::parse(tag)?;
+                let mut a = BTreeMap::new();
+                a.insert(ANNOTATION_IMAGE_NAME.to_string(), tag.clone());
+                a.insert(
+                    ANNOTATION_REF_NAME.to_string(),
+                    r.tag().unwrap_or("latest").to_string(),
+                );
+                entries.push(descriptor(Some(a)));
+            }
+        }
+        let index = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": image::OCI_INDEX,
+            "manifests": entries,
+        }))
+        .map_err(|e| Error::Internal(format!("encoding index.json: {e}")))?;
+        put(
+            &mut tar,
+            "index.json",
+            index.len() as u64,
+            &mut index.as_slice(),
+        )?;
+        tar.into_inner()
+            .and_then(|mut w| w.flush())
+            .map_err(|e| Error::io("finish archive", "index.json", e))?;
+        Ok(())
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ExportEntry {
+    media_type: String,
+    digest: String,
+    size: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+/// An OCI image manifest naming `config` and `layers`.
+fn oci_manifest(config: &Descriptor, layers: &[Descriptor]) -> Vec<u8> {
+    let d = |d: &Descriptor| serde_json::json!({"mediaType": d.media_type, "digest": d.digest, "size": d.size});
+    serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": image::OCI_MANIFEST,
+        "config": d(config),
+        "layers": layers.iter().map(d).collect::<Vec<_>>(),
+    }))
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_cleaned_and_escapes_refused() {
+        assert_eq!(clean_name(Path::new("./a//b")).unwrap(), "a/b");
+        assert!(clean_name(Path::new("../x")).is_err());
+        assert!(clean_name(Path::new("a/../../x")).is_err());
+        assert!(clean_name(Path::new("/etc/passwd")).is_err());
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_the_archive_only() {
+        assert_eq!(
+            resolve_link("abc/layer.tar", "../def.tar").as_deref(),
+            Some("def.tar")
+        );
+        assert_eq!(resolve_link("abc/layer.tar", "../../x"), None);
+        assert_eq!(resolve_link("abc/layer.tar", "/etc/shadow"), None);
+    }
+}

@@ -75,7 +75,7 @@ fuzz_one() {
   fi
   case $t in
     # A layer needs room for a few tar entries (512-byte headers).
-    oci_layer) opts+=(-max_len=16384) ;;
+    oci_layer | oci_archive) opts+=(-max_len=16384) ;;
   esac
   # The corpus only grows between runs (and replaying it comes out of the
   # SECONDS): past 2000 inputs it is cut down to those that add coverage.

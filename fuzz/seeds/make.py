@@ -221,3 +221,37 @@ write("nri_reply", "configure", b"\4" + number(2, 0x7FF))
 write("nri_reply", "validate", b"\5" + number(1, 1) + field(2, b"no"))
 write("nri_reply", "register", b"\6" + field(1, b"plugin") + field(2, b"10"))
 write("nri_reply", "update_containers", b"\7" + field(1, update) + field(2, field(1, b"c4") + field(2, b"evict")))
+
+
+# --- oci_archive: first byte bit 0 fixes tar checksums; then the tar ---
+def sha(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+layer = gzip.compress(tar([file("hello", b"hi\n")], end=True), mtime=0)
+diff = tar([file("hello", b"hi\n")], end=True)
+config = j({"architecture": "amd64", "os": "linux", "config": {"Cmd": ["/hello"]},
+            "rootfs": {"type": "layers", "diff_ids": [sha(diff)]}})
+manifest = j({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+              "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                         "digest": sha(config), "size": len(config)},
+              "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                          "digest": sha(layer), "size": len(layer)}]})
+oci_index = j({"schemaVersion": 2, "manifests": [
+    {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha(manifest),
+     "size": len(manifest), "annotations": {"io.containerd.image.name": "example.com/seed:1",
+                                            "org.opencontainers.image.ref.name": "1"}}]})
+blob = lambda d: file("blobs/sha256/" + hashlib.sha256(d).hexdigest(), d)
+write("oci_archive", "oci", b"\0" + tar([
+    file("oci-layout", j({"imageLayoutVersion": "1.0.0"})),
+    file("index.json", oci_index),
+    blob(manifest), blob(config), blob(layer),
+], end=True))
+docker_manifest = j([{"Config": "config.json", "RepoTags": ["example.com/seed:2"],
+                      "Layers": ["layer/layer.tar"]}])
+write("oci_archive", "docker", b"\0" + tar([
+    file("manifest.json", docker_manifest),
+    file("config.json", config),
+    info("layer/", tarfile.DIRTYPE, mode=0o755),
+    file("layer/layer.tar", diff),
+], end=True))

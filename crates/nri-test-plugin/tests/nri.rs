@@ -392,3 +392,27 @@ async fn preinstalled_plugin_registers_over_fd3() {
     env.nri.shutdown().await;
     assert!(env.nri.plugins().is_empty());
 }
+
+/// What one event costs with one no-op plugin subscribed to all (the
+/// round trip over NRI's mux and ttrpc, both ends real): printed, not
+/// asserted (`cargo test -p berth-nri-test-plugin --release -- --ignored
+/// --nocapture event_round_trip_cost`).
+#[tokio::test]
+#[ignore = "a measurement: run it by hand"]
+async fn event_round_trip_cost() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin("10", "noop", "{}").await;
+    let pod = pod();
+    for _ in 0..50 {
+        env.nri.run_pod_sandbox(&pod).await.unwrap();
+    }
+    let n = 500;
+    let t = Instant::now();
+    for _ in 0..n {
+        env.nri.run_pod_sandbox(&pod).await.unwrap();
+    }
+    println!(
+        "RunPodSandbox with one no-op plugin: {:.1} µs per event",
+        t.elapsed().as_secs_f64() * 1e6 / n as f64
+    );
+}

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use berth_store::{Locked, LookupError, Meta, Object, Store};
+use berth_store::{Durability, Locked, LookupError, Meta, Object, Store};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -33,7 +33,8 @@ impl<M: Meta + Kind, S: Clone + Serialize + DeserializeOwned> StoreExt<M, S> for
 
 /// Changes an object's status off the async workers: its record is written
 /// and fsynced under the object's status lock, so on a blocking thread,
-/// never on a tokio worker.
+/// never on a tokio worker. For every change recovery cannot observe again
+/// (see [`save_volatile`] for the others).
 pub async fn save<M, S>(
     object: &Arc<Object<M, S>>,
     change: impl FnOnce(&mut S) + Send + 'static,
@@ -42,10 +43,42 @@ where
     M: Meta + Send + Sync + 'static,
     S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
 {
+    write(object, Durability::Synced, "record.save", change).await
+}
+
+/// [`save`] without the fsyncs (temp file and rename: never torn, kept when
+/// berth dies, possibly lost in a power cut). Only for a change recovery
+/// derives again from what it observes, so that losing it loses nothing:
+/// a container's start (its shim's state) or exit (its shim's exit file),
+/// and a pod becoming not ready (its pause or pins gone). README, *State
+/// and recovery*, lists each write and why.
+pub async fn save_volatile<M, S>(
+    object: &Arc<Object<M, S>>,
+    change: impl FnOnce(&mut S) + Send + 'static,
+) -> Result<S, Error>
+where
+    M: Meta + Send + Sync + 'static,
+    S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
+    write(object, Durability::Volatile, "record.save_volatile", change).await
+}
+
+/// A status change written with `durability` on a blocking thread (the
+/// status lock is a std mutex), timed as `step`.
+async fn write<M, S>(
+    object: &Arc<Object<M, S>>,
+    durability: Durability,
+    step: &'static str,
+    change: impl FnOnce(&mut S) + Send + 'static,
+) -> Result<S, Error>
+where
+    M: Meta + Send + Sync + 'static,
+    S: Clone + Serialize + DeserializeOwned + Send + Sync + 'static,
+{
     let object = object.clone();
     crate::counters::timed(
-        "record.save",
-        tokio::task::spawn_blocking(move || object.update(change)),
+        step,
+        tokio::task::spawn_blocking(move || object.update_with(durability, change)),
     )
     .await
     .map_err(Error::join)?

@@ -55,7 +55,9 @@ impl Core {
         match spawned {
             Ok((task, pid, started_at)) => {
                 failpoint::hit("start_container:after_start");
-                objects::save(&container, move |s| {
+                // Not synced: recovery finds the started container through
+                // its shim (pid, start time) if a power cut loses this.
+                objects::save_volatile(&container, move |s| {
                     s.state = ContainerState::Running;
                     s.pid = Some(pid);
                     s.started_at = started_at;
@@ -181,13 +183,15 @@ impl Core {
     }
 }
 
-/// Writes how the container ended, once.
+/// Writes how the container ended, once. Not synced: all of it comes from
+/// the shim's exit info, which recovery reads again (from the shim, or its
+/// exit file) if a power cut loses this write.
 pub async fn record_exit(container: &Arc<Container>, info: &ExitInfo) -> Result<(), Error> {
     if container.status().state == ContainerState::Exited {
         return Ok(());
     }
     let info = *info;
-    objects::save(container, move |s| {
+    objects::save_volatile(container, move |s| {
         s.state = ContainerState::Exited;
         s.exit_code = info.exit_code;
         s.finished_at = info.exited_at_ns;

@@ -4,7 +4,10 @@
 //! (RunPodSandbox and CreateContainer write their record first, in state
 //! Unknown, and only mark it Ready/Created at the end), shims outlive the
 //! daemon and write an exit file before they answer anyone, and nothing but
-//! berth creates entries in its root and state dirs.
+//! berth creates entries in its root and state dirs. A few writes are not
+//! synced (`objects::save_volatile`): a power cut may take back a
+//! container's Running or Exited, or a pod's NotReady, and what is here
+//! derives each again from the shim, its exit file, or the pause and pins.
 //!
 //! So: a sandbox or container still Unknown was cut short and is rolled
 //! back whole (its name is free again); a Ready sandbox whose pause is gone
@@ -272,7 +275,8 @@ impl Core {
             }
             Action::SandboxNotReady(id) => {
                 let sandbox = self.sandboxes.lookup(id)?;
-                objects::save(&sandbox, move |s| {
+                // Found again at the next start if lost: not synced.
+                objects::save_volatile(&sandbox, move |s| {
                     s.state = SandboxState::NotReady;
                     s.pid = None;
                 })
@@ -330,8 +334,10 @@ impl Core {
     }
 
     /// A created container whose shim runs: StartContainer was cut short
-    /// after the start. Adopted as running (or exited), or, never started,
-    /// deleted from the runtime so that StartContainer may run again.
+    /// after the start, or its (unsynced) Running write was lost. Adopted as
+    /// running (or exited) with the pid and start time its shim reports, or,
+    /// never started, deleted from the runtime so that StartContainer may
+    /// run again.
     async fn adopt_started(self: &Arc<Self>, id: &str) -> Result<(), Error> {
         let container = self.containers.lookup(id)?;
         let task = self.shim_of(id).await?;
@@ -340,10 +346,13 @@ impl Core {
             // Never started: delete the runtime's container; StartContainer may run again.
             berth_shim::ContainerStatus::Created => task.delete(true).await,
             _ => {
-                objects::save(&container, move |s| {
+                // A shim older than `started_at_ns` does not say: now, as before.
+                let started_at = state.started_at_ns.unwrap_or_else(now_nanos);
+                // What the shim says again at the next start: not synced.
+                objects::save_volatile(&container, move |s| {
                     s.state = ContainerState::Running;
                     s.pid = Some(state.pid);
-                    s.started_at = now_nanos();
+                    s.started_at = started_at;
                 })
                 .await?;
                 if let Some(info) = state.exit {

@@ -96,7 +96,9 @@ impl Core {
         }
         failpoint::hit("stop_pod_sandbox:after_pause");
         if status.pid.is_some() || status.state == SandboxState::Ready {
-            objects::save(sandbox, move |s| {
+            // Not synced: with the pause (or pins) gone, recovery marks the
+            // pod not ready again if a power cut loses this write.
+            objects::save_volatile(sandbox, move |s| {
                 s.pid = None;
                 // Not ready from now on, whatever fails next.
                 if s.state == SandboxState::Ready {

@@ -7,8 +7,16 @@
 //!
 //! [`write_volatile`] is the same without the fsyncs, for files in a
 //! directory that does not outlive the machine's power (the daemon's state
-//! dir, a tmpfs on a node: bundles' `config.json`): still never torn for a
-//! reader or after a crashed process, as runc and containerd write them.
+//! dir, a tmpfs on a node: bundles' `config.json`), and for content that
+//! can be derived again after a power cut (a record's state change that
+//! recovery observes anew): still never torn for a reader or after a
+//! crashed process, as runc and containerd write them. After a power cut
+//! it leaves the old content or the new one on file systems that order a
+//! replacing rename after the new file's data (ext4's default
+//! `auto_da_alloc`, btrfs); XFS may leave an empty file instead.
+//!
+//! [`remove`] deletes a file and fsyncs its directory, so a deletion is as
+//! durable as a [`write`].
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -29,8 +37,22 @@ pub fn write_volatile(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     replace(path, data, mode, false)
 }
 
-fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
+/// Removes `path` and fsyncs its directory: once this returns, the file
+/// does not come back after a power cut. Absent is fine (`Ok(false)`; the
+/// directory is still synced, a crash may have cut short an earlier try).
+pub fn remove(path: &Path) -> io::Result<bool> {
+    let (_, dir) = name_and_dir(path)?;
+    let removed = match std::fs::remove_file(path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    sync(&File::open(dir)?)?;
+    Ok(removed)
+}
+
+/// The file name of `path` and the directory it is in.
+fn name_and_dir(path: &Path) -> io::Result<(&std::ffi::OsStr, &Path)> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
@@ -38,6 +60,24 @@ fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()>
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    Ok((name, dir))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// fsyncs made by this thread: what the tests count.
+    static SYNCS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+fn sync(file: &File) -> io::Result<()> {
+    #[cfg(test)]
+    SYNCS.with(|n| n.set(n.get() + 1));
+    file.sync_all()
+}
+
+fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let (name, dir) = name_and_dir(path)?;
     let mut tmp_name = OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(
@@ -56,11 +96,11 @@ fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()>
             .open(&tmp)?;
         file.write_all(data)?;
         if durable {
-            file.sync_all()?;
+            sync(&file)?;
         }
         std::fs::rename(&tmp, path)?;
         if durable {
-            File::open(dir)?.sync_all()?;
+            sync(&File::open(dir)?)?;
         }
         Ok(())
     })();
@@ -74,6 +114,34 @@ fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()>
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// What `f` fsyncs on this thread.
+    fn syncs(f: impl FnOnce()) -> u32 {
+        let before = SYNCS.with(|n| n.get());
+        f();
+        SYNCS.with(|n| n.get()) - before
+    }
+
+    #[test]
+    fn a_write_syncs_file_and_dir_and_a_volatile_one_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.json");
+        assert_eq!(syncs(|| write(&path, b"one", 0o600).unwrap()), 2);
+        assert_eq!(syncs(|| write_volatile(&path, b"two", 0o600).unwrap()), 0);
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(syncs(|| assert!(remove(&path).unwrap())), 1);
+        assert!(!path.exists());
+        assert_eq!(syncs(|| assert!(!remove(&path).unwrap())), 1);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn remove_of_a_dir_or_in_a_missing_dir_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(remove(dir.path()).is_err());
+        assert!(remove(&dir.path().join("nope/rec.json")).is_err());
+        assert!(remove(Path::new("/")).is_err());
+    }
 
     #[test]
     fn a_volatile_write_replaces_content_too() {

@@ -225,6 +225,11 @@ pub struct ShimState {
     pub exit: Option<ExitInfo>,
     /// Where the exit is recorded.
     pub exit_file: PathBuf,
+    /// When the runtime was told to run the container, in nanoseconds since
+    /// the Unix epoch; `None` before that (and from shims older than this
+    /// field).
+    #[serde(default)]
+    pub started_at_ns: Option<i64>,
 }
 
 /// How a container ended: written to the exit file before anyone is told.
@@ -348,6 +353,24 @@ mod tests {
         let mut r: &[u8] = &[0, 0, 0, 4, 0, b'{'];
         assert!(read_frame(&mut r).is_err());
         assert!(decode::<Request>(FrameKind::Json, b"{\"op\":\"nope\"}").is_err());
+    }
+
+    /// A shim started by an older berth (still running after an upgrade)
+    /// reports no start time: its state still reads, without one.
+    #[test]
+    fn a_state_without_a_start_time_reads() {
+        let old = r#"{"result":"state","id":"c","pid":7,"shim_pid":6,"status":"running","exit":null,"exit_file":"/x/exit.json"}"#;
+        let Response::State(state) = decode::<Response>(FrameKind::Json, old.as_bytes()).unwrap()
+        else {
+            panic!("not a state");
+        };
+        assert_eq!((state.pid, state.started_at_ns), (7, None));
+        let new = serde_json::to_string(&Response::State(ShimState {
+            started_at_ns: Some(9),
+            ..state
+        }))
+        .unwrap();
+        assert!(new.ends_with(r#""started_at_ns":9}"#), "{new}");
     }
 
     #[test]

@@ -47,8 +47,14 @@ async fn container_prints_and_exits() {
         assert!(client.pid() > 0);
         let state = client.state().await.unwrap();
         assert_eq!(state.status, ContainerStatus::Created, "{rt}");
+        assert_eq!(state.started_at_ns, None, "{rt}: not started yet");
         let before = now_ns();
         assert_eq!(client.start().await.unwrap(), client.pid());
+        let started = client.state().await.unwrap().started_at_ns;
+        assert!(
+            started.is_some_and(|t| t >= before && t <= now_ns()),
+            "{rt}: started at {started:?}, Start was asked at {before}"
+        );
         let exit = within(30, "wait", client.wait()).await.unwrap();
         assert_eq!(exit.exit_code, 3, "{rt}");
         assert!(!exit.oom_killed);
@@ -972,10 +978,18 @@ async fn run_detached_starts_at_once_and_records_fast_exits() {
     require_root();
     for rt in RUNTIMES {
         let bundle = Bundle::busybox("rund", &["sh", "-c", "echo fast; exit 7"]);
+        let before = now_ns();
         let (client, _cleanup) =
             spawn_with(&shim_bin(), rt, &bundle, |o| o.run_detached = true).await;
         let exit = within(30, "wait", client.wait()).await.unwrap();
         assert_eq!(exit.exit_code, 7, "{rt}: {exit:?}");
+        // Started when the runtime was told to run it, before it exited.
+        let started = client.state().await.unwrap().started_at_ns;
+        assert!(
+            started.is_some_and(|t| t >= before && t <= exit.exited_at_ns),
+            "{rt}: started at {started:?}, spawned at {before}, exited at {}",
+            exit.exited_at_ns
+        );
         // Exited before Start was asked: Start still reports the start, once.
         assert_eq!(client.start().await.unwrap(), client.pid(), "{rt}");
         assert!(client.start().await.is_err(), "{rt}: a second Start");

@@ -12,6 +12,6 @@ mod store;
 
 pub use cell::StatusCell;
 pub use index::{IdIndex, LookupError};
-pub use record::{LoadedRecord, RecordDir, RecordError};
+pub use record::{Durability, LoadedRecord, RecordDir, RecordError};
 pub use registrar::{Registrar, Reserved};
 pub use store::{Broken, Locked, Meta, Object, Record, Store};

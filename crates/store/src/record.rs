@@ -52,6 +52,20 @@ struct Envelope<T> {
     record: T,
 }
 
+/// Whether a record write must survive a power cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Temp file, fsync, rename, fsync of the directory: the write is on
+    /// disk when it returns. For whatever recovery cannot observe again: a
+    /// record's creation, the request, the pod's facts, a failed cleanup.
+    Synced,
+    /// Temp file and rename, no fsync: atomic for readers and against a
+    /// crashed process (the page cache keeps it), but a power cut may lose
+    /// it. Only for changes that recovery derives again from what it
+    /// observes (a container's start or exit, which its shim knows).
+    Volatile,
+}
+
 /// One record read back at start-up; a broken one is reported, never deleted.
 #[derive(Debug)]
 pub struct LoadedRecord<T> {
@@ -133,11 +147,28 @@ impl<T: Serialize + DeserializeOwned> RecordDir<T> {
         })
     }
 
-    /// Writes the record atomically.
+    /// Writes the record atomically and durably (fsynced, as its
+    /// directory): it survives a power cut.
     pub fn save(&self, id: &str, record: &T) -> Result<(), RecordError> {
+        self.write(id, record, Durability::Synced)
+    }
+
+    /// Writes the record atomically without the fsyncs: never torn, and kept
+    /// when the process dies, but a power cut may take it back to the last
+    /// synced version. Only for changes recovery observes again.
+    pub fn save_volatile(&self, id: &str, record: &T) -> Result<(), RecordError> {
+        self.write(id, record, Durability::Volatile)
+    }
+
+    /// Writes the record with `durability`.
+    pub fn write(&self, id: &str, record: &T, durability: Durability) -> Result<(), RecordError> {
         let path = self.path(id)?;
         let data = self.encode(id, record)?;
-        berth_atomic_file::write(&path, &data, 0o600).map_err(|source| RecordError::Io {
+        let write = match durability {
+            Durability::Synced => berth_atomic_file::write,
+            Durability::Volatile => berth_atomic_file::write_volatile,
+        };
+        write(&path, &data, 0o600).map_err(|source| RecordError::Io {
             id: id.to_string(),
             path,
             source,
@@ -155,12 +186,11 @@ impl<T: Serialize + DeserializeOwned> RecordDir<T> {
         self.decode(id, &data)
     }
 
-    /// Removes the record; absent is fine.
+    /// Removes the record durably (its directory fsynced); absent is fine.
     pub fn remove(&self, id: &str) -> Result<(), RecordError> {
         let path = self.path(id)?;
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        match berth_atomic_file::remove(&path) {
+            Ok(_) => Ok(()),
             Err(source) => Err(RecordError::Io {
                 id: id.to_string(),
                 path,
@@ -295,6 +325,40 @@ mod tests {
             let record = records.decode("r", data).unwrap();
             let saved = records.encode("r", &record).unwrap();
             assert_eq!(records.decode("r", &saved).unwrap(), record);
+        }
+    }
+
+    #[test]
+    fn a_volatile_save_writes_what_a_synced_one_does_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = RecordDir::<Rec>::open(dir.path()).unwrap();
+        let rec = Rec {
+            name: "a".into(),
+            n: 1,
+        };
+        records.save("x", &rec).unwrap();
+        let synced = std::fs::read(dir.path().join("x.json")).unwrap();
+        let next = Rec {
+            name: "a".into(),
+            n: 2,
+        };
+        records.save_volatile("x", &next).unwrap();
+        assert_eq!(records.load("x").unwrap(), next);
+        records.save_volatile("x", &rec).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("x.json")).unwrap(), synced);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["x.json"]);
+        // A failed write names the id and the path.
+        let gone = RecordDir::<Rec>::open(&dir.path().join("sub")).unwrap();
+        std::fs::remove_dir(dir.path().join("sub")).unwrap();
+        match gone.save_volatile("y", &rec) {
+            Err(RecordError::Io { id, path, .. }) => {
+                assert_eq!((id.as_str(), path), ("y", dir.path().join("sub/y.json")))
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -12,7 +12,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::record::make_private_dir;
-use crate::{IdIndex, LookupError, RecordDir, RecordError, Registrar, Reserved, StatusCell};
+use crate::{
+    Durability, IdIndex, LookupError, RecordDir, RecordError, Registrar, Reserved, StatusCell,
+};
 
 /// Metadata of a stored object.
 pub trait Meta: Clone + Serialize + DeserializeOwned + Send + Sync + 'static {
@@ -53,8 +55,24 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
         self.status.get()
     }
 
-    /// Changes the status: written to disk first, then visible.
+    /// Changes the status: written to disk (synced) first, then visible.
     pub fn update(&self, change: impl FnOnce(&mut S)) -> Result<S, RecordError> {
+        self.update_with(Durability::Synced, change)
+    }
+
+    /// [`Object::update`] with a record write that is not fsynced (see
+    /// [`Durability::Volatile`]): only for changes recovery observes again.
+    pub fn update_volatile(&self, change: impl FnOnce(&mut S)) -> Result<S, RecordError> {
+        self.update_with(Durability::Volatile, change)
+    }
+
+    /// Changes the status: written to disk with `durability` first, then
+    /// visible.
+    pub fn update_with(
+        &self,
+        durability: Durability,
+        change: impl FnOnce(&mut S),
+    ) -> Result<S, RecordError> {
         self.status.update(
             |status| {
                 change(status);
@@ -64,12 +82,13 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
                 if self.deleted.load(Ordering::Acquire) {
                     return Err(RecordError::Deleted(self.meta.id().to_string()));
                 }
-                self.records.save(
+                self.records.write(
                     self.meta.id(),
                     &Record {
                         meta: self.meta.clone(),
                         status: status.clone(),
                     },
+                    durability,
                 )
             },
         )
@@ -357,6 +376,25 @@ mod tests {
     }
 
     #[test]
+    fn a_volatile_update_is_read_back_as_a_synced_one() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+            let obj = store.create(meta("id1", "a"), 0).unwrap();
+            assert_eq!(obj.update_volatile(|s| *s = 5).unwrap(), 5);
+            assert_eq!(obj.status(), 5);
+        }
+        let (store, broken) = Store::<M, u32>::open(dir.path()).unwrap();
+        assert!(broken.is_empty());
+        assert_eq!(store.get("id1").unwrap().status(), 5);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["id1.json"], "a temp file left");
+    }
+
+    #[test]
     fn a_deleted_object_is_never_saved_again() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
@@ -364,6 +402,10 @@ mod tests {
         store.delete(&obj).unwrap();
         assert!(matches!(
             obj.update(|s| *s = 1),
+            Err(RecordError::Deleted(_))
+        ));
+        assert!(matches!(
+            obj.update_volatile(|s| *s = 1),
             Err(RecordError::Deleted(_))
         ));
         let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();

@@ -22,10 +22,15 @@ use tokio::sync::watch;
 use super::mechanisms::{EventKind, Mechanisms, RootfsIdmap};
 use crate::error::Error;
 
+/// The start time fake shims report: not a time the core takes itself.
+pub const FAKE_STARTED_AT: i64 = 1_600_000_000_000_000_000;
+
 /// A runtime container the fake runtime holds.
 #[derive(Debug, Clone)]
 pub struct FakeContainer {
     pub started: bool,
+    /// When its shim says it was started ([`FAKE_STARTED_AT`]).
+    pub started_at_ns: Option<i64>,
     /// Sent once the container's init has exited.
     pub exit: watch::Sender<Option<ExitInfo>>,
     /// Whether its shim answers.

@@ -45,6 +45,7 @@ impl Task for FakeTask {
         self.fake.call("task.start", &self.id).await?;
         if let Some(c) = self.fake.world.lock().unwrap().runtime.get_mut(&self.id) {
             c.started = true;
+            c.started_at_ns = Some(super::FAKE_STARTED_AT);
         }
         Ok(42)
     }
@@ -90,6 +91,7 @@ impl Task for FakeTask {
             },
             exit,
             exit_file: PathBuf::new(),
+            started_at_ns: c.started_at_ns,
         })
     }
     async fn delete(&self, _force: bool) -> Result<(), Error> {
@@ -142,6 +144,7 @@ impl Runtime for Arc<Fake> {
             opts.id.clone(),
             FakeContainer {
                 started: false,
+                started_at_ns: None,
                 exit,
                 shim_alive: true,
             },

@@ -174,3 +174,43 @@ async fn recovery_marks_a_pod_whose_pins_are_gone_not_ready() {
         SandboxState::Ready
     );
 }
+
+/// A start's Running write is not synced: a power cut may take the record
+/// back to Created while (the cut being only of the record) the shim runs.
+/// Recovery adopts the container with the pid and the start time its shim
+/// reports, not a time of its own.
+#[tokio::test]
+async fn a_lost_running_write_is_derived_again_from_the_shim() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = Fake::new();
+    let core = open(&dir, &fake);
+    let pod = core.run_pod_sandbox(pod("p")).await.unwrap();
+    let id = core.create_container(container(&pod, "c")).await.unwrap();
+    let record = core.layout.container_records().join(format!("{id}.json"));
+    let created = std::fs::read(&record).unwrap();
+    core.start_container(&id).await.unwrap();
+    // The write that was lost.
+    std::fs::write(&record, &created).unwrap();
+    let core = open(&dir, &fake);
+    let c = core.containers.get(&id).unwrap();
+    assert_eq!(c.status().state, ContainerState::Created);
+    let plan = core.plan().await;
+    assert!(
+        plan.contains(&Action::AdoptStarted(id.clone())),
+        "{plan:#?}"
+    );
+    core.recover().await;
+    let s = c.status();
+    assert_eq!(
+        (s.state, s.pid, s.started_at),
+        (
+            ContainerState::Running,
+            Some(42),
+            super::fake::FAKE_STARTED_AT
+        )
+    );
+    // And on disk, for the start after this one.
+    let core = open(&dir, &fake);
+    let s = core.containers.get(&id).unwrap().status();
+    assert_eq!(s.started_at, super::fake::FAKE_STARTED_AT);
+}

@@ -184,6 +184,15 @@ fn log_error(what: impl fmt::Display, e: crate::crilog::LogError) -> RemoteError
 struct Life {
     status: ContainerStatus,
     exit: Option<ExitInfo>,
+    /// When the runtime was told to run it (`run --detach` or `start`).
+    started_at_ns: Option<i64>,
+}
+
+/// `t` in nanoseconds since the Unix epoch (0 before it).
+fn unix_ns(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
+        .unwrap_or(0)
 }
 
 /// One shim: its container, its runtime, its stdio.
@@ -283,11 +292,7 @@ impl Shim {
                 false
             }
         });
-        let exited_at_ns = exit
-            .at
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
-            .unwrap_or(0);
+        let exited_at_ns = unix_ns(exit.at);
         let info = ExitInfo {
             pid: self.pid,
             exit_code: sys::exit_code(exit.status),
@@ -347,6 +352,7 @@ impl Shim {
             status: life.status,
             exit: life.exit,
             exit_file: self.paths.exit_file(),
+            started_at_ns: life.started_at_ns,
         }
     }
 
@@ -376,8 +382,10 @@ impl Shim {
                 format!("container {} is not in the created state", self.opts.id),
             ));
         }
+        let started_at = unix_ns(SystemTime::now());
         self.runtime.start(&self.opts.id)?;
         self.set_status(ContainerStatus::Running);
+        self.life().started_at_ns.get_or_insert(started_at);
         Ok(Response::Started { pid: self.pid })
     }
 

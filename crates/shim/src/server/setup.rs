@@ -87,6 +87,7 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
     );
     let (process_io, ends) = open_stdio(&opts, &paths)?;
     let console = ends.console.as_ref().map(|c| c.path());
+    let launched_at = super::unix_ns(std::time::SystemTime::now());
     let pid = launch(&opts, &paths, &runtime, process_io, console, &mut undo)?;
     let init = reaper
         .watch(pid)
@@ -109,6 +110,7 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
                 ContainerStatus::Created
             },
             exit: None,
+            started_at_ns: opts.run_detached.then_some(launched_at),
         }),
         changed: Condvar::new(),
         seq: AtomicU64::new(0),

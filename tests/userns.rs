@@ -701,14 +701,22 @@ async fn a_userns_pod_on_the_host_network() {
         ino(format!("/proc/{pid}/ns/user")),
         ino("/proc/self/ns/user".into())
     );
-    // The host's interfaces, through /sys too; and /sys is read-only.
-    let host_links: Vec<String> = std::fs::read_dir("/sys/class/net")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    // The host's interfaces, through /sys too (those there before and
+    // after: other tests make and remove theirs meanwhile); and /sys is
+    // read-only.
+    let host_links = || -> Vec<String> {
+        std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let before = host_links();
     let links = out(&daemon, &c, &["ls", "/sys/class/net"]).await;
-    for l in &host_links {
+    let after = host_links();
+    let stable: Vec<&String> = before.iter().filter(|l| after.contains(l)).collect();
+    assert!(stable.iter().any(|l| l.as_str() == "lo"), "{stable:?}");
+    for l in stable {
         assert!(
             links.split_whitespace().any(|x| x == l),
             "{l} not in {links}"

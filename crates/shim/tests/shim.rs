@@ -1005,10 +1005,11 @@ async fn run_detached_starts_at_once_and_records_fast_exits() {
         let bundle = Bundle::busybox("rundoom", &["tail", "/dev/zero"]).with_memory_limit(8 << 20);
         let (client, _cleanup) =
             spawn_with(&shim_bin(), rt, &bundle, |o| o.run_detached = true).await;
-        assert_eq!(
-            client.state().await.unwrap().status,
-            ContainerStatus::Running,
-            "{rt}"
+        // Running, or already killed by the OOM killer on a busy machine.
+        let status = client.state().await.unwrap().status;
+        assert!(
+            matches!(status, ContainerStatus::Running | ContainerStatus::Stopped),
+            "{rt}: {status:?}"
         );
         client.start().await.unwrap();
         let exit = within(60, "wait", client.wait()).await.unwrap();

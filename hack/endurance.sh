@@ -135,8 +135,12 @@ cleanup() {
   if [[ -n $berth_pid ]] && kill -0 "$berth_pid" 2>/dev/null; then
     timeout 300 "$bench" cleanup --target "berth=$dir/berth.sock" >/dev/null 2>&1
   fi
-  stop_pid "$berth_pid"
   local id pid
+  # berth itself first (it may run under BERTH_ENDURANCE_WRAP's command).
+  for pid in $(pids_of berth "$dir/config.toml"); do
+    stop_pid "$pid"
+  done
+  stop_pid "$berth_pid"
   if [[ -d $dir/state/runtime ]]; then
     for id in $("$RUNC" --root "$dir/state/runtime" list -q 2>/dev/null); do
       "$RUNC" --root "$dir/state/runtime" delete -f "$id" >/dev/null 2>&1
@@ -207,10 +211,17 @@ fill hack/bench/cni.conflist.in "$dir/net.d/10-${NET[0]}.conflist" \
   NETWORK="${NET[0]}" BRIDGE="${NET[1]}" SUBNET="${NET[2]}"
 fill hack/bench/berth.toml.in "$dir/config.toml" DIR="$dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
 cg=$(memory_cgroup)
+# BERTH_ENDURANCE_WRAP: a command berth runs under, e.g. "heaptrack -o
+# /tmp/berth.heaptrack" to see where its memory goes (the churn then finds
+# berth's pid through its socket).
+wrap=()
+[[ -n ${BERTH_ENDURANCE_WRAP:-} ]] && read -r -a wrap <<<"$BERTH_ENDURANCE_WRAP"
 # shellcheck disable=SC2016
-bash -c 'echo $$ >"$1/cgroup.procs" && exec "$2" --config "$3"' _ "$cg" "$berth" "$dir/config.toml" \
-  </dev/null >/dev/null 2>"$dir/berth.log" &
+bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "${wrap[@]}" "$berth" \
+  --config "$dir/config.toml" </dev/null >/dev/null 2>"$dir/berth.log" &
 berth_pid=$!
+pid_opt=,pid=$berth_pid
+((${#wrap[@]} == 0)) || pid_opt=""
 for _ in $(seq 1 300); do
   kill -0 "$berth_pid" 2>/dev/null || { tail -20 "$dir/berth.log" >&2; die "berth exited"; }
   [[ -S $dir/berth.sock ]] && break
@@ -222,7 +233,7 @@ csv=$work/endurance.csv
 json=$work/endurance.json
 log "churn: $cycles life cycles (started $(date -u +%FT%TZ))"
 status=0
-"$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/,pid=$berth_pid" \
+"$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/$pid_opt" \
   --image "$image" --cycles "$cycles" --cgroup-parent "/$CGROUP_PARENT" \
   --csv "$csv" --json "$json" --max-rss-growth-kib "$MAX_GROWTH_KIB" "${extra[@]}" >/dev/null ||
   status=1
@@ -268,29 +279,51 @@ fi
 kill -0 "$berth_pid" 2>/dev/null || { status=1; log "berth exited during the run"; }
 [[ -f $json ]] || die "no summary (see $dir/berth.log)"
 
-# The plot: RSS (and anonymous RSS) over the life cycles, fds and threads
-# on the second axis, the baseline marked.
+# The plot: RSS and anonymous RSS over the life cycles (top), open fds and
+# threads (bottom), the baseline (end of the warm-up) marked.
 png=$work/endurance-rss.png
 baseline_cycle=$(sed -n 's/.*"warmup": \([0-9]*\).*/\1/p' "$json" | head -1)
-title="berth RSS under kubelet-like churn ($profile build, $(date -u +%F))"
+growth=$(sed -n 's/.*"rss_growth_kib": \(-\{0,1\}[0-9]*\).*/\1/p' "$json" | head -1)
+# The baseline's RSS (the second "rss_kib" of the summary: start, baseline, end).
+base_rss=$(grep -o '"rss_kib": [0-9]*' "$json" | sed -n '2s/.*: //p')
+title="berth under kubelet-like churn: $profile build, $(date -u +%F); RSS $growth KiB from the baseline to the end"
 gnuplot <<EOF
-set terminal pngcairo size 1100,600 font "sans,10"
+set terminal pngcairo size 1100,700 font "sans,10"
 set output "$png"
 set datafile separator ","
-set title "$title"
-set xlabel "pod + container life cycles"
-set ylabel "MiB"
-set y2label "fds, threads"
-set y2tics
-set ytics nomirror
-set key left top
+set multiplot layout 2,1 title "$title"
 set grid
-set arrow from $baseline_cycle, graph 0 to $baseline_cycle, graph 1 nohead dt 2 lc rgb "gray40"
-set label "baseline (after warm-up)" at $baseline_cycle, graph 0.97 offset 0.5,0 tc rgb "gray40"
-plot "$csv" using 1:(\$3/1024) skip 1 with linespoints pt 7 ps 0.4 lw 2 title "RSS", \
-     "" using 1:(\$4/1024) skip 1 with lines lw 1 title "anonymous RSS", \
-     "" using 1:5 skip 1 axes x1y2 with steps lc rgb "dark-green" title "open fds", \
-     "" using 1:6 skip 1 axes x1y2 with steps lc rgb "orange" title "threads"
+set key left bottom
+set xrange [0:*]
+set arrow 1 from $baseline_cycle, graph 0 to $baseline_cycle, graph 1 nohead dt 2 lc rgb "gray40"
+set label 1 "baseline (after warm-up)" at $baseline_cycle, graph 0.93 offset 0.5,0 tc rgb "gray40"
+set ylabel "RSS, MiB"
+set y2label "anonymous RSS, MiB"
+set ytics nomirror
+set y2tics
+set format x ""
+set lmargin 10
+set rmargin 10
+set bmargin 1
+limit = ($base_rss + $MAX_GROWTH_KIB) / 1024.0
+set yrange [*:limit + 1] writeback
+plot "$csv" using 1:(\$3/1024) skip 1 with linespoints pt 7 ps 0.4 lw 2 title "RSS", \\
+     "" using 1:(\$4/1024) skip 1 axes x1y2 with linespoints pt 7 ps 0.3 lw 1 title "anonymous RSS (right)", \\
+     limit with lines dt 3 lc rgb "red" title sprintf("limit: baseline + %d KiB", $MAX_GROWTH_KIB)
+unset label 1
+unset y2label
+unset y2tics
+set ytics mirror
+set format x "%g"
+set tmargin 1
+set bmargin 4
+set xlabel "pod + container life cycles"
+set ylabel "count"
+set yrange [0:*] noreverse nowriteback
+set key left top
+plot "$csv" using 1:5 skip 1 with steps lw 2 lc rgb "dark-green" title "open fds", \\
+     "" using 1:6 skip 1 with steps lw 2 lc rgb "orange" title "threads"
+unset multiplot
 EOF
 if ((docs)); then
   cp "$csv" docs/endurance.csv

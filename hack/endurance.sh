@@ -2,11 +2,12 @@
 # The endurance run (#28): kubelet-like churn against one berth for CYCLES
 # pod + container life cycles, then the verdict. Run as root.
 #
-#   hack/endurance.sh [--debug] [--no-build] [--keep] [--no-docs] [CYCLES] [-- CHURN-ARGS...]
+#   hack/endurance.sh [--debug] [--no-build] [--bin-dir DIR] [--keep] [--no-docs] [CYCLES] [-- CHURN-ARGS...]
 #
 #   CYCLES      measured life cycles after the warm-up [5000]
 #   --debug     the debug build (faster to build; more memory) instead of release
 #   --no-build  use the binaries already built
+#   --bin-dir D use berth, berth-shim and berth-bench from D (no build)
 #   --keep      keep the work dir (config, berth's log, CSV, JSON) afterwards
 #   --no-docs   write the CSV, JSON and plot in the work dir only, not in docs/
 #   -- ARGS     passed to `berth-bench churn` (e.g. --warmup 500 --batch 4)
@@ -38,7 +39,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 die() {
@@ -52,11 +53,13 @@ build=1
 keep=0
 docs=1
 cycles=5000
+bin_dir=""
 extra=()
 while (($#)); do
   case $1 in
   --debug) profile=debug; shift ;;
   --no-build) build=0; shift ;;
+  --bin-dir) bin_dir=${2:?--bin-dir needs a dir}; build=0; shift 2 ;;
   --keep) keep=1; shift ;;
   --no-docs) docs=0; shift ;;
   --) shift; extra=("$@"); break ;;
@@ -85,11 +88,14 @@ if ((build)); then
   [[ $profile == release ]] && flags+=(--release)
   cargo build "${flags[@]}"
 fi
-out=${CARGO_TARGET_DIR:-$repo/target}
-[[ $out == /* ]] || out=$repo/$out
-berth=$out/$profile/berth
-bench=$out/$profile/berth-bench
-[[ -x $berth && -x $out/$profile/berth-shim && -x $bench ]] || die "binaries missing in $out/$profile"
+if [[ -z $bin_dir ]]; then
+  out=${CARGO_TARGET_DIR:-$repo/target}
+  [[ $out == /* ]] || out=$repo/$out
+  bin_dir=$out/$profile
+fi
+berth=$bin_dir/berth
+bench=$bin_dir/berth-bench
+[[ -x $berth && -x $bin_dir/berth-shim && -x $bench ]] || die "binaries missing in $bin_dir"
 
 work=$(mktemp -d /tmp/berth-endurance-XXXXXX)
 dir=$work/berth
@@ -211,6 +217,7 @@ fill hack/bench/cni.conflist.in "$dir/net.d/10-${NET[0]}.conflist" \
   NETWORK="${NET[0]}" BRIDGE="${NET[1]}" SUBNET="${NET[2]}"
 fill hack/bench/berth.toml.in "$dir/config.toml" DIR="$dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
 cg=$(memory_cgroup)
+# BERTH_ENDURANCE_LABEL: what the plot's title calls the build.
 # BERTH_ENDURANCE_WRAP: a command berth runs under, e.g. "heaptrack -o
 # /tmp/berth.heaptrack" to see where its memory goes (the churn then finds
 # berth's pid through its socket).
@@ -233,7 +240,7 @@ csv=$work/endurance.csv
 json=$work/endurance.json
 log "churn: $cycles life cycles (started $(date -u +%FT%TZ))"
 status=0
-"$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/$pid_opt" \
+RUST_BACKTRACE=0 "$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/$pid_opt" \
   --image "$image" --cycles "$cycles" --cgroup-parent "/$CGROUP_PARENT" \
   --csv "$csv" --json "$json" --max-rss-growth-kib "$MAX_GROWTH_KIB" "${extra[@]}" >/dev/null ||
   status=1
@@ -286,7 +293,7 @@ baseline_cycle=$(sed -n 's/.*"warmup": \([0-9]*\).*/\1/p' "$json" | head -1)
 growth=$(sed -n 's/.*"rss_growth_kib": \(-\{0,1\}[0-9]*\).*/\1/p' "$json" | head -1)
 # The baseline's RSS (the second "rss_kib" of the summary: start, baseline, end).
 base_rss=$(grep -o '"rss_kib": [0-9]*' "$json" | sed -n '2s/.*: //p')
-title="berth under kubelet-like churn: $profile build, $(date -u +%F); RSS $growth KiB from the baseline to the end"
+title="berth under kubelet-like churn (${BERTH_ENDURANCE_LABEL:-$profile build}, $(date -u +%F)): RSS $growth KiB from the baseline to the end"
 gnuplot <<EOF
 set terminal pngcairo size 1100,700 font "sans,10"
 set output "$png"
@@ -294,7 +301,6 @@ set datafile separator ","
 set multiplot layout 2,1 title "$title"
 set grid
 set key left bottom
-set xrange [0:*]
 set arrow 1 from $baseline_cycle, graph 0 to $baseline_cycle, graph 1 nohead dt 2 lc rgb "gray40"
 set label 1 "baseline (after warm-up)" at $baseline_cycle, graph 0.93 offset 0.5,0 tc rgb "gray40"
 set ylabel "RSS, MiB"
@@ -306,7 +312,10 @@ set lmargin 10
 set rmargin 10
 set bmargin 1
 limit = ($base_rss + $MAX_GROWTH_KIB) / 1024.0
-set yrange [*:limit + 1] writeback
+stats "$csv" using 1:(\$3/1024) skip 1 nooutput
+set xrange [0:STATS_max_x]
+top = STATS_max_y > limit ? STATS_max_y : limit
+set yrange [*:top + 0.5]
 plot "$csv" using 1:(\$3/1024) skip 1 with linespoints pt 7 ps 0.4 lw 2 title "RSS", \\
      "" using 1:(\$4/1024) skip 1 axes x1y2 with linespoints pt 7 ps 0.3 lw 1 title "anonymous RSS (right)", \\
      limit with lines dt 3 lc rgb "red" title sprintf("limit: baseline + %d KiB", $MAX_GROWTH_KIB)
@@ -319,7 +328,7 @@ set tmargin 1
 set bmargin 4
 set xlabel "pod + container life cycles"
 set ylabel "count"
-set yrange [0:*] noreverse nowriteback
+set yrange [0:*]
 set key left top
 plot "$csv" using 1:5 skip 1 with steps lw 2 lc rgb "dark-green" title "open fds", \\
      "" using 1:6 skip 1 with steps lw 2 lc rgb "orange" title "threads"

@@ -52,7 +52,7 @@ enum Command {
     Floor(FloorArgs),
     /// Kubelet-like churn against one runtime, sampling its memory, fds
     /// and threads (the endurance test).
-    Churn(ChurnArgs),
+    Churn(Box<ChurnArgs>),
 }
 
 #[derive(Args)]
@@ -278,7 +278,7 @@ async fn main() -> Result<()> {
         }
         Command::Run(a) => run(*a).await,
         Command::Cleanup(a) => cleanup(a).await,
-        Command::Churn(a) => churn(a).await,
+        Command::Churn(a) => churn(*a).await,
         Command::Floor(a) => {
             let floor = floor::Floor {
                 conflist: a.cni,

@@ -5,8 +5,9 @@
 //! ExecSync probe, ReopenContainerLog, now and then an exec session and a
 //! port-forward session over the streaming server, StopContainer,
 //! RemoveContainer, StopPodSandbox, RemovePodSandbox), while a relist
-//! (ListPodSandbox + ListContainers) runs every second and the stats calls
-//! every tenth.
+//! (ListPodSandbox + ListContainers) runs every second, the stats calls and
+//! kubelet's health calls (Status, ImageFsInfo) every tenth, and a
+//! GetContainerEvents subscriber (kubelet's evented PLEG) reads every event.
 //!
 //! The daemon's RSS, anonymous RSS, open fds and threads (and the shims
 //! left) are sampled every few cycles into a CSV. The baseline is taken
@@ -132,6 +133,8 @@ pub struct Summary {
     pub exec_sessions: u64,
     pub port_forward_sessions: u64,
     pub relists: u64,
+    /// Container events the subscriber read.
+    pub events: u64,
     /// Calls not answered, or answered wrongly (all counted, the first kept).
     pub failures: u64,
     pub failure_messages: Vec<String>,
@@ -159,6 +162,7 @@ struct Tally {
     exec_sessions: AtomicU64,
     port_forwards: AtomicU64,
     relists: AtomicU64,
+    events: AtomicU64,
     failures: AtomicU64,
     messages: Mutex<Vec<String>>,
 }
@@ -448,9 +452,50 @@ async fn relister(
         }
         tally.relists.fetch_add(1, Ordering::Relaxed);
         if n % 10 == 0 {
-            tally.call(2);
+            tally.call(4);
             if let Err(e) = t.list_stats().await {
                 tally.fail("stats", &e);
+            }
+            if let Err(e) = t.health().await {
+                tally.fail("Status/ImageFsInfo", &e);
+            }
+        }
+    }
+}
+
+/// Reads the container events until `stop` (an error ends the stream: a
+/// failure, and a new subscription, as kubelet makes).
+async fn subscriber(t: Target, tally: Arc<Tally>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        tally.call(1);
+        let mut stream = match t.container_events().await {
+            Ok(s) => s,
+            Err(e) => {
+                tally.fail("GetContainerEvents", &e);
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        loop {
+            let item = tokio::select! {
+                item = stream.message() => item,
+                _ = stop.changed() => return,
+            };
+            match item {
+                Ok(Some(_)) => {
+                    tally.events.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(None) => {
+                    tally.fail("GetContainerEvents", &anyhow!("the stream ended"));
+                    break;
+                }
+                Err(s) => {
+                    let e = anyhow!("{:?}: {}", s.code(), s.message());
+                    tally.fail("GetContainerEvents", &e);
+                    break;
+                }
             }
         }
     }
@@ -500,7 +545,13 @@ pub async fn run(
     };
     let start = take(0, &mut samples)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let relist = tokio::spawn(relister(t.clone(), tally.clone(), s.relist_every, stop_rx));
+    let relist = tokio::spawn(relister(
+        t.clone(),
+        tally.clone(),
+        s.relist_every,
+        stop_rx.clone(),
+    ));
+    let events = tokio::spawn(subscriber(t.clone(), tally.clone(), stop_rx));
 
     let total = s.warmup + s.cycles;
     let mut done = 0usize;
@@ -573,6 +624,7 @@ pub async fn run(
     }
     let _ = stop_tx.send(true);
     let _ = relist.await;
+    let _ = events.await;
 
     let seconds = started.elapsed().as_secs_f64();
     let after: Vec<(f64, f64)> = samples
@@ -602,6 +654,7 @@ pub async fn run(
         exec_sessions: tally.exec_sessions.load(Ordering::Relaxed),
         port_forward_sessions: tally.port_forwards.load(Ordering::Relaxed),
         relists: tally.relists.load(Ordering::Relaxed),
+        events: tally.events.load(Ordering::Relaxed),
         failures: tally.failures.load(Ordering::Relaxed),
         failure_messages,
         start,

@@ -521,7 +521,7 @@ async fn churn(a: ChurnArgs) -> Result<()> {
     }
     println!("{text}");
     eprintln!(
-        "churn: {} life cycles in {:.0} s ({:.2}/s), {} calls, {} exec and {} port-forward sessions, {} relists, {} failures; \
+        "churn: {} life cycles in {:.0} s ({:.2}/s), {} calls, {} exec and {} port-forward sessions, {} relists, {} events, {} failures; \
          RSS {} KiB at the start, {} KiB at the baseline (after {} cycles), {} KiB at the end: {:+} KiB ({:.3} KiB per cycle); \
          fds {} → {}, threads {} → {}, shims left {}",
         summary.cycles_done,
@@ -531,6 +531,7 @@ async fn churn(a: ChurnArgs) -> Result<()> {
         summary.exec_sessions,
         summary.port_forward_sessions,
         summary.relists,
+        summary.events,
         summary.failures,
         summary.start.rss_kib,
         summary.baseline.rss_kib,

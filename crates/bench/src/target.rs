@@ -460,6 +460,37 @@ impl Target {
         Ok((pods.stats.len(), containers.stats.len()))
     }
 
+    /// kubelet's health calls: Status (verbose off) and ImageFsInfo.
+    pub async fn health(&self) -> Result<()> {
+        bounded(
+            "Status",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .status(v1::StatusRequest { verbose: false }),
+        )
+        .await?;
+        bounded(
+            "ImageFsInfo",
+            CALL_TIMEOUT,
+            self.images.clone().image_fs_info(v1::ImageFsInfoRequest {}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// GetContainerEvents: the stream of events (kubelet's evented PLEG).
+    pub async fn container_events(&self) -> Result<tonic::Streaming<v1::ContainerEventResponse>> {
+        bounded(
+            "GetContainerEvents",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .get_container_events(v1::GetEventsRequest {}),
+        )
+        .await
+    }
+
     /// Pulls `image`; returns its image ref.
     pub async fn pull(&self, image: &str) -> Result<String> {
         let req = v1::PullImageRequest {

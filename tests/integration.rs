@@ -13,6 +13,7 @@ mod containers;
 mod daemon;
 mod data_safety;
 mod deadlines;
+mod endurance;
 mod faults;
 mod grpc_clients;
 mod images;

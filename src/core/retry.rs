@@ -9,6 +9,12 @@
 //! still gets AlreadyExists, and so does a second retry after the id has
 //! been handed out. A creation that failed released its name: the retry then
 //! simply makes the object anew.
+//!
+//! Only an abandoned creation that succeeded is kept (for [`CLAIM_TTL`],
+//! with its request): one whose client got its id, one that failed and one
+//! a retry claimed are forgotten as they end, so that a node that makes
+//! pods all day keeps nothing of them (#28: each kept request was ~6 KiB of
+//! the daemon's RSS per pod life cycle).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,7 +39,6 @@ struct Entry<R> {
     request: R,
     id: String,
     done: watch::Receiver<Option<Outcome>>,
-    claimed: bool,
     finished: Option<Instant>,
 }
 
@@ -100,7 +105,6 @@ impl<R: PartialEq + Clone> Inflight<R> {
                 request: request.clone(),
                 id: id.to_string(),
                 done: rx,
-                claimed: false,
                 finished: None,
             },
         );
@@ -114,24 +118,35 @@ impl<R: PartialEq + Clone> Inflight<R> {
         }
     }
 
+    /// Forgets the creation of `id` under `name` (a retry would be refused
+    /// without it as with it: its id was handed out, or it failed).
+    pub fn forget(&self, name: &str, id: &str) {
+        let mut entries = self.lock();
+        if entries.get(name).is_some_and(|e| e.id == id) {
+            entries.remove(name);
+        }
+    }
+
+    /// How many creations are kept (in flight, or waiting for a claim).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
     /// `name` is held by `holder`: may this equal `request` wait for it?
     pub fn retry(&self, name: &str, request: &R, holder: &str) -> Retry {
         match self.lock().get(name) {
-            Some(e) if e.id == holder && !e.claimed && e.request == *request => {
-                Retry::Wait(e.done.clone())
-            }
+            Some(e) if e.id == holder && e.request == *request => Retry::Wait(e.done.clone()),
             _ => Retry::Refuse,
         }
     }
 
-    /// The id of the creation under `name`, handed out once.
+    /// The id of the creation under `name`, handed out once: the entry
+    /// goes with it (a later retry finds none and is refused).
     pub fn claim(&self, name: &str, holder: &str) -> Option<String> {
         let mut entries = self.lock();
-        let e = entries
-            .get_mut(name)
-            .filter(|e| e.id == holder && !e.claimed)?;
-        e.claimed = true;
-        Some(e.id.clone())
+        entries.get(name).filter(|e| e.id == holder)?;
+        entries.remove(name).map(|e| e.id)
     }
 }
 
@@ -188,7 +203,9 @@ pub async fn reserve_or_join<R: PartialEq + Clone>(
 }
 
 /// Ends the creation of `id` under `name`: its own client, if still there,
-/// has its id, so no retry will be handed it.
+/// has its id, so no retry will be handed it, and a failed creation has
+/// nothing to hand out: both are forgotten. Only a creation whose client
+/// went away is kept, for a retry to claim within [`CLAIM_TTL`].
 pub fn end<R: PartialEq + Clone>(
     inflight: &Inflight<R>,
     running: Running,
@@ -201,9 +218,10 @@ pub fn end<R: PartialEq + Clone>(
     } else {
         Outcome::Failed
     });
-    inflight.ended(name, id);
-    if created && !caller::gone() {
-        inflight.claim(name, id);
+    if created && caller::gone() {
+        inflight.ended(name, id);
+    } else {
+        inflight.forget(name, id);
     }
 }
 
@@ -237,6 +255,32 @@ mod tests {
         assert_eq!(inflight.claim("web", "id1").as_deref(), Some("id1"));
         assert_eq!(inflight.claim("web", "id1"), None);
         assert!(matches!(inflight.retry("web", &1, "id1"), Retry::Refuse));
+    }
+
+    #[tokio::test]
+    async fn only_an_abandoned_creation_is_kept_until_claimed() {
+        let inflight = Inflight::<u32>::default();
+        // Its client got its id (outside a call: the client is there).
+        let running = inflight.begin("a", &1, "id-a");
+        end(&inflight, running, "a", "id-a", true);
+        assert_eq!(inflight.len(), 0);
+        // It failed.
+        let running = inflight.begin("b", &1, "id-b");
+        end(&inflight, running, "b", "id-b", false);
+        assert_eq!(inflight.len(), 0);
+        // Its client went away: kept for a retry, until claimed.
+        let (client, body) = caller::track(async {
+            let running = inflight.begin("c", &1, "id-c");
+            caller::wait_gone().await;
+            end(&inflight, running, "c", "id-c", true);
+        });
+        drop(client);
+        body.await;
+        assert_eq!(inflight.len(), 1);
+        assert!(matches!(inflight.retry("c", &1, "id-c"), Retry::Wait(_)));
+        assert_eq!(inflight.claim("c", "id-c").as_deref(), Some("id-c"));
+        assert_eq!(inflight.len(), 0);
+        assert!(matches!(inflight.retry("c", &1, "id-c"), Retry::Refuse));
     }
 
     #[tokio::test]

@@ -10,7 +10,11 @@
 //!   with the floor (`floor.rs`: the same CNI and runc work done directly)
 //!   when `--floor-cni` is given.
 //! - `berth-bench cleanup --target ...`: removes every pod this program made.
+//! - `berth-bench churn --target ... --image IMAGE`: kubelet-like churn
+//!   against one runtime, sampling its RSS, fds and threads (`churn.rs`;
+//!   `hack/endurance.sh` runs it).
 
+mod churn;
 mod floor;
 mod memory;
 mod push;
@@ -46,6 +50,64 @@ enum Command {
     Cleanup(CleanupArgs),
     /// Measures only the floor (CNI plugins and runc, done directly).
     Floor(FloorArgs),
+    /// Kubelet-like churn against one runtime, sampling its memory, fds
+    /// and threads (the endurance test).
+    Churn(Box<ChurnArgs>),
+}
+
+#[derive(Args)]
+struct ChurnArgs {
+    /// The runtime: NAME=SOCKET[,shim=EXE][,match=TEXT][,pid=PID].
+    #[arg(long)]
+    target: TargetSpec,
+    /// The container image (busybox: sh, sleep, nc, echo, true).
+    #[arg(long)]
+    image: String,
+    /// Measured life cycles, after the warm-up.
+    #[arg(long, default_value_t = 5000)]
+    cycles: usize,
+    /// Life cycles before the baseline.
+    #[arg(long, default_value_t = 300)]
+    warmup: usize,
+    /// A sample every this many life cycles.
+    #[arg(long, default_value_t = 50)]
+    sample_every: usize,
+    /// Life cycles at once in a concurrent round.
+    #[arg(long, default_value_t = 3)]
+    batch: usize,
+    /// Every this many rounds one is concurrent (0: never).
+    #[arg(long, default_value_t = 3)]
+    concurrent_every: usize,
+    /// An exec session every this many life cycles (0: never).
+    #[arg(long, default_value_t = 5)]
+    exec_every: usize,
+    /// A port-forward session every this many life cycles (0: never).
+    #[arg(long, default_value_t = 5)]
+    port_forward_every: usize,
+    /// Milliseconds between relists.
+    #[arg(long, default_value_t = 1000)]
+    relist_ms: u64,
+    /// Seconds of quiet before the baseline and the end samples.
+    #[arg(long, default_value_t = 12)]
+    quiet_secs: u64,
+    /// Seconds fds and threads may take to come back after the end sample.
+    #[arg(long, default_value_t = 30)]
+    settle_secs: u64,
+    /// Cgroup parent of the pods.
+    #[arg(long, default_value = "/berth-churn")]
+    cgroup_parent: String,
+    /// Where pod log directories go (default: a new temp dir, removed after).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// The samples, as CSV (cycle,seconds,rss_kib,anon_kib,fds,threads,shims).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// The summary, as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Fail when RSS grows more than this after the warm-up.
+    #[arg(long)]
+    max_rss_growth_kib: Option<u64>,
 }
 
 #[derive(Args)]
@@ -220,6 +282,7 @@ async fn main() -> Result<()> {
         }
         Command::Run(a) => run(*a).await,
         Command::Cleanup(a) => cleanup(a).await,
+        Command::Churn(a) => churn(*a).await,
         Command::Floor(a) => {
             let floor = floor::Floor {
                 conflist: a.cni,
@@ -409,6 +472,86 @@ async fn cleanup(a: CleanupArgs) -> Result<()> {
     }
     if failed {
         bail!("cleanup failed");
+    }
+    Ok(())
+}
+
+async fn churn(a: ChurnArgs) -> Result<()> {
+    let t = Target::connect(a.target.clone()).await?;
+    let (log_dir, _log_tmp) = match &a.log_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("berth-churn-logs-")
+                .tempdir()
+                .context("making a log dir")?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let left = workload::remove_all_bench_pods(&t).await?;
+    if left > 0 {
+        eprintln!("churn: removed {left} pods of an earlier run");
+    }
+    t.pull(&a.image).await?;
+    let job = churn::Job {
+        image: a.image.clone(),
+        cgroup_parent: a.cgroup_parent.clone(),
+        log_dir,
+        run_id: format!(
+            "{:x}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis()
+        ),
+    };
+    let settings = churn::Settings {
+        cycles: a.cycles,
+        warmup: a.warmup,
+        sample_every: a.sample_every,
+        batch: a.batch,
+        concurrent_every: a.concurrent_every,
+        exec_every: a.exec_every,
+        port_forward_every: a.port_forward_every,
+        relist_every: Duration::from_millis(a.relist_ms),
+        quiet: Duration::from_secs(a.quiet_secs),
+        settle: Duration::from_secs(a.settle_secs),
+    };
+    eprintln!("churn: {settings:?} against {} (pid {})", t.version, t.pid);
+    let summary = churn::run(&t, &job, &settings, a.csv.as_deref(), a.max_rss_growth_kib).await?;
+    let text = serde_json::to_string_pretty(&summary)?;
+    if let Some(path) = &a.json {
+        std::fs::write(path, text.clone() + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("{text}");
+    eprintln!(
+        "churn: {} life cycles in {:.0} s ({:.2}/s), {} calls, {} exec and {} port-forward sessions, {} relists, {} events, {} failures; \
+         RSS {} KiB at the start, {} KiB at the baseline (after {} cycles), {} KiB at the end: {:+} KiB ({:.3} KiB per cycle); \
+         fds {} → {}, threads {} → {}, shims left {}",
+        summary.cycles_done,
+        summary.seconds,
+        summary.cycles_per_second,
+        summary.calls,
+        summary.exec_sessions,
+        summary.port_forward_sessions,
+        summary.relists,
+        summary.events,
+        summary.failures,
+        summary.start.rss_kib,
+        summary.baseline.rss_kib,
+        summary.baseline.cycle,
+        summary.end.rss_kib,
+        summary.rss_growth_kib,
+        summary.rss_slope_kib_per_cycle,
+        summary.baseline.fds,
+        summary.end.fds,
+        summary.baseline.threads,
+        summary.end.threads,
+        summary.end.shims,
+    );
+    if !summary.problems.is_empty() {
+        bail!("churn: {}", summary.problems.join("; "));
     }
     Ok(())
 }

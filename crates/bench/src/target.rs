@@ -378,6 +378,119 @@ impl Target {
         Ok(())
     }
 
+    /// The pod's state (a `v1::PodSandboxState` value).
+    pub async fn pod_state(&self, id: &str) -> Result<i32> {
+        let req = v1::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        let r = bounded(
+            "PodSandboxStatus",
+            CALL_TIMEOUT,
+            self.runtime.clone().pod_sandbox_status(req),
+        )
+        .await?;
+        r.status
+            .map(|s| s.state)
+            .ok_or_else(|| anyhow!("PodSandboxStatus of {id}: no status"))
+    }
+
+    pub async fn reopen_container_log(&self, id: &str) -> Result<()> {
+        let req = v1::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        };
+        bounded(
+            "ReopenContainerLog",
+            CALL_TIMEOUT,
+            self.runtime.clone().reopen_container_log(req),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The Exec call (stdout and stderr, no stdin, no terminal): the
+    /// streaming URL.
+    pub async fn exec_url(&self, id: &str, cmd: &[&str]) -> Result<String> {
+        let req = v1::ExecRequest {
+            container_id: id.to_string(),
+            cmd: cmd.iter().map(|s| s.to_string()).collect(),
+            tty: false,
+            stdin: false,
+            stdout: true,
+            stderr: true,
+        };
+        let r = bounded("Exec", CALL_TIMEOUT, self.runtime.clone().exec(req)).await?;
+        Ok(r.url)
+    }
+
+    /// The PortForward call: the streaming URL.
+    pub async fn port_forward_url(&self, pod_id: &str, ports: &[i32]) -> Result<String> {
+        let req = v1::PortForwardRequest {
+            pod_sandbox_id: pod_id.to_string(),
+            port: ports.to_vec(),
+        };
+        let r = bounded(
+            "PortForward",
+            CALL_TIMEOUT,
+            self.runtime.clone().port_forward(req),
+        )
+        .await?;
+        Ok(r.url)
+    }
+
+    /// kubelet's stats: ListPodSandboxStats and ListContainerStats,
+    /// unfiltered; how many of each.
+    pub async fn list_stats(&self) -> Result<(usize, usize)> {
+        let pods = bounded(
+            "ListPodSandboxStats",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .list_pod_sandbox_stats(v1::ListPodSandboxStatsRequest { filter: None }),
+        )
+        .await?;
+        let containers = bounded(
+            "ListContainerStats",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .list_container_stats(v1::ListContainerStatsRequest { filter: None }),
+        )
+        .await?;
+        Ok((pods.stats.len(), containers.stats.len()))
+    }
+
+    /// kubelet's health calls: Status (verbose off) and ImageFsInfo.
+    pub async fn health(&self) -> Result<()> {
+        bounded(
+            "Status",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .status(v1::StatusRequest { verbose: false }),
+        )
+        .await?;
+        bounded(
+            "ImageFsInfo",
+            CALL_TIMEOUT,
+            self.images.clone().image_fs_info(v1::ImageFsInfoRequest {}),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// GetContainerEvents: the stream of events (kubelet's evented PLEG).
+    pub async fn container_events(&self) -> Result<tonic::Streaming<v1::ContainerEventResponse>> {
+        bounded(
+            "GetContainerEvents",
+            CALL_TIMEOUT,
+            self.runtime
+                .clone()
+                .get_container_events(v1::GetEventsRequest {}),
+        )
+        .await
+    }
+
     /// Pulls `image`; returns its image ref.
     pub async fn pull(&self, image: &str) -> Result<String> {
         let req = v1::PullImageRequest {

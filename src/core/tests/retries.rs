@@ -165,3 +165,63 @@ async fn bandwidth_annotations_become_the_cni_capability() {
     let e = r.core.run_pod_sandbox(req).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
 }
+
+/// The core keeps nothing of pods and containers that are gone (#28): the
+/// creations in flight (requests kept for retries), the NRI stop
+/// notifications, the stores' ids, names and groups are empty once the
+/// life cycles are over, whether each call's client waited for it or
+/// (the pods of odd cycles) went away and a retry claimed what it made.
+#[tokio::test]
+async fn life_cycles_leave_nothing_in_the_cores_maps() {
+    let r = rig();
+    for i in 0..10 {
+        let name = format!("churn-{i}");
+        let pod_id = if i % 2 == 1 {
+            // Abandoned; a retry claims the pod.
+            let core = r.core.clone();
+            let req = pod(&name);
+            let (client, first) = as_rpc(async move {
+                super::caller::wait_gone().await;
+                core.run_pod_sandbox(req).await
+            });
+            drop(client);
+            let id = first.await.unwrap().unwrap();
+            let core = r.core.clone();
+            let (retry_client, retry) =
+                as_rpc(async move { core.run_pod_sandbox(pod(&name)).await });
+            assert_eq!(retry.await.unwrap().unwrap(), id);
+            retry_client.answered();
+            id
+        } else {
+            let core = r.core.clone();
+            let (client, call) = as_rpc(async move { core.run_pod_sandbox(pod(&name)).await });
+            let id = call.await.unwrap().unwrap();
+            client.answered();
+            id
+        };
+        let core = r.core.clone();
+        let req = container(&pod_id, "app");
+        let (client, call) = as_rpc(async move { core.create_container(req).await });
+        let id = call.await.unwrap().unwrap();
+        client.answered();
+        r.core.start_container(&id).await.unwrap();
+        r.core
+            .stop_container(&id, Duration::from_secs(1))
+            .await
+            .unwrap();
+        r.core.remove_container(&id).await.unwrap();
+        r.core.stop_pod_sandbox(&pod_id).await.unwrap();
+        r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+    }
+    r.assert_empty();
+    assert_eq!(r.core.pods_in_flight.len(), 0, "pod creations kept");
+    assert_eq!(
+        r.core.containers_in_flight.len(),
+        0,
+        "container creations kept"
+    );
+    assert!(
+        r.core.plugin_stopped.lock().unwrap().is_empty(),
+        "NRI stop notifications kept"
+    );
+}

@@ -39,7 +39,7 @@ use crate::target::Target;
 /// Label on every pod and container this program makes; its value is the run id.
 pub const LABEL: &str = "berth-bench";
 /// Label naming the phase a pod belongs to.
-const PHASE: &str = "berth-bench/phase";
+pub const PHASE: &str = "berth-bench/phase";
 /// Pods started or removed at once while setting up or tearing down (not measured).
 const SETUP_PARALLELISM: usize = 4;
 /// Grace period of StopContainer; the container's shell exits on SIGTERM at once.
@@ -260,7 +260,7 @@ impl Workload {
 
 /// The namespaces kubelet asks for by default: the pod's network and IPC,
 /// a PID namespace of the container's own.
-fn kubelet_namespaces() -> v1::NamespaceOption {
+pub fn kubelet_namespaces() -> v1::NamespaceOption {
     v1::NamespaceOption {
         network: v1::NamespaceMode::Pod as i32,
         pid: v1::NamespaceMode::Container as i32,

@@ -765,17 +765,22 @@ fn read_into(pipe: &mut Option<File>, buf: &mut [u8], into: &mut Vec<u8>) -> io:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A fake runtime: a shell script that records its arguments and acts on them.
     fn fake_runtime(dir: &Path, body: &str) -> Runtime {
         let bin = dir.join("fake-runc");
-        std::fs::write(
-            &bin,
-            format!("#!/bin/sh\necho \"$@\" >> {}/args\n{body}\n", dir.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = format!("#!/bin/sh\necho \"$@\" >> {}/args\n{body}\n", dir.display());
+        // Written by a child process: a write fd of this (multithreaded)
+        // test process would be inherited by another test's fork until its
+        // exec, and exec'ing the script then fails with ETXTBSY.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "cat > \"$1\" && chmod 755 \"$1\"", "sh"])
+            .arg(&bin)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
         Runtime::new(bin, dir.join("root"))
     }
 

@@ -17,6 +17,9 @@ use berth_oci_image::{ImageStore, RegistryConfig, UnpackLimits};
 use libfuzzer_sys::fuzz_target;
 
 mod scratch;
+mod tarfix;
+
+use tarfix::fix_checksums;
 
 struct Rig {
     rt: tokio::runtime::Runtime,
@@ -71,28 +74,3 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 });
-
-/// Sets the checksum of each 512-byte header the tar reader meets (a
-/// header, then its data rounded up to whole blocks).
-fn fix_checksums(tar: &mut [u8]) {
-    let mut off = 0usize;
-    while off + 512 <= tar.len() {
-        let block = &mut tar[off..off + 512];
-        off += 512;
-        if block.iter().all(|&b| b == 0) {
-            continue;
-        }
-        let mut h = tar::Header::new_old();
-        h.as_mut_bytes().copy_from_slice(block);
-        h.set_cksum();
-        block.copy_from_slice(h.as_bytes());
-        let size = h.entry_size().unwrap_or(0);
-        let Some(next) = usize::try_from(size.div_ceil(512).saturating_mul(512))
-            .ok()
-            .and_then(|n| off.checked_add(n))
-        else {
-            return;
-        };
-        off = next;
-    }
-}

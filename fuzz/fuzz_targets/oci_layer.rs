@@ -24,6 +24,9 @@ use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
 
 mod scratch;
+mod tarfix;
+
+use tarfix::fix_checksums;
 
 /// The real bounds, small: a run never writes more than a few MiB.
 const LIMITS: UnpackLimits = UnpackLimits {
@@ -149,40 +152,4 @@ fn nix_is_root() -> bool {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Sets the checksum of each header the tar reader meets, walking the
-/// stream as it does: a header, the GNU sparse extension blocks it
-/// announces, its data rounded up to whole blocks.
-fn fix_checksums(tar: &mut [u8]) {
-    let mut off = 0usize;
-    while off + 512 <= tar.len() {
-        let block = &mut tar[off..off + 512];
-        off += 512;
-        if block.iter().all(|&b| b == 0) {
-            continue;
-        }
-        let mut h = tar::Header::new_old();
-        h.as_mut_bytes().copy_from_slice(block);
-        h.set_cksum();
-        block.copy_from_slice(h.as_bytes());
-        if h.entry_type() == tar::EntryType::GNUSparse && block[482] != 0 {
-            // Extension blocks: 21 sparse entries, then "is extended".
-            while off + 512 <= tar.len() {
-                let more = tar[off + 504] != 0;
-                off += 512;
-                if !more {
-                    break;
-                }
-            }
-        }
-        let size = h.entry_size().unwrap_or(0);
-        let Some(next) = usize::try_from(size.div_ceil(512).saturating_mul(512))
-            .ok()
-            .and_then(|n| off.checked_add(n))
-        else {
-            return;
-        };
-        off = next;
-    }
 }

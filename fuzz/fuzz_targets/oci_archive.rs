@@ -65,7 +65,11 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(&r.file, &tar).unwrap();
     let before = r.store.list().len();
     match r.rt.block_on(r.store.import(&r.file)) {
-        Err(_) => assert_eq!(r.store.list().len(), before, "a failed import left an image"),
+        Err(_) => assert_eq!(
+            r.store.list().len(),
+            before,
+            "a failed import left an image"
+        ),
         Ok(images) => {
             for image in images {
                 let _ = r.rt.block_on(r.store.remove(&image.id));

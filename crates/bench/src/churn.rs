@@ -4,7 +4,8 @@
 //! PodSandboxStatus, CreateContainer, StartContainer, ContainerStatus, an
 //! ExecSync probe, ReopenContainerLog, now and then an exec session and a
 //! port-forward session over the streaming server, StopContainer,
-//! RemoveContainer, StopPodSandbox, RemovePodSandbox), while a relist
+//! RemoveContainer, StopPodSandbox, RemovePodSandbox; every fourth pod's
+//! containers share its PID namespace, so it runs a pause), while a relist
 //! (ListPodSandbox + ListContainers) runs every second, the stats calls and
 //! kubelet's health calls (Status, ImageFsInfo) every tenth, and a
 //! GetContainerEvents subscriber (kubelet's evented PLEG) reads every event.
@@ -62,6 +63,9 @@ pub struct Settings {
     pub exec_every: usize,
     /// A port-forward session every this many life cycles (0: never).
     pub port_forward_every: usize,
+    /// Every this many life cycles the pod shares one PID namespace
+    /// (`shareProcessNamespace`: a pod with a pause process); 0: never.
+    pub pause_every: usize,
     /// Time between relists.
     #[serde(serialize_with = "secs")]
     pub relist_every: Duration,
@@ -247,8 +251,17 @@ impl Job {
         self.log_dir.join(name)
     }
 
-    /// A pod as kubelet asks for one (its log directory made first).
-    fn pod_config(&self, name: &str) -> Result<v1::PodSandboxConfig> {
+    /// A pod as kubelet asks for one (its log directory made first); one
+    /// whose containers share a PID namespace with `shared_pid`.
+    fn pod_config(&self, name: &str, shared_pid: bool) -> Result<v1::PodSandboxConfig> {
+        let namespaces = v1::NamespaceOption {
+            pid: if shared_pid {
+                v1::NamespaceMode::Pod as i32
+            } else {
+                v1::NamespaceMode::Container as i32
+            },
+            ..kubelet_namespaces()
+        };
         let logs = self.pod_dir(name);
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("making log dir {}", logs.display()))?;
@@ -270,7 +283,7 @@ impl Job {
             linux: Some(v1::LinuxPodSandboxConfig {
                 cgroup_parent: self.cgroup_parent.clone(),
                 security_context: Some(v1::LinuxSandboxSecurityContext {
-                    namespace_options: Some(kubelet_namespaces()),
+                    namespace_options: Some(namespaces),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -280,8 +293,16 @@ impl Job {
     }
 
     /// A container that serves [`PORT`] (one answer per connection) and
-    /// exits at once on SIGTERM.
-    fn container_config(&self) -> v1::ContainerConfig {
+    /// exits at once on SIGTERM; in its pod's PID namespace with `shared_pid`.
+    fn container_config(&self, shared_pid: bool) -> v1::ContainerConfig {
+        let namespaces = v1::NamespaceOption {
+            pid: if shared_pid {
+                v1::NamespaceMode::Pod as i32
+            } else {
+                v1::NamespaceMode::Container as i32
+            },
+            ..kubelet_namespaces()
+        };
         let script =
             format!("trap 'exit 0' TERM; nc -ll -p {PORT} -e echo {HELLO} & sleep 3600 & wait");
         v1::ContainerConfig {
@@ -298,7 +319,7 @@ impl Job {
             labels: self.labels(),
             linux: Some(v1::LinuxContainerConfig {
                 security_context: Some(v1::LinuxContainerSecurityContext {
-                    namespace_options: Some(kubelet_namespaces()),
+                    namespace_options: Some(namespaces),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -311,7 +332,8 @@ impl Job {
 /// One life cycle, kubelet's way; the pod is removed again on failure.
 async fn cycle(t: &Target, job: &Job, s: &Settings, tally: &Tally, i: usize) -> Result<()> {
     let name = format!("churn-{i}");
-    let pod_config = job.pod_config(&name)?;
+    let shared_pid = s.pause_every > 0 && i % s.pause_every == s.pause_every - 1;
+    let pod_config = job.pod_config(&name, shared_pid)?;
     tally.call(1);
     let pod = t.run_pod(&pod_config).await?;
     let result = async {
@@ -321,7 +343,7 @@ async fn cycle(t: &Target, job: &Job, s: &Settings, tally: &Tally, i: usize) -> 
             bail!("pod {pod} is not ready after RunPodSandbox: state {state}");
         }
         tally.call(2);
-        let config = job.container_config();
+        let config = job.container_config(shared_pid);
         let id = t.create_container(&pod, &config, &pod_config).await?;
         t.start_container(&id).await?;
         tally.call(1);

@@ -84,6 +84,10 @@ struct ChurnArgs {
     /// A port-forward session every this many life cycles (0: never).
     #[arg(long, default_value_t = 5)]
     port_forward_every: usize,
+    /// Every this many life cycles a pod whose containers share its PID
+    /// namespace (a pod with a pause process); 0: never.
+    #[arg(long, default_value_t = 4)]
+    pause_every: usize,
     /// Milliseconds between relists.
     #[arg(long, default_value_t = 1000)]
     relist_ms: u64,
@@ -513,6 +517,7 @@ async fn churn(a: ChurnArgs) -> Result<()> {
         concurrent_every: a.concurrent_every,
         exec_every: a.exec_every,
         port_forward_every: a.port_forward_every,
+        pause_every: a.pause_every,
         relist_every: Duration::from_millis(a.relist_ms),
         quiet: Duration::from_secs(a.quiet_secs),
         settle: Duration::from_secs(a.settle_secs),

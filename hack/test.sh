@@ -131,6 +131,11 @@ fi
 # with the workspace's features. The dev profile: the crash tests'
 # failpoints exist with debug assertions only.
 phase test-build cargo test --workspace --locked --no-run
+# cargo test builds only the bins of packages with integration tests:
+# berth-bench (the endurance test's churn driver) is built here, alone (a
+# build of every bin could link berth anew with other features than the
+# tests' build).
+phase bench-build cargo build --locked -p berth-bench --bin berth-bench
 target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
 export BERTH_TEST_IMAGES_BIN=$target/debug/examples/build_test_images
 # The shim's RSS test measures the shim as shipped: the static release build

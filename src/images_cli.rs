@@ -10,7 +10,7 @@ use cri_api::admin::{pull_progress, ExportRequest, ImportRequest, PullRequest};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::cli::{Flags, ImagesAction};
-use crate::pull_render::{Bars, Lines};
+use crate::pull_render::{Bars, Lines, Render};
 
 /// Runs one `berth images` command against the configured socket.
 pub fn run(flags: &Flags, action: ImagesAction) -> anyhow::Result<()> {
@@ -72,21 +72,18 @@ async fn pull(
         .await
         .map_err(|s| anyhow::anyhow!("pulling {image}: {}", s.message()))?
         .into_inner();
-    let mut render: Box<dyn FnMut(&cri_api::admin::PullProgress) -> Vec<String>> =
-        if std::io::stdout().is_terminal() {
-            let mut bars = Bars::new(indicatif::ProgressDrawTarget::stdout());
-            Box::new(move |m| bars.feed(m))
-        } else {
-            let mut lines = Lines::default();
-            Box::new(move |m| lines.feed(m))
-        };
+    let mut render = if std::io::stdout().is_terminal() {
+        Render::Bars(Bars::new(indicatif::ProgressDrawTarget::stdout()))
+    } else {
+        Render::Lines(Lines::default())
+    };
     let mut stdout = std::io::stdout();
     let mut pulled = false;
     loop {
         match stream.message().await {
             Ok(Some(msg)) => {
                 pulled |= matches!(msg.event, Some(pull_progress::Event::Pulled(_)));
-                for line in render(&msg) {
+                for line in render.feed(&msg) {
                     writeln!(stdout, "{line}")?;
                 }
                 stdout.flush()?;

@@ -26,11 +26,12 @@ fn done_word(state: LayerState) -> Option<&'static str> {
 
 fn resolved_line(r: &PullResolved) -> String {
     let total: u64 = r.layers.iter().map(|l| l.size).sum();
+    let n = r.layers.len();
     format!(
-        "resolved {} to {}: {} layers, {}",
+        "resolved {} to {}: {n} layer{}, {}",
         r.reference,
         r.digest,
-        r.layers.len(),
+        if n == 1 { "" } else { "s" },
         HumanBytes(total)
     )
 }
@@ -154,6 +155,22 @@ impl Bars {
                 done_lines(d).into()
             }
             None => Vec::new(),
+        }
+    }
+}
+
+/// Bars or lines.
+pub enum Render {
+    Bars(Bars),
+    Lines(Lines),
+}
+
+impl Render {
+    /// Draws `msg`; returns the lines to print.
+    pub fn feed(&mut self, msg: &PullProgress) -> Vec<String> {
+        match self {
+            Render::Bars(b) => b.feed(msg),
+            Render::Lines(l) => l.feed(msg),
         }
     }
 }

@@ -394,10 +394,7 @@ async fn pull_with_progress_from_the_cli() {
         want,
         "one line per layer:\n{stdout}"
     );
-    assert!(
-        lines.iter().all(|(_, fate)| fate == "pulled"),
-        "{stdout}"
-    );
+    assert!(lines.iter().all(|(_, fate)| fate == "pulled"), "{stdout}");
     let id = stdout
         .lines()
         .find_map(|l| l.strip_prefix("image "))

@@ -259,7 +259,10 @@ fn progress_message(event: berth_oci_image::PullEvent) -> Option<admin::PullProg
             state: admin::LayerState::Downloading.into(),
         }),
         PullEvent::Layer {
-            index, state: s, size, ..
+            index,
+            state: s,
+            size,
+            ..
         } => Event::Layer(admin::LayerProgress {
             index: index as u32,
             received: if s.is_done() || s == LayerState::Downloaded {

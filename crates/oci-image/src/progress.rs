@@ -276,7 +276,7 @@ impl PullWatcher {
             }
         }
         for (index, (told, now)) in self.told.layers.iter_mut().zip(&state.layers).enumerate() {
-            if now.received > told.received && !now.state.is_done() {
+            if now.received > told.received && now.state == LayerState::Downloading {
                 self.pending.push_back(PullEvent::Bytes {
                     index,
                     received: now.received,

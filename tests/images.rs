@@ -500,3 +500,178 @@ async fn pull_with_progress_from_the_cli() {
     assert!(out.status.success(), "{stdout}");
     assert!(stdout.contains(&format!("image {cri_id}")), "{stdout}");
 }
+
+/// A containerd of its own (root, state and sockets in a temp dir, its CRI
+/// plugin off), killed when dropped.
+struct Containerd {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Containerd {
+    /// `None` when containerd or ctr is not installed.
+    async fn start() -> Option<Containerd> {
+        let installed = |cmd: &str| {
+            std::process::Command::new(cmd)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !installed("containerd") || !installed("ctr") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name);
+        let socket = p("containerd.sock");
+        std::fs::write(
+            p("config.toml"),
+            format!(
+                "version = 2\nroot = {:?}\nstate = {:?}\n\
+                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\naddress = {socket:?}\n[ttrpc]\naddress = {:?}\n",
+                p("root"),
+                p("state"),
+                p("containerd.sock.ttrpc"),
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(p("containerd.log")).unwrap();
+        let child = std::process::Command::new("containerd")
+            .arg("--config")
+            .arg(p("config.toml"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let ctrd = Containerd {
+            child,
+            socket,
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ctrd.socket.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "containerd did not start: {}",
+                std::fs::read_to_string(ctrd._dir.path().join("containerd.log")).unwrap()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Some(ctrd)
+    }
+
+    /// `ctr --address SOCKET -n berth-test ARGS`: its stdout.
+    fn ctr(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["-n", "berth-test"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ctr {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// containerd's `ctr images import` reads what `berth images export`
+/// writes (two images, one with a zstd layer; the manifests berth pulled,
+/// unpacked by containerd), and `berth images import` reads what `ctr
+/// images export` writes (the way a node's images move from containerd to
+/// berth without a registry). Skipped, saying so, without containerd.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn containerd_and_berth_read_each_others_archives() {
+    require_root!();
+    let Some(ctrd) = Containerd::start().await else {
+        eprintln!(
+            "SKIPPED: containerd or ctr is not installed (hack/install-deps.sh installs them)"
+        );
+        return;
+    };
+    let reg = registry();
+    let daemon = Daemon::start("").await;
+    let cri = daemon.cri().await;
+    let socket = daemon.sandbox.socket();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::berth_bin())
+            .arg("images")
+            .args(args)
+            .arg("--socket")
+            .arg(&socket)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "berth images {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let layers = format!("{}/berth-test/layers:latest", reg.addr);
+    let zstd = format!("{}/berth-test/zstd:latest", reg.addr);
+    let layers_id = cri.pull(&layers).await.unwrap();
+    cri.pull(&zstd).await.unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    // berth → containerd.
+    let exported = work.path().join("berth.tar");
+    cli(&["export", "-o", exported.to_str().unwrap(), &layers, &zstd]);
+    ctrd.ctr(&["images", "import", exported.to_str().unwrap()]);
+    let check = ctrd.ctr(&["images", "check"]);
+    for (name, digest) in [
+        (&layers, manifest_digest(&layers)),
+        (&zstd, manifest_digest(&zstd)),
+    ] {
+        let line = check
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("{name} not in ctr's images:\n{check}"));
+        assert!(
+            line.contains(&digest) && line.contains("complete") && line.ends_with("true"),
+            "{name} {digest}: {line}"
+        );
+    }
+
+    // containerd → berth.
+    ctrd.ctr(&["images", "tag", &layers, "example.com/from/containerd:1"]);
+    let from_ctr = work.path().join("containerd.tar");
+    ctrd.ctr(&[
+        "images",
+        "export",
+        from_ctr.to_str().unwrap(),
+        "example.com/from/containerd:1",
+    ]);
+    let out = cli(&["import", from_ctr.to_str().unwrap()]);
+    assert!(out.contains("example.com/from/containerd:1"), "{out}");
+    let imported = cri
+        .image_status("example.com/from/containerd:1")
+        .await
+        .unwrap()
+        .expect("imported");
+    assert_eq!(imported.id, layers_id);
+}
+
+/// The digest of `image`'s manifest in the test registry.
+fn manifest_digest(image: &str) -> String {
+    let inspect: serde_json::Value = serde_json::from_str(&skopeo(&[
+        "inspect",
+        "--tls-verify=false",
+        &format!("docker://{image}"),
+    ]))
+    .unwrap();
+    inspect["Digest"].as_str().unwrap().to_string()
+}

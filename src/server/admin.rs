@@ -114,23 +114,7 @@ impl Cri {
         req: admin::PullRequest,
     ) -> Result<BoxStream<admin::PullProgress>, Error> {
         let name = super::pull_image::image_name_str(&req.image)?.to_string();
-        let auth = [
-            &req.username,
-            &req.password,
-            &req.auth,
-            &req.identity_token,
-            &req.registry_token,
-        ]
-        .iter()
-        .any(|f| !f.is_empty())
-        .then(|| berth_oci_image::Auth {
-            username: req.username,
-            password: req.password,
-            auth: req.auth,
-            server_address: String::new(),
-            identity_token: req.identity_token,
-            registry_token: req.registry_token,
-        });
+        let auth = auth_of(&req);
         let mut pulling = self.images.start_pull(&name, auth)?;
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS);
         tokio::spawn(async move {
@@ -277,6 +261,28 @@ fn progress_message(event: berth_oci_image::PullEvent) -> Option<admin::PullProg
     Some(admin::PullProgress { event: Some(event) })
 }
 
+/// The credentials a pull request carries, if any (CRI's AuthConfig
+/// fields; no server address: they are for the image's registry).
+fn auth_of(req: &admin::PullRequest) -> Option<berth_oci_image::Auth> {
+    [
+        &req.username,
+        &req.password,
+        &req.auth,
+        &req.identity_token,
+        &req.registry_token,
+    ]
+    .iter()
+    .any(|f| !f.is_empty())
+    .then(|| berth_oci_image::Auth {
+        username: req.username.clone(),
+        password: req.password.clone(),
+        auth: req.auth.clone(),
+        server_address: String::new(),
+        identity_token: req.identity_token.clone(),
+        registry_token: req.registry_token.clone(),
+    })
+}
+
 /// Whether `repo_digest` (`REPO@sha256:…`) names the repository of
 /// `reference` (as the client wrote it, or normalised).
 fn same_repo(repo_digest: &str, reference: &str) -> bool {
@@ -354,5 +360,80 @@ impl Cri {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pull_carries_credentials_only_when_given() {
+        assert!(auth_of(&admin::PullRequest {
+            image: "x".into(),
+            ..Default::default()
+        })
+        .is_none());
+        let auth = auth_of(&admin::PullRequest {
+            image: "x".into(),
+            username: "u".into(),
+            password: "p".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!((auth.username.as_str(), auth.password.as_str()), ("u", "p"));
+        let token = auth_of(&admin::PullRequest {
+            registry_token: "t".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(token.registry_token, "t");
+    }
+
+    #[test]
+    fn the_reference_pulled_is_the_repo_digest_of_its_repository() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert!(same_repo(
+            &format!("docker.io/library/busybox@{d}"),
+            "busybox"
+        ));
+        assert!(same_repo(
+            &format!("example.com/a/b@{d}"),
+            "example.com/a/b:1"
+        ));
+        assert!(!same_repo(
+            &format!("example.com/a/c@{d}"),
+            "example.com/a/b"
+        ));
+        assert!(!same_repo("no-digest", "example.com/a/b"));
+    }
+
+    /// Every state of the library has its message; the end has none.
+    #[test]
+    fn progress_events_become_messages() {
+        use berth_oci_image::{LayerState, PullEvent};
+        let msg = progress_message(PullEvent::Layer {
+            index: 2,
+            digest: "sha256:x".into(),
+            size: 10,
+            state: LayerState::AlreadyPresent,
+        })
+        .unwrap();
+        let Some(admin::pull_progress::Event::Layer(l)) = msg.event else {
+            panic!("{msg:?}")
+        };
+        assert_eq!((l.index, l.received), (2, 10));
+        assert_eq!(l.state(), admin::LayerState::AlreadyPresent);
+        let msg = progress_message(PullEvent::Bytes {
+            index: 0,
+            received: 3,
+            size: 10,
+        })
+        .unwrap();
+        let Some(admin::pull_progress::Event::Layer(l)) = msg.event else {
+            panic!("{msg:?}")
+        };
+        assert_eq!((l.received, l.state()), (3, admin::LayerState::Downloading));
+        assert!(progress_message(PullEvent::Ended).is_none());
     }
 }

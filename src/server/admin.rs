@@ -31,6 +31,7 @@ use std::path::PathBuf;
 use cri_api::admin;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use super::instrument::{self, Ids};
 use super::{deadline, BoxStream, Cri};
@@ -117,40 +118,43 @@ impl Cri {
         let auth = auth_of(&req);
         let mut pulling = self.images.start_pull(&name, auth)?;
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS);
-        tokio::spawn(async move {
-            while let Some(event) = pulling.watcher().next().await {
-                let Some(msg) = progress_message(event) else {
-                    continue;
+        tokio::spawn(
+            async move {
+                while let Some(event) = pulling.watcher().next().await {
+                    let Some(msg) = progress_message(event) else {
+                        continue;
+                    };
+                    if tx.send(Ok(msg)).await.is_err() {
+                        // The client went away; the pull goes on.
+                        return;
+                    }
+                }
+                let result = pulling.result().await;
+                crate::counters::image_pulled(result.as_ref().ok().map(|i| i.size));
+                let msg = match result {
+                    Ok(image) => {
+                        tracing::info!(image = %name, id = %image.id, "pulled (admin)");
+                        Ok(admin::PullProgress {
+                            event: Some(admin::pull_progress::Event::Pulled(admin::PullDone {
+                                repo_digest: image
+                                    .repo_digests
+                                    .iter()
+                                    .find(|d| same_repo(d, &name))
+                                    .or(image.repo_digests.first())
+                                    .cloned()
+                                    .unwrap_or_default(),
+                                image_id: image.id,
+                                repo_tags: image.repo_tags,
+                                size: image.size,
+                            })),
+                        })
+                    }
+                    Err(e) => Err(Error::from(e).into()),
                 };
-                if tx.send(Ok(msg)).await.is_err() {
-                    // The client went away; the pull goes on.
-                    return;
-                }
+                let _ = tx.send(msg).await;
             }
-            let result = pulling.result().await;
-            crate::counters::image_pulled(result.as_ref().ok().map(|i| i.size));
-            let msg = match result {
-                Ok(image) => {
-                    tracing::info!(image = %name, id = %image.id, "pulled (admin)");
-                    Ok(admin::PullProgress {
-                        event: Some(admin::pull_progress::Event::Pulled(admin::PullDone {
-                            repo_digest: image
-                                .repo_digests
-                                .iter()
-                                .find(|d| same_repo(d, &name))
-                                .or(image.repo_digests.first())
-                                .cloned()
-                                .unwrap_or_default(),
-                            image_id: image.id,
-                            repo_tags: image.repo_tags,
-                            size: image.size,
-                        })),
-                    })
-                }
-                Err(e) => Err(Error::from(e).into()),
-            };
-            let _ = tx.send(msg).await;
-        });
+            .in_current_span(),
+        );
         Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 

@@ -194,14 +194,16 @@ impl ImageStore {
         let (inner, task_key, task_reporter) = (self.inner.clone(), key.clone(), reporter.clone());
         // The task forgets itself when done, whoever still waits.
         let task = tokio::spawn(async move {
-            let result = inner.clone().pull(parsed, auth, &task_reporter).await;
+            // Its watchers hear the end however the task ends (a panic too).
+            let end = EndOnDrop(task_reporter);
+            let result = inner.clone().pull(parsed, auth, &end.0).await;
             {
                 let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
                 if pulls.get(&task_key).is_some_and(|e| e.id == id) {
                     pulls.remove(&task_key);
                 }
             }
-            task_reporter.ended();
+            drop(end);
             result
         });
         let f = async move { task.await.map_err(join_err)? }
@@ -339,6 +341,15 @@ impl ImageStore {
             used_bytes: used.bytes,
             inodes_used: used.inodes,
         }
+    }
+}
+
+/// Tells a pull's watchers it ended, when dropped.
+struct EndOnDrop(Arc<Reporter>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.ended();
     }
 }
 

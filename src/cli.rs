@@ -70,8 +70,8 @@ pub enum Command {
     /// Print berth's man page (roff).
     #[command(hide = true)]
     Man,
-    /// Image archives, through the running daemon (its socket: --socket or
-    /// the configured one).
+    /// Image pulls and archives, through the running daemon (its socket:
+    /// --socket or the configured one).
     Images {
         #[command(subcommand)]
         action: ImagesAction,
@@ -87,6 +87,18 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum ImagesAction {
+    /// Pull an image into the daemon's image store, as kubelet's pulls do,
+    /// showing each layer's progress: a bar per layer on a terminal, a line
+    /// per finished layer otherwise; then the image id and the reference
+    /// with its digest.
+    Pull {
+        /// Credentials for the image's registry, USER:PASSWORD (else the
+        /// node's, from `registry.auth_file`, or none).
+        #[arg(long, value_name = "USER:PASSWORD")]
+        creds: Option<String>,
+        /// The image reference.
+        image: String,
+    },
     /// Load docker-archive (`docker save`) or OCI-archive tarballs, or OCI
     /// layout directories, into the daemon's image store, with their names.
     Import {

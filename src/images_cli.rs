@@ -1,15 +1,16 @@
-//! `berth images import|export`: the client of the daemon's admin service
-//! (`server/admin.rs`) on its socket.
+//! `berth images pull|import|export`: the client of the daemon's admin
+//! service (`server/admin.rs`) on its socket.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use cri_api::admin::images_client::ImagesClient;
-use cri_api::admin::{ExportRequest, ImportRequest};
+use cri_api::admin::{pull_progress, ExportRequest, ImportRequest, PullRequest};
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::cli::{Flags, ImagesAction};
+use crate::pull_render::{Bars, Lines, Render};
 
 /// Runs one `berth images` command against the configured socket.
 pub fn run(flags: &Flags, action: ImagesAction) -> anyhow::Result<()> {
@@ -28,6 +29,7 @@ pub fn run(flags: &Flags, action: ImagesAction) -> anyhow::Result<()> {
         let mut client = ImagesClient::new(channel)
             .max_decoding_message_size(crate::server::grpc::MAX_MESSAGE_SIZE);
         match action {
+            ImagesAction::Pull { creds, image } => pull(&mut client, image, creds).await,
             ImagesAction::Import { files } => import(&mut client, &files).await,
             ImagesAction::Export { output, images } => export(&mut client, &output, images).await,
         }
@@ -45,6 +47,55 @@ async fn connect(socket: &Path) -> anyhow::Result<Channel> {
             }
         }))
         .await?)
+}
+
+/// Pulls `image` through the daemon, showing its progress on stdout.
+async fn pull(
+    client: &mut ImagesClient<Channel>,
+    image: String,
+    creds: Option<String>,
+) -> anyhow::Result<()> {
+    let (username, password) = match creds {
+        None => (String::new(), String::new()),
+        Some(c) => match c.split_once(':') {
+            Some((u, p)) => (u.to_string(), p.to_string()),
+            None => bail!("--creds must be USER:PASSWORD"),
+        },
+    };
+    let mut stream = client
+        .pull(PullRequest {
+            image: image.clone(),
+            username,
+            password,
+            ..PullRequest::default()
+        })
+        .await
+        .map_err(|s| anyhow::anyhow!("pulling {image}: {}", s.message()))?
+        .into_inner();
+    let mut render = if std::io::stdout().is_terminal() {
+        Render::Bars(Bars::new(indicatif::ProgressDrawTarget::stdout()))
+    } else {
+        Render::Lines(Lines::default())
+    };
+    let mut stdout = std::io::stdout();
+    let mut pulled = false;
+    loop {
+        match stream.message().await {
+            Ok(Some(msg)) => {
+                pulled |= matches!(msg.event, Some(pull_progress::Event::Pulled(_)));
+                for line in render.feed(&msg) {
+                    writeln!(stdout, "{line}")?;
+                }
+                stdout.flush()?;
+            }
+            Ok(None) => break,
+            Err(s) => bail!("pulling {image}: {}", s.message()),
+        }
+    }
+    if !pulled {
+        bail!("pulling {image}: the daemon's answer ended before the pull did");
+    }
+    Ok(())
 }
 
 /// Imports each file in turn; stops at the first that fails.

@@ -18,6 +18,7 @@ mod logging;
 mod nri;
 mod objects;
 mod process;
+mod pull_render;
 mod sandbox;
 mod sd_notify;
 mod server;

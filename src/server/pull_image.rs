@@ -7,7 +7,12 @@ use crate::error::Error;
 
 /// The image named by an `ImageSpec`, which must be present and non-empty.
 pub fn image_name(spec: Option<&v1::ImageSpec>) -> Result<&str, Error> {
-    spec.map(|s| s.image.as_str())
+    image_name_str(spec.map_or("", |s| s.image.as_str()))
+}
+
+/// `name`, which must not be empty.
+pub fn image_name_str(name: &str) -> Result<&str, Error> {
+    Some(name)
         .filter(|s| !s.is_empty())
         .ok_or_else(|| Error::InvalidArgument("image is required".into()))
 }

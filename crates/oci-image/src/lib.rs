@@ -26,6 +26,7 @@ mod hosts;
 mod image;
 mod layer;
 pub mod parse;
+mod progress;
 mod reference;
 mod remote;
 mod store;
@@ -38,6 +39,9 @@ pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};
 pub use error::{Error, ErrorKind};
 pub use image::{Image, ImageConfig, Layer};
 pub use layer::unpack_layer;
+pub use progress::{
+    LayerProgress, LayerState, PullEvent, PullState, PullWatcher, ResolvedImage, BYTES_EVERY,
+};
 pub use reference::Reference;
-pub use store::{FsUsage, GcRoots, ImageStore};
+pub use store::{FsUsage, GcRoots, ImageStore, Pulling};
 pub use unpack::{get_xattr, UnpackError, UnpackLimits};

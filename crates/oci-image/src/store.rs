@@ -31,6 +31,7 @@ use crate::error::Error;
 use crate::image::{self, Image};
 use crate::layer::{self, Active, ChannelReader, LayerJob, Msg, Progress};
 use crate::parse;
+use crate::progress::{ByteTicker, LayerState, PullWatcher, Reporter, ResolvedImage};
 use crate::reference::{self, Reference};
 use crate::remote::{self, Remote};
 
@@ -55,6 +56,14 @@ pub type GcRoots = Arc<dyn Fn() -> Option<Vec<String>> + Send + Sync>;
 
 type PullFuture = Shared<BoxFuture<'static, Result<Image, Error>>>;
 
+/// A pull under way: its number (a later pull of the same key is
+/// another), its result and its progress.
+struct PullEntry {
+    id: u64,
+    result: PullFuture,
+    reporter: Arc<Reporter>,
+}
+
 /// Images on disk, and the way to get more.
 #[derive(Clone)]
 pub struct ImageStore {
@@ -67,7 +76,7 @@ pub(crate) struct Inner {
     clients: ClientCache,
     pub(crate) same_owner: bool,
     state: Mutex<State>,
-    pulls: Mutex<HashMap<String, (u64, PullFuture)>>,
+    pulls: Mutex<HashMap<String, PullEntry>>,
     next_pull: AtomicU64,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     gc_roots: RwLock<Option<GcRoots>>,
@@ -163,33 +172,52 @@ impl ImageStore {
     /// the pull runs on its own task, so a caller that goes away does not
     /// cut it short for the others.
     pub async fn pull(&self, reference: &str, auth: Option<Auth>) -> Result<Image, Error> {
+        self.start_pull(reference, auth)?.result().await
+    }
+
+    /// Starts [`ImageStore::pull`] (or joins the same pull under way) and
+    /// returns at once, with a watcher of its progress. Dropping the
+    /// [`Pulling`] does not stop the pull.
+    pub fn start_pull(&self, reference: &str, auth: Option<Auth>) -> Result<Pulling, Error> {
         let parsed = Reference::parse(reference)?;
         let key = format!("{parsed}\n{}", Auth::fingerprint(auth.as_ref()));
-        let fut = {
-            let mut pulls = self.inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
-            match pulls.get(&key) {
-                Some((_, f)) => f.clone(),
-                None => {
-                    let id = self.inner.next_pull.fetch_add(1, Ordering::Relaxed);
-                    let (inner, task_key) = (self.inner.clone(), key.clone());
-                    // The task forgets itself when done, whoever still waits.
-                    let task = tokio::spawn(async move {
-                        let result = inner.clone().pull(parsed, auth).await;
-                        let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
-                        if pulls.get(&task_key).is_some_and(|(i, _)| *i == id) {
-                            pulls.remove(&task_key);
-                        }
-                        result
-                    });
-                    let f = async move { task.await.map_err(join_err)? }
-                        .boxed()
-                        .shared();
-                    pulls.insert(key, (id, f.clone()));
-                    f
+        let mut pulls = self.inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = pulls.get(&key) {
+            return Ok(Pulling {
+                watcher: entry.reporter.watch(),
+                result: entry.result.clone(),
+            });
+        }
+        let id = self.inner.next_pull.fetch_add(1, Ordering::Relaxed);
+        let reporter = Arc::new(Reporter::default());
+        let watcher = reporter.watch();
+        let (inner, task_key, task_reporter) = (self.inner.clone(), key.clone(), reporter.clone());
+        // The task forgets itself when done, whoever still waits.
+        let task = tokio::spawn(async move {
+            // Its watchers hear the end however the task ends (a panic too).
+            let end = EndOnDrop(task_reporter);
+            let result = inner.clone().pull(parsed, auth, &end.0).await;
+            {
+                let mut pulls = inner.pulls.lock().unwrap_or_else(|p| p.into_inner());
+                if pulls.get(&task_key).is_some_and(|e| e.id == id) {
+                    pulls.remove(&task_key);
                 }
             }
-        };
-        fut.await
+            drop(end);
+            result
+        });
+        let f = async move { task.await.map_err(join_err)? }
+            .boxed()
+            .shared();
+        pulls.insert(
+            key,
+            PullEntry {
+                id,
+                result: f.clone(),
+                reporter,
+            },
+        );
+        Ok(Pulling { watcher, result: f })
     }
 
     /// The image named by `reference_or_id`: a full id (`sha256:…`), a
@@ -313,6 +341,34 @@ impl ImageStore {
             used_bytes: used.bytes,
             inodes_used: used.inodes,
         }
+    }
+}
+
+/// Tells a pull's watchers it ended, when dropped.
+struct EndOnDrop(Arc<Reporter>);
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.0.ended();
+    }
+}
+
+/// A pull under way ([`ImageStore::start_pull`]): its progress, and its
+/// result.
+pub struct Pulling {
+    watcher: PullWatcher,
+    result: PullFuture,
+}
+
+impl Pulling {
+    /// The pull's progress, from where it stands.
+    pub fn watcher(&mut self) -> &mut PullWatcher {
+        &mut self.watcher
+    }
+
+    /// Waits for the pull's end: the image, or why not.
+    pub async fn result(self) -> Result<Image, Error> {
+        self.result.await
     }
 }
 
@@ -556,14 +612,15 @@ impl Inner {
         self: Arc<Self>,
         reference: Reference,
         auth: Option<Auth>,
+        reporter: &Reporter,
     ) -> Result<Image, Error> {
         let started = std::time::Instant::now();
         let progress = Arc::new(Progress::new());
         let active = Arc::new(Active::default());
         let timeout = self.cfg.progress_timeout;
-        let work = self
-            .clone()
-            .pull_work(&reference, auth, progress.clone(), active.clone());
+        let work =
+            self.clone()
+                .pull_work(&reference, auth, progress.clone(), active.clone(), reporter);
         let result = if timeout.is_zero() {
             work.await
         } else {
@@ -597,6 +654,7 @@ impl Inner {
         auth: Option<Auth>,
         progress: Arc<Progress>,
         active: Arc<Active>,
+        reporter: &Reporter,
     ) -> Result<Image, Error> {
         let name = reference.to_string();
         let (remote, resolved) = Remote::resolve(
@@ -645,10 +703,18 @@ impl Inner {
         let mut keys: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
         keys.extend(layers.iter().map(|l| l.chain_id.clone()));
         let _layer_lease = self.lease(keys);
+        reporter.resolved(
+            ResolvedImage {
+                reference: name.clone(),
+                digest: resolved.top_digest.clone(),
+                id: config_desc.digest.clone(),
+            },
+            layers.iter().map(|l| (l.digest.clone(), l.size)).collect(),
+        );
 
         let downloads = Semaphore::new(self.cfg.max_concurrent_downloads);
         let unpacks = Semaphore::new(max_unpacks(self.cfg.max_concurrent_downloads));
-        let jobs = layers.iter().map(|l| {
+        let jobs = layers.iter().enumerate().map(|(index, l)| {
             let job = LayerJob {
                 reference: name.clone(),
                 digest: l.digest.clone(),
@@ -657,7 +723,15 @@ impl Inner {
                 chain_id: l.chain_id.clone(),
                 same_owner: self.same_owner,
             };
-            self.ensure_layer(&remote, job, &progress, &active, &downloads, &unpacks)
+            let ctx = LayerCtx {
+                remote: &remote,
+                progress: &progress,
+                active: &active,
+                downloads: &downloads,
+                unpacks: &unpacks,
+                report: LayerReport { reporter, index },
+            };
+            self.ensure_layer(ctx, job)
         });
         futures_util::future::try_join_all(jobs).await?;
 
@@ -762,18 +836,19 @@ impl Inner {
     /// one of `unpacks` while it is unpacked, and one of `downloads` only
     /// while its bytes arrive: the next layer's download starts while this
     /// one finishes (its last chunks, the syncfs that makes it durable).
-    async fn ensure_layer(
-        self: &Arc<Self>,
-        remote: &Remote,
-        job: LayerJob,
-        progress: &Arc<Progress>,
-        active: &Arc<Active>,
-        downloads: &Semaphore,
-        unpacks: &Semaphore,
-    ) -> Result<(), Error> {
+    async fn ensure_layer(self: &Arc<Self>, ctx: LayerCtx<'_>, job: LayerJob) -> Result<(), Error> {
+        let LayerCtx {
+            remote,
+            progress,
+            active,
+            downloads,
+            unpacks,
+            report,
+        } = ctx;
         let lock = self.key_lock(&job.chain_id);
         let _guard = lock.lock().await;
         if self.paths.snapshot(&job.chain_id).is_dir() {
+            report.state(LayerState::AlreadyPresent);
             return Ok(());
         }
         let _unpacking = unpacks
@@ -799,6 +874,7 @@ impl Inner {
             .await
             .map_err(join_err)??;
             self.lock().usage.insert(chain_id, usage);
+            report.state(LayerState::Unpacked);
             return Ok(());
         }
 
@@ -826,11 +902,15 @@ impl Inner {
             )
         });
         let mut received = 0u64;
+        let mut ticker = ByteTicker::new();
         let download: Result<(), Error> = loop {
             match stream.next().await {
                 Some(Ok(bytes)) => {
                     received += bytes.len() as u64;
                     progress.touch();
+                    if ticker.due() {
+                        report.bytes(received);
+                    }
                     if last_report.elapsed() >= REPORT_EVERY {
                         last_report = std::time::Instant::now();
                         tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, received, size = job.size, bytes_per_sec = rate(received, started), "downloading layer");
@@ -849,6 +929,7 @@ impl Inner {
                 Some(Err(e)) => break Err(remote.stream_err(&job.digest, &host, &e)),
                 None => {
                     let _ = tx.send(Msg::End).await;
+                    report.state(LayerState::Downloaded);
                     break Ok(());
                 }
             }
@@ -862,7 +943,35 @@ impl Inner {
         let usage = unpacked?;
         tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, bytes = received, seconds = format!("{:.2}", started.elapsed().as_secs_f64()), bytes_per_sec = rate(received, started), "layer downloaded and unpacked");
         self.lock().usage.insert(job.chain_id, usage);
+        report.state(LayerState::Pulled);
         Ok(())
+    }
+}
+
+/// What one layer of a pull works with ([`Inner::ensure_layer`]).
+struct LayerCtx<'a> {
+    remote: &'a Remote,
+    progress: &'a Arc<Progress>,
+    active: &'a Arc<Active>,
+    downloads: &'a Semaphore,
+    unpacks: &'a Semaphore,
+    report: LayerReport<'a>,
+}
+
+/// One layer's line to its pull's [`Reporter`].
+#[derive(Clone, Copy)]
+struct LayerReport<'a> {
+    reporter: &'a Reporter,
+    index: usize,
+}
+
+impl LayerReport<'_> {
+    fn state(&self, state: LayerState) {
+        self.reporter.layer(self.index, state);
+    }
+
+    fn bytes(&self, received: u64) {
+        self.reporter.bytes(self.index, received);
     }
 }
 

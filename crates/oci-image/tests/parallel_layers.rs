@@ -195,3 +195,128 @@ async fn a_layer_that_unpacks_slowly_frees_its_download_slot() {
         noise(1, LAYER_BYTES)
     );
 }
+
+/// The progress of a slow pull, as `berth images pull` gets it: each
+/// layer's byte count grows while it downloads, at most once a
+/// [`berth_oci_image::BYTES_EVERY`], then it ends `Pulled`; a second caller
+/// of the same image joins the same pull and, reading only at the end, gets
+/// every layer's end and the same image. Pulled again, every layer is
+/// `AlreadyPresent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, docker-registry and busybox-static: hack/test.sh runs it (--include-ignored)"]
+async fn watchers_see_the_bytes_of_each_layer_then_its_end() {
+    use berth_oci_image::{LayerState, PullEvent, BYTES_EVERY};
+    require_ready!();
+    let reg = Registry::start(None).await;
+    push(&reg, "berth-test/watched").await;
+    let proxy = Proxy::start(&reg.addr, support::SLOW, 8 * 1024).await;
+    let image = format!("{}/berth-test/watched:latest", proxy.addr);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = RegistryConfig {
+        max_concurrent_downloads: LAYERS,
+        ..RegistryConfig::default()
+    };
+    let store = ImageStore::open(&dir.path().join("store"), cfg)
+        .await
+        .unwrap();
+
+    let started = Instant::now();
+    let mut reader = store.start_pull(&image, None).unwrap();
+    let mut sleeper = store.start_pull(&image, None).unwrap();
+    let mut events = Vec::new();
+    while let Some(e) = reader.watcher().next().await {
+        events.push(e);
+    }
+    let took = started.elapsed();
+    let image_a = reader.result().await.unwrap();
+    let Some(PullEvent::Resolved {
+        image: resolved,
+        layers,
+    }) = events.first().cloned()
+    else {
+        panic!("not resolved first: {events:?}");
+    };
+    assert_eq!(resolved.id, image_a.id);
+    assert_eq!(
+        layers.iter().map(|(d, _)| d.clone()).collect::<Vec<_>>(),
+        image_a
+            .layers
+            .iter()
+            .map(|l| l.digest.clone())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(events.last(), Some(&PullEvent::Ended));
+    for (index, (_, size)) in layers.iter().enumerate() {
+        let counts: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                PullEvent::Bytes {
+                    index: i, received, ..
+                } if *i == index => Some(*received),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            counts.len() >= 2 && counts.windows(2).all(|w| w[0] < w[1]),
+            "layer {index}: {counts:?}"
+        );
+        assert!(counts.iter().all(|c| c <= size));
+        let states: Vec<LayerState> = events
+            .iter()
+            .filter_map(|e| match e {
+                PullEvent::Layer {
+                    index: i, state, ..
+                } if *i == index => Some(*state),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            states.last(),
+            Some(&LayerState::Pulled),
+            "layer {index}: {states:?}"
+        );
+    }
+    // Throttled: no more byte counts than one a period per layer.
+    let bytes = events
+        .iter()
+        .filter(|e| matches!(e, PullEvent::Bytes { .. }))
+        .count();
+    let most = LAYERS * (took.as_millis() / BYTES_EVERY.as_millis() + 2) as usize;
+    eprintln!(
+        "pulled in {took:?}: {} events, {bytes} byte counts",
+        events.len()
+    );
+    assert!(bytes <= most, "{bytes} byte counts in {took:?}");
+
+    // The one that never read: the same pull, every end, few events.
+    let mut late = Vec::new();
+    while let Some(e) = sleeper.watcher().next().await {
+        late.push(e);
+    }
+    assert_eq!(sleeper.result().await.unwrap().id, image_a.id);
+    let pulled = late
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                PullEvent::Layer {
+                    state: LayerState::Pulled,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(pulled, LAYERS, "{late:?}");
+    assert!(late.len() <= 2 + 2 * LAYERS, "{late:?}");
+
+    // Again: nothing to fetch.
+    let mut again = store.start_pull(&image, None).unwrap();
+    let mut states = Vec::new();
+    while let Some(e) = again.watcher().next().await {
+        if let PullEvent::Layer { state, .. } = e {
+            states.push(state);
+        }
+    }
+    again.result().await.unwrap();
+    assert_eq!(states, vec![LayerState::AlreadyPresent; LAYERS]);
+}

@@ -39,5 +39,5 @@ pub use error::{Error, ErrorKind};
 pub use image::{Image, ImageConfig, Layer};
 pub use layer::unpack_layer;
 pub use reference::Reference;
-pub use store::{FsUsage, GcRoots, ImageStore};
+pub use store::{FsUsage, GcRoots, ImageStore, Images};
 pub use unpack::{get_xattr, UnpackError, UnpackLimits};

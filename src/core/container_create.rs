@@ -161,6 +161,7 @@ impl Core {
             stop_signal: berth_spec::stop_signal(id, &config, &info)?,
             created_at: now_nanos(),
             decoded: config.into(),
+            listed: Default::default(),
         };
         Ok((meta, info))
     }

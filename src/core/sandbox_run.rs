@@ -85,6 +85,7 @@ impl Core {
             created_at: now_nanos(),
             facts: Some(facts),
             decoded: config.into(),
+            listed: Default::default(),
             derived: Default::default(),
         };
         // A pod without a pause runs no runtime yet: a handler whose binary

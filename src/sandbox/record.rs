@@ -33,6 +33,10 @@ pub struct SandboxMeta {
     /// `config`, decoded on first use (list calls read it for every sandbox).
     #[serde(skip)]
     pub decoded: OnceLock<v1::PodSandboxConfig>,
+    /// Its ListPodSandbox entry, encoded on first use but for its state
+    /// (nothing else in it ever changes): `server::encode::listed_sandbox`.
+    #[serde(skip)]
+    pub listed: OnceLock<std::sync::Arc<cri_api::prepacked::Entry>>,
     /// The facts derived from `config`, for records without `facts`.
     #[serde(skip)]
     pub derived: OnceLock<PodFacts>,

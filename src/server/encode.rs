@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
+use cri_api::prepacked::Entry;
 use cri_api::v1;
+use prost::Message;
 
 use super::Cri;
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus, ContainerStore};
@@ -35,9 +37,9 @@ pub fn sandbox_state(state: SandboxState) -> v1::PodSandboxState {
     }
 }
 
-/// The ListContainers entry of a container: the image id is both its
-/// `image_ref` and its `image_id`, as containerd lists it.
-pub fn container(meta: &ContainerMeta, status: &ContainerStatus) -> v1::Container {
+/// The ListContainers entry of a container in `state`: the image id is
+/// both its `image_ref` and its `image_id`, as containerd lists it.
+pub fn container(meta: &ContainerMeta, state: ContainerState) -> v1::Container {
     let config = meta.config();
     v1::Container {
         id: meta.id.clone(),
@@ -45,12 +47,66 @@ pub fn container(meta: &ContainerMeta, status: &ContainerStatus) -> v1::Containe
         metadata: config.metadata.clone(),
         image: config.image.clone(),
         image_ref: meta.image_id.clone(),
-        state: container_state(status.state) as i32,
+        state: container_state(state) as i32,
         created_at: meta.created_at,
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
         image_id: meta.image_id.clone(),
     }
+}
+
+/// The key of `Container.state` (field 6, varint).
+pub const CONTAINER_STATE_KEY: u8 = 6 << 3;
+
+/// The key of `PodSandbox.state` (field 3, varint).
+pub const SANDBOX_STATE_KEY: u8 = 3 << 3;
+
+/// The ListContainers entry of a container, encoded once (kept with its
+/// metadata, which never changes) but for its state, which the list writes
+/// as it is at each call: the bytes of [`container`] for every state.
+pub fn listed_container(meta: &ContainerMeta) -> &Entry {
+    meta.listed.get_or_init(|| {
+        // The state left at 0, the default prost does not write: the
+        // fields before it, then those after it.
+        let full = container(meta, ContainerState::Created);
+        let tail = v1::Container {
+            created_at: full.created_at,
+            labels: full.labels,
+            annotations: full.annotations,
+            image_id: full.image_id,
+            ..Default::default()
+        };
+        let head = v1::Container {
+            id: full.id,
+            pod_sandbox_id: full.pod_sandbox_id,
+            metadata: full.metadata,
+            image: full.image,
+            image_ref: full.image_ref,
+            ..Default::default()
+        };
+        Arc::new(Entry::new(&head.encode_to_vec(), &tail.encode_to_vec()))
+    })
+}
+
+/// The ListPodSandbox entry of a sandbox, encoded once but for its state
+/// (see [`listed_container`]): the bytes of [`sandbox`] for every state.
+pub fn listed_sandbox(meta: &SandboxMeta) -> &Entry {
+    meta.listed.get_or_init(|| {
+        let full = sandbox(meta, SandboxState::Ready);
+        let tail = v1::PodSandbox {
+            created_at: full.created_at,
+            labels: full.labels,
+            annotations: full.annotations,
+            runtime_handler: full.runtime_handler,
+            ..Default::default()
+        };
+        let head = v1::PodSandbox {
+            id: full.id,
+            metadata: full.metadata,
+            ..Default::default()
+        };
+        Arc::new(Entry::new(&head.encode_to_vec(), &tail.encode_to_vec()))
+    })
 }
 
 /// The CRI status of a container. `repo_digest` is the first repo digest
@@ -94,13 +150,13 @@ pub fn container_status(
     }
 }
 
-/// The ListPodSandbox entry of a sandbox.
-pub fn sandbox(meta: &SandboxMeta, status: &SandboxStatus) -> v1::PodSandbox {
+/// The ListPodSandbox entry of a sandbox in `state`.
+pub fn sandbox(meta: &SandboxMeta, state: SandboxState) -> v1::PodSandbox {
     let config = meta.config();
     v1::PodSandbox {
         id: meta.id.clone(),
         metadata: config.metadata.clone(),
-        state: sandbox_state(status.state) as i32,
+        state: sandbox_state(state) as i32,
         created_at: meta.created_at,
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
@@ -236,6 +292,7 @@ mod tests {
             stop_signal: 15,
             created_at: 7,
             decoded: Default::default(),
+            listed: Default::default(),
         }
     }
 
@@ -245,7 +302,7 @@ mod tests {
             state: ContainerState::Running,
             ..Default::default()
         };
-        let listed = container(&meta(), &status);
+        let listed = container(&meta(), status.state);
         assert_eq!(listed.image_ref, IMAGE_ID);
         assert_eq!(listed.image_id, IMAGE_ID);
         assert_eq!(listed.image.unwrap().image, IMAGE_ID);

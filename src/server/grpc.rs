@@ -52,7 +52,8 @@ pub fn routes(cri: &Arc<Cri>) -> Routes {
         cri_api::admin::images_server::ImagesServer::new(super::admin::AdminApi(cri.clone()))
             .max_decoding_message_size(MAX_MESSAGE_SIZE)
             .max_encoding_message_size(MAX_MESSAGE_SIZE);
-    Routes::new(runtime)
+    // kubelet's relist (ListContainers, ListPodSandbox) from cached entries.
+    Routes::new(super::relist::Relist::new(runtime, cri.clone()))
         .add_service(images)
         .add_service(admin)
         .prepare()

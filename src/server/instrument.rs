@@ -96,6 +96,36 @@ fn is_read_only(rpc: &str) -> bool {
     READ_ONLY.contains(&rpc)
 }
 
+/// The read-only RPCs kubelet calls all the time whose handlers log nothing
+/// of their own: their span (most of what the layer costs them, as the
+/// `fmt` subscriber formats its fields into a string at each call) is made
+/// only when the layer's debug lines are on, or when the call is logged
+/// (a failure, a passed deadline), so every line is as before.
+const QUIET: &[&str] = &[
+    "Version",
+    "RuntimeConfig",
+    "PodSandboxStatus",
+    "ListPodSandbox",
+    "ContainerStatus",
+    "ListContainers",
+    "ImageStatus",
+    "ListImages",
+];
+
+/// Whether `rpc`'s span can wait until something is logged (see [`QUIET`]).
+fn span_on_demand(rpc: &str) -> bool {
+    QUIET.contains(&rpc) && !tracing::enabled!(tracing::Level::DEBUG)
+}
+
+/// Runs `log` in the call's span: the current one, or, for a call that
+/// runs without one ([`QUIET`]), one made now.
+fn logged(rpc: &'static str, ids: Option<&Ids>, log: impl FnOnce()) {
+    match ids {
+        Some(ids) => rpc_span(rpc, ids).in_scope(log),
+        None => log(),
+    }
+}
+
 /// Runs one RPC through the layer. With a `deadline` (the client's), the
 /// call is answered `DeadlineExceeded` when the body has not finished by
 /// then; the body runs on to its end all the same, seeing its client gone.
@@ -110,6 +140,13 @@ where
     T: Send + 'static,
     F: Future<Output = Result<T, Error>> + Send + 'static,
 {
+    // Without a span of its own, the call keeps its ids for the span of a
+    // line it logs.
+    let (span, ids) = if span_on_demand(rpc) {
+        (tracing::Span::none(), Some(ids))
+    } else {
+        (rpc_span(rpc, &ids), None)
+    };
     async move {
         if !gate.is_open() {
             tracing::debug!("refused: still starting up");
@@ -132,7 +169,9 @@ where
                             tonic::Code::DeadlineExceeded,
                             started.elapsed(),
                         );
-                        tracing::warn!("client's deadline passed: answered DeadlineExceeded");
+                        logged(rpc, ids.as_ref(), || {
+                            tracing::warn!("client's deadline passed: answered DeadlineExceeded")
+                        });
                         return Err(Error::DeadlineExceeded(format!(
                             "deadline exceeded: {rpc} did not finish within the client's deadline"
                         ))
@@ -140,7 +179,7 @@ where
                     }
                 },
             };
-            return answer(rpc, started, result);
+            return answer(rpc, started, result, ids.as_ref());
         }
         // Own task: dropping this future (client cancelled) does not drop
         // the body, which can see its client go (core::caller).
@@ -160,33 +199,38 @@ where
         caller.answered();
         let result =
             joined.unwrap_or_else(|e| Err(Error::Internal(format!("{rpc} handler failed: {e}"))));
-        answer(rpc, started, result)
+        answer(rpc, started, result, None)
     }
-    .instrument(rpc_span(rpc, &ids))
+    .instrument(span)
     .await
 }
 
 /// The answer of a call whose body has finished: logged, counted, and its
 /// error mapped to a status.
+/// `ids`: those of a call that runs without a span of its own ([`QUIET`]).
 fn answer<T>(
     rpc: &'static str,
     started: Instant,
     result: Result<T, Error>,
+    ids: Option<&Ids>,
 ) -> Result<Response<T>, Status> {
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let elapsed = started.elapsed();
+    let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
     let code = result.as_ref().err().map_or(tonic::Code::Ok, Error::code);
-    crate::counters::rpc_done(rpc, code, started.elapsed());
+    crate::counters::rpc_done(rpc, code, elapsed);
     match result {
         Ok(value) => {
             tracing::debug!(elapsed_ms, "ok");
             Ok(Response::new(value))
         }
         Err(e) => {
-            if code == tonic::Code::Unimplemented {
-                tracing::debug!(elapsed_ms, ?code, error = %e, "failed");
-            } else {
-                tracing::warn!(elapsed_ms, ?code, error = %e, "failed");
-            }
+            logged(rpc, ids, || {
+                if code == tonic::Code::Unimplemented {
+                    tracing::debug!(elapsed_ms, ?code, error = %e, "failed");
+                } else {
+                    tracing::warn!(elapsed_ms, ?code, error = %e, "failed");
+                }
+            });
             Err(e.into())
         }
     }
@@ -365,5 +409,139 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(status.code(), Code::DeadlineExceeded);
+    }
+
+    /// A quiet read-only call (no span made up front) logs its failure in
+    /// the span it always had: the same `rpc` and ids as before.
+    #[test]
+    fn a_quiet_calls_failure_is_logged_in_its_span() {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(move || writer.clone())
+            .json()
+            .with_current_span(true)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        assert!(span_on_demand("ContainerStatus") && !span_on_demand("StopContainer"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let gate = Gate::default();
+        gate.open();
+        let ids = Ids {
+            container: Some("c0ffee".into()),
+            ..Ids::default()
+        };
+        let status = rt
+            .block_on(call::<(), _>(&gate, "ContainerStatus", ids, None, async {
+                Err(Error::NotFound {
+                    kind: "container",
+                    id: "c0ffee".into(),
+                })
+            }))
+            .unwrap_err();
+        assert_eq!(status.code(), Code::NotFound);
+        rt.block_on(call(
+            &gate,
+            "ContainerStatus",
+            Ids::default(),
+            None,
+            async { Ok(1u32) },
+        ))
+        .unwrap();
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged: Vec<&str> = text.lines().collect();
+        assert_eq!(logged.len(), 1, "{text}");
+        let line: serde_json::Value = serde_json::from_str(logged[0]).unwrap();
+        assert_eq!(line["level"], "WARN", "{text}");
+        assert_eq!(line["span"]["name"], "rpc", "{text}");
+        assert_eq!(line["span"]["rpc"], "ContainerStatus", "{text}");
+        assert_eq!(line["span"]["container"], "c0ffee", "{text}");
+    }
+
+    /// What the layer costs a read-only call, in-process, with the daemon's
+    /// kind of subscriber (fmt, `info`, to a sink): run by hand, it prints
+    /// figures and asserts nothing about them.
+    /// `cargo test --release --bin berth instrument::tests::read_only_call_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn read_only_call_cost() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::io::sink)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let gate = Gate::default();
+        gate.open();
+        const N: u32 = 200_000;
+        let time = |what: &str, f: &mut dyn FnMut()| {
+            for _ in 0..N / 10 {
+                f();
+            }
+            let started = std::time::Instant::now();
+            for _ in 0..N {
+                f();
+            }
+            let ns = started.elapsed().as_nanos() as f64 / f64::from(N);
+            println!("{what}: {ns:.0} ns per call");
+        };
+        time("Version through the layer", &mut || {
+            rt.block_on(call(&gate, "Version", Ids::default(), None, async {
+                Ok(1u32)
+            }))
+            .unwrap();
+        });
+        time("ContainerStatus (an id) through the layer", &mut || {
+            let ids = Ids {
+                container: Some("0123456789abcdef0123456789abcdef".into()),
+                ..Ids::default()
+            };
+            rt.block_on(call(&gate, "ContainerStatus", ids, None, async {
+                Ok(1u32)
+            }))
+            .unwrap();
+        });
+        let deadline = Instant::now() + std::time::Duration::from_secs(3600);
+        time("Version with a deadline", &mut || {
+            rt.block_on(call(
+                &gate,
+                "Version",
+                Ids::default(),
+                Some(deadline),
+                async { Ok(1u32) },
+            ))
+            .unwrap();
+        });
+        time("the body alone", &mut || {
+            rt.block_on(async { Ok::<u32, Error>(1) }).unwrap();
+        });
+        time("the span alone", &mut || {
+            rt.block_on(async { 1u32 }.instrument(rpc_span("Version", &Ids::default())));
+        });
+        time("the metrics alone", &mut || {
+            crate::counters::rpc_done(
+                "Version",
+                tonic::Code::Ok,
+                std::time::Duration::from_micros(3),
+            );
+        });
     }
 }

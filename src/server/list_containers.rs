@@ -1,17 +1,56 @@
-//! RuntimeService.ListContainers.
+//! RuntimeService.ListContainers: half of kubelet's relist, every second.
+//!
+//! The answer is assembled from entries encoded once per container
+//! (`encode::listed_container`: everything but the state, which is written
+//! as it is at each call) into one buffer: no message is built and no
+//! allocation is made per container (`relist.rs` serves it). ListContainerStats and
+//! StreamContainers select the same containers in the same order
+//! ([`Cri::select_containers`]); so does [`Cri::list_containers`], the
+//! same answer as messages.
 
-use cri_api::v1;
+use std::sync::Arc;
+
+use cri_api::{prepacked, v1};
 
 use super::list_pod_sandbox::labels_match;
 use super::{encode, Cri};
+use crate::container::{Container, ContainerState};
 use crate::error::Error;
 
 impl Cri {
+    /// The answer, its entries cached bytes (what the socket serves).
+    pub async fn list_containers_packed(
+        &self,
+        req: v1::ListContainersRequest,
+    ) -> Result<prepacked::ListContainersResponse, Error> {
+        let selected = self.select_containers(&req.filter.unwrap_or_default());
+        Ok(prepacked::ListContainersResponse {
+            containers: Vec::new(),
+            encoded: pack_containers(&selected),
+        })
+    }
+
+    /// The same answer as messages, encoded now (the generated service
+    /// trait's method; not on the socket's path).
     pub async fn list_containers(
         &self,
         req: v1::ListContainersRequest,
     ) -> Result<v1::ListContainersResponse, Error> {
-        let filter = req.filter.unwrap_or_default();
+        let selected = self.select_containers(&req.filter.unwrap_or_default());
+        Ok(v1::ListContainersResponse {
+            containers: selected
+                .iter()
+                .map(|(c, state)| encode::container(&c.meta, *state))
+                .collect(),
+        })
+    }
+
+    /// The containers ListContainers answers for `filter`, newest first,
+    /// each with the state it is listed in (read once).
+    pub(super) fn select_containers(
+        &self,
+        filter: &v1::ContainerFilter,
+    ) -> Vec<(Arc<Container>, ContainerState)> {
         let candidates = if filter.id.is_empty() {
             self.core.containers.list()
         } else {
@@ -27,26 +66,47 @@ impl Cri {
             // A sandbox id filter may be a prefix too; unknown means no match.
             match self.core.sandboxes.get(&filter.pod_sandbox_id) {
                 Ok(s) => Some(s.meta.id.clone()),
-                Err(_) => return Ok(v1::ListContainersResponse::default()),
+                Err(_) => return Vec::new(),
             }
         };
-        // Filtered on the records, so that only what is answered is encoded.
-        let mut containers: Vec<v1::Container> = candidates
-            .iter()
+        let mut selected: Vec<(Arc<Container>, ContainerState)> = candidates
+            .into_iter()
             .filter(|c| sandbox_id.as_ref().is_none_or(|s| &c.meta.sandbox_id == s))
             .filter(|c| labels_match(&filter.label_selector, &c.meta.config().labels))
-            .map(|c| (c, c.status()))
+            .map(|c| {
+                let state = c.with_status(|s| s.state);
+                (c, state)
+            })
             // One being created is not listed until it is (as containerd).
-            .filter(|(_, status)| status.state != crate::container::ContainerState::Unknown)
-            .filter(|(_, status)| {
+            .filter(|(_, state)| *state != ContainerState::Unknown)
+            .filter(|(_, state)| {
                 filter
                     .state
                     .as_ref()
-                    .is_none_or(|s| s.state == encode::container_state(status.state) as i32)
+                    .is_none_or(|s| s.state == encode::container_state(*state) as i32)
             })
-            .map(|(c, status)| encode::container(&c.meta, &status))
             .collect();
-        containers.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-        Ok(v1::ListContainersResponse { containers })
+        selected.sort_by(|(a, _), (b, _)| {
+            b.meta
+                .created_at
+                .cmp(&a.meta.created_at)
+                .then(a.meta.id.cmp(&b.meta.id))
+        });
+        selected
     }
+}
+
+/// The `containers` field of a ListContainersResponse holding `selected`,
+/// encoded: one buffer of the exact size, the cached entries copied in.
+pub fn pack_containers(selected: &[(Arc<Container>, ContainerState)]) -> Vec<u8> {
+    let state = |s: ContainerState| encode::container_state(s) as i32;
+    let len = selected
+        .iter()
+        .map(|(c, s)| encode::listed_container(&c.meta).list_len(state(*s)))
+        .sum();
+    let mut out = Vec::with_capacity(len);
+    for (c, s) in selected {
+        encode::listed_container(&c.meta).write(encode::CONTAINER_STATE_KEY, state(*s), &mut out);
+    }
+    out
 }

@@ -15,12 +15,12 @@ impl Cri {
             .and_then(|f| f.image)
             .map(|i| i.image)
             .filter(|i| !i.is_empty());
+        // Neither waits for a pull or a removal: the store hands out a
+        // snapshot of its images (one `Arc`), not a copy.
         let images = match filter {
-            Some(name) => self.images.get(&name).into_iter().collect(),
-            None => self.images.list(),
+            Some(name) => self.images.with(&name, encode::image).into_iter().collect(),
+            None => self.images.list().iter().map(encode::image).collect(),
         };
-        Ok(v1::ListImagesResponse {
-            images: images.iter().map(encode::image).collect(),
-        })
+        Ok(v1::ListImagesResponse { images })
     }
 }

@@ -1,12 +1,17 @@
-//! RuntimeService.ListPodSandbox, and the label selector shared with
-//! ListContainers.
+//! RuntimeService.ListPodSandbox (the other half of kubelet's relist), and
+//! the label selector shared with ListContainers.
+//!
+//! The answer is assembled from entries encoded once per sandbox, as
+//! ListContainers' is (see `list_containers.rs`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use cri_api::v1;
+use cri_api::{prepacked, v1};
 
 use super::{encode, Cri};
 use crate::error::Error;
+use crate::sandbox::{Sandbox, SandboxState};
 
 /// Whether every `selector` label is on `labels` with the same value.
 pub fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {
@@ -14,11 +19,39 @@ pub fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String,
 }
 
 impl Cri {
+    /// The answer, its entries cached bytes (what the socket serves).
+    pub async fn list_pod_sandbox_packed(
+        &self,
+        req: v1::ListPodSandboxRequest,
+    ) -> Result<prepacked::ListPodSandboxResponse, Error> {
+        let selected = self.select_sandboxes(&req.filter.unwrap_or_default());
+        Ok(prepacked::ListPodSandboxResponse {
+            items: Vec::new(),
+            encoded: pack_sandboxes(&selected),
+        })
+    }
+
+    /// The same answer as messages, encoded now (the generated service
+    /// trait's method; not on the socket's path).
     pub async fn list_pod_sandbox(
         &self,
         req: v1::ListPodSandboxRequest,
     ) -> Result<v1::ListPodSandboxResponse, Error> {
-        let filter = req.filter.unwrap_or_default();
+        let selected = self.select_sandboxes(&req.filter.unwrap_or_default());
+        Ok(v1::ListPodSandboxResponse {
+            items: selected
+                .iter()
+                .map(|(s, state)| encode::sandbox(&s.meta, *state))
+                .collect(),
+        })
+    }
+
+    /// The sandboxes ListPodSandbox answers for `filter`, newest first,
+    /// each with the state it is listed in (read once).
+    pub(super) fn select_sandboxes(
+        &self,
+        filter: &v1::PodSandboxFilter,
+    ) -> Vec<(Arc<Sandbox>, SandboxState)> {
         let candidates = if filter.id.is_empty() {
             self.core.sandboxes.list()
         } else {
@@ -29,23 +62,44 @@ impl Cri {
                 .map(|s| vec![s])
                 .unwrap_or_default()
         };
-        // Filtered on the records, so that only what is answered is encoded.
-        let mut items: Vec<v1::PodSandbox> = candidates
-            .iter()
+        let mut selected: Vec<(Arc<Sandbox>, SandboxState)> = candidates
+            .into_iter()
             .filter(|s| labels_match(&filter.label_selector, &s.meta.config().labels))
-            .map(|s| (s, s.status()))
+            .map(|s| {
+                let state = s.with_status(|st| st.state);
+                (s, state)
+            })
             // One being created is not listed until it is (as containerd): a
             // kubelet GC pass never sees, nor removes, a pod half made.
-            .filter(|(_, status)| status.state != crate::sandbox::SandboxState::Unknown)
-            .filter(|(_, status)| {
+            .filter(|(_, state)| *state != SandboxState::Unknown)
+            .filter(|(_, state)| {
                 filter
                     .state
                     .as_ref()
-                    .is_none_or(|st| st.state == encode::sandbox_state(status.state) as i32)
+                    .is_none_or(|st| st.state == encode::sandbox_state(*state) as i32)
             })
-            .map(|(s, status)| encode::sandbox(&s.meta, &status))
             .collect();
-        items.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)));
-        Ok(v1::ListPodSandboxResponse { items })
+        selected.sort_by(|(a, _), (b, _)| {
+            b.meta
+                .created_at
+                .cmp(&a.meta.created_at)
+                .then(a.meta.id.cmp(&b.meta.id))
+        });
+        selected
     }
+}
+
+/// The `items` field of a ListPodSandboxResponse holding `selected`,
+/// encoded: one buffer of the exact size, the cached entries copied in.
+pub fn pack_sandboxes(selected: &[(Arc<Sandbox>, SandboxState)]) -> Vec<u8> {
+    let state = |s: SandboxState| encode::sandbox_state(s) as i32;
+    let len = selected
+        .iter()
+        .map(|(p, s)| encode::listed_sandbox(&p.meta).list_len(state(*s)))
+        .sum();
+    let mut out = Vec::with_capacity(len);
+    for (p, s) in selected {
+        encode::listed_sandbox(&p.meta).write(encode::SANDBOX_STATE_KEY, state(*s), &mut out);
+    }
+    out
 }

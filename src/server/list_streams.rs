@@ -4,7 +4,9 @@
 //! and `StreamImages`.
 //!
 //! Each one runs its unary twin (the same filters, the same items in the
-//! same order: one code path) and sends the answer in batches. Every error
+//! same order: one code path; for pods and containers, the twins' shared
+//! selection, `select_sandboxes` and `select_containers`, whose items are
+//! encoded here as messages) and sends the answer in batches. Every error
 //! happens before the stream is handed back, so a stream that has sent an
 //! item never ends in an error: it ends with EOF once every item was sent
 //! exactly once (kubelet throws away a stream that fails midway, and only
@@ -75,10 +77,12 @@ impl Cri {
         &self,
         req: v1::StreamPodSandboxesRequest,
     ) -> Result<BoxStream<v1::StreamPodSandboxesResponse>, Error> {
-        let listed = self
-            .list_pod_sandbox(v1::ListPodSandboxRequest { filter: req.filter })
-            .await?;
-        Ok(stream_of(listed.items, |pod_sandboxes| {
+        let items = self
+            .select_sandboxes(&req.filter.unwrap_or_default())
+            .iter()
+            .map(|(s, state)| super::encode::sandbox(&s.meta, *state))
+            .collect();
+        Ok(stream_of(items, |pod_sandboxes| {
             v1::StreamPodSandboxesResponse { pod_sandboxes }
         }))
     }
@@ -87,10 +91,12 @@ impl Cri {
         &self,
         req: v1::StreamContainersRequest,
     ) -> Result<BoxStream<v1::StreamContainersResponse>, Error> {
-        let listed = self
-            .list_containers(v1::ListContainersRequest { filter: req.filter })
-            .await?;
-        Ok(stream_of(listed.containers, |containers| {
+        let containers = self
+            .select_containers(&req.filter.unwrap_or_default())
+            .iter()
+            .map(|(c, state)| super::encode::container(&c.meta, *state))
+            .collect();
+        Ok(stream_of(containers, |containers| {
             v1::StreamContainersResponse { containers }
         }))
     }

@@ -28,6 +28,7 @@ pub mod metrics_endpoint;
 mod pod_sandbox_status;
 mod port_forward;
 mod pull_image;
+mod relist;
 mod remove_container;
 mod remove_image;
 mod remove_pod_sandbox;

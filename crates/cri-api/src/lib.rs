@@ -1,5 +1,9 @@
 //! The CRI v1 wire contract (`runtime.v1`), generated at build time from
-//! `proto/runtime/v1/api.proto`. No logic lives here.
+//! `proto/runtime/v1/api.proto`, and wire twins of the two relist answers
+//! written by hand so that a server can send entries it encoded ahead of
+//! time ([`prepacked`]). No other logic lives here.
+
+pub mod prepacked;
 
 /// Messages, enums, and the `RuntimeService` / `ImageService` servers and
 /// clients of package `runtime.v1`.

@@ -484,7 +484,8 @@ impl Inner {
         let result = self.import_inner(path);
         if result.is_err() {
             // What the failed import stored is no image's: collect it now.
-            if let Ok(victims) = self.collect_garbage(&mut self.lock()) {
+            let collected = self.collect_garbage(&self.writer());
+            if let Ok(victims) = collected {
                 self.delete(victims);
             }
         }
@@ -612,7 +613,7 @@ impl Inner {
             &Progress::new(),
             &self.cfg.unpack,
         )?;
-        self.lock().usage.insert(l.chain_id.clone(), usage);
+        self.disk().usage.insert(l.chain_id.clone(), usage);
         Ok(())
     }
 
@@ -915,10 +916,10 @@ impl Inner {
     pub(crate) fn export(&self, images: &[String], out: impl Write) -> Result<(), Error> {
         let mut picked: Vec<(Image, String, Vec<u8>)> = Vec::new();
         {
-            let state = self.lock();
+            let state = self.snapshot();
             for query in images {
                 let image = store::find(&state, query)
-                    .cloned()
+                    .map(|i| (**i).clone())
                     .ok_or_else(|| Error::ImageNotFound(query.clone()))?;
                 if picked.iter().any(|(i, _, _)| i.id == image.id) {
                     continue;

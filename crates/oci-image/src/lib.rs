@@ -43,5 +43,5 @@ pub use progress::{
     LayerProgress, LayerState, PullEvent, PullState, PullWatcher, ResolvedImage, BYTES_EVERY,
 };
 pub use reference::Reference;
-pub use store::{FsUsage, GcRoots, ImageStore, Pulling};
+pub use store::{FsUsage, GcRoots, ImageStore, Images, Pulling};
 pub use unpack::{get_xattr, UnpackError, UnpackLimits};

@@ -9,9 +9,17 @@
 //!
 //! Blobs and snapshots are shared between images. A pull *leases* every
 //! digest and chain id it is about to use before it looks at the disk, and the
-//! garbage collector, which decides under the same lock, never takes a leased
-//! or referenced item. Victims are renamed away under the lock and deleted
-//! after it.
+//! garbage collector never takes a leased or referenced item: it checks the
+//! lease and renames a victim away under the leases' lock (one item at a
+//! time), and deletes it after.
+//!
+//! Three locks, so that a reader never waits for a disk: readers (ListImages,
+//! ImageStatus, CreateContainer's lookup) take the images' lock only to clone
+//! one `Arc` (the images are replaced whole on a change, copy on write);
+//! writers (records, removal, garbage collection) are serialised by the
+//! writers' lock, held across their record writes, fsyncs and renames; leases
+//! and snapshot sizes have a lock of their own, held for one map change or one
+//! check-and-rename. Order: writers, then images or leases; never the reverse.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -48,7 +56,8 @@ pub struct FsUsage {
 
 /// Chain ids of snapshots the garbage collector must keep even when no image
 /// names them (e.g. the lowerdirs of running containers whose image was
-/// removed). Called under the store's lock: it must not call the store.
+/// removed). Called with the store's writers' lock held: it may read the
+/// store, never change it.
 ///
 /// `None` means "not known yet" (the users of snapshots have not been
 /// loaded): garbage collection then removes nothing at all.
@@ -75,20 +84,53 @@ pub(crate) struct Inner {
     pub(crate) cfg: RegistryConfig,
     clients: ClientCache,
     pub(crate) same_owner: bool,
-    state: Mutex<State>,
+    /// What readers see; replaced whole by a writer (see the module's doc).
+    images: Mutex<Images>,
+    /// Held by every writer across its disk work: the generation of the
+    /// last record written.
+    writer: Mutex<u64>,
+    /// Leases and snapshot sizes.
+    disk: Mutex<Disk>,
+    /// Test hook: called after each record is written, before it is seen.
+    #[cfg(test)]
+    pub(crate) after_record: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     pulls: Mutex<HashMap<String, PullEntry>>,
     next_pull: AtomicU64,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     gc_roots: RwLock<Option<GcRoots>>,
 }
 
+/// The store's images at one moment, ordered by id: taking it costs one
+/// `Arc` clone, and it stays as it was while the store changes.
+#[derive(Clone, Default)]
+pub struct Images(Arc<BTreeMap<String, Arc<Image>>>);
+
+impl Images {
+    /// The images, ordered by id.
+    pub fn iter(&self) -> impl Iterator<Item = &Image> + '_ {
+        self.0.values().map(|i| &**i)
+    }
+
+    /// How many images.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// No image at all.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Leases and the sizes of snapshots.
 #[derive(Default)]
-pub(crate) struct State {
-    pub(crate) images: BTreeMap<String, Image>,
+pub(crate) struct Disk {
     leases: HashMap<String, usize>,
     pub(crate) usage: HashMap<String, Usage>,
-    generation: u64,
 }
+
+/// The writers' lock, held: the generation of the last record written.
+pub(crate) type Writer<'a> = MutexGuard<'a, u64>;
 
 /// One image to record ([`Inner::register`]): the record to start from
 /// when the store has none for its id, and the names to add.
@@ -107,12 +149,12 @@ pub(crate) struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut state = self.inner.lock();
+        let mut disk = self.inner.disk();
         for key in &self.keys {
-            if let Some(n) = state.leases.get_mut(key) {
+            if let Some(n) = disk.leases.get_mut(key) {
                 *n -= 1;
                 if *n == 0 {
-                    state.leases.remove(key);
+                    disk.leases.remove(key);
                 }
             }
         }
@@ -143,7 +185,11 @@ impl ImageStore {
             cfg,
             clients: ClientCache::default(),
             same_owner: nix::unistd::geteuid().is_root(),
-            state: Mutex::new(State::default()),
+            images: Mutex::new(Images::default()),
+            writer: Mutex::new(0),
+            disk: Mutex::new(Disk::default()),
+            #[cfg(test)]
+            after_record: Mutex::new(None),
             pulls: Mutex::new(HashMap::new()),
             next_pull: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
@@ -228,14 +274,15 @@ impl ImageStore {
 
     /// `f` of the image named by `reference_or_id`, without copying the
     /// image (for callers that need one field of it, many times over).
+    /// Never waits for a pull, a removal or a collection in progress.
     pub fn with<R>(&self, reference_or_id: &str, f: impl FnOnce(&Image) -> R) -> Option<R> {
-        let state = self.inner.lock();
-        find(&state, reference_or_id).map(f)
+        let images = self.inner.snapshot();
+        find(&images, reference_or_id).map(|i| f(i))
     }
 
-    /// Every image, ordered by id.
-    pub fn list(&self) -> Vec<Image> {
-        self.inner.lock().images.values().cloned().collect()
+    /// Every image, ordered by id: a snapshot, not a copy (see [`Images`]).
+    pub fn list(&self) -> Images {
+        self.inner.snapshot()
     }
 
     /// Removes the image named by `reference_or_id` with all its tags, then
@@ -254,12 +301,12 @@ impl ImageStore {
         let inner = self.inner.clone();
         let query = reference_or_id.to_string();
         tokio::task::spawn_blocking(move || {
-            let mut state = inner.lock();
-            let Some(mut image) = find(&state, &query).cloned() else {
+            let mut writer = inner.writer();
+            let Some(mut image) = find(&inner.snapshot(), &query).map(|i| (**i).clone()) else {
                 return Ok(false);
             };
             image.pinned = pinned;
-            inner.write_records(&mut state, vec![image])?;
+            inner.write_records(&mut writer, vec![image])?;
             Ok(true)
         })
         .await
@@ -295,7 +342,7 @@ impl ImageStore {
     pub async fn gc(&self) -> Result<(), Error> {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let victims = inner.collect_garbage(&mut inner.lock())?;
+            let victims = inner.collect_garbage(&inner.writer())?;
             inner.delete(victims);
             Ok(())
         })
@@ -324,8 +371,8 @@ impl ImageStore {
     /// Bytes and inodes used by the store.
     pub fn fs_info(&self) -> FsUsage {
         let mut used = {
-            let state = self.inner.lock();
-            state.usage.values().fold(Usage::default(), |a, u| Usage {
+            let disk = self.inner.disk();
+            disk.usage.values().fold(Usage::default(), |a, u| Usage {
                 bytes: a.bytes + u.bytes,
                 inodes: a.inodes + u.inodes,
             })
@@ -373,24 +420,22 @@ impl Pulling {
 }
 
 /// Lookup: id, then reference, then unique id prefix.
-pub(crate) fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
+pub(crate) fn find<'a>(images: &'a Images, query: &str) -> Option<&'a Arc<Image>> {
+    let images = &images.0;
     if let Some(hex) = query.strip_prefix("sha256:") {
         if reference::is_sha256_hex(hex) {
-            return state.images.get(query);
+            return images.get(query);
         }
     }
     if let Ok(r) = Reference::parse(query) {
         let found = match r.digest() {
             Some(d) => {
                 let wanted = r.with_digest(d);
-                state
-                    .images
-                    .values()
-                    .find(|i| i.repo_digests.contains(&wanted))
+                images.values().find(|i| i.repo_digests.contains(&wanted))
             }
             None => r
                 .tagged()
-                .and_then(|t| state.images.values().find(|i| i.repo_tags.contains(&t))),
+                .and_then(|t| images.values().find(|i| i.repo_tags.contains(&t))),
         };
         if found.is_some() {
             return found;
@@ -404,10 +449,7 @@ pub(crate) fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
     {
         return None;
     }
-    let mut matches = state
-        .images
-        .values()
-        .filter(|i| i.id_hex().starts_with(hex));
+    let mut matches = images.values().filter(|i| i.id_hex().starts_with(hex));
     match (matches.next(), matches.next()) {
         (Some(one), None) => Some(one),
         _ => None,
@@ -415,14 +457,34 @@ pub(crate) fn find<'a>(state: &'a State, query: &str) -> Option<&'a Image> {
 }
 
 impl Inner {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The images as they are now (the images' lock held for one clone).
+    pub(crate) fn snapshot(&self) -> Images {
+        self.images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Replaces the images with `f` of a copy of them; with the writers'
+    /// lock held (`_writer`), so that no change is lost.
+    fn publish(&self, _writer: &Writer<'_>, f: impl FnOnce(&mut BTreeMap<String, Arc<Image>>)) {
+        let mut map = (*self.snapshot().0).clone();
+        f(&mut map);
+        *self.images.lock().unwrap_or_else(|p| p.into_inner()) = Images(Arc::new(map));
+    }
+
+    pub(crate) fn writer(&self) -> Writer<'_> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn disk(&self) -> MutexGuard<'_, Disk> {
+        self.disk.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn lease(self: &Arc<Self>, keys: Vec<String>) -> Lease {
-        let mut state = self.lock();
+        let mut disk = self.disk();
         for key in &keys {
-            *state.leases.entry(key.clone()).or_default() += 1;
+            *disk.leases.entry(key.clone()).or_default() += 1;
         }
         Lease {
             inner: self.clone(),
@@ -444,7 +506,8 @@ impl Inner {
         for entry in read_dir(&p.ingest)? {
             let _ = std::fs::remove_file(entry.path());
         }
-        let mut state = self.lock();
+        let mut writer = self.writer();
+        let mut usages = HashMap::new();
         for entry in read_dir(&p.snapshots)? {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with(TMP_PREFIX) {
@@ -456,9 +519,11 @@ impl Inner {
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .or_else(|| content::measure(&entry.path().join("fs")).ok())
                     .unwrap_or_default();
-                state.usage.insert(chain_id, usage);
+                usages.insert(chain_id, usage);
             }
         }
+        self.disk().usage.extend(usages);
+        let mut images = BTreeMap::new();
         for entry in read_dir(&p.images)? {
             let path = entry.path();
             if path.extension().is_none_or(|e| e != "json") {
@@ -469,8 +534,8 @@ impl Inner {
                 .and_then(|b| parse::image_record(&b));
             match parsed {
                 Ok(image) => {
-                    state.generation = state.generation.max(image.generation);
-                    state.images.insert(image.id.clone(), image);
+                    *writer = (*writer).max(image.generation);
+                    images.insert(image.id.clone(), Arc::new(image));
                 }
                 Err(e) => {
                     // Kept aside for a human; its content is collected.
@@ -482,7 +547,7 @@ impl Inner {
         // A crash between two record writes can leave a tag on two images:
         // the newer record keeps it.
         let mut owner: HashMap<String, (u64, String)> = HashMap::new();
-        for image in state.images.values() {
+        for image in images.values() {
             for tag in &image.repo_tags {
                 let e = owner
                     .entry(tag.clone())
@@ -493,7 +558,7 @@ impl Inner {
             }
         }
         let mut fixed = Vec::new();
-        for image in state.images.values() {
+        for image in images.values() {
             let keep: Vec<String> = image
                 .repo_tags
                 .iter()
@@ -501,37 +566,65 @@ impl Inner {
                 .cloned()
                 .collect();
             if keep != image.repo_tags {
-                let mut image = image.clone();
+                let mut image = (**image).clone();
                 image.repo_tags = keep;
                 fixed.push(image);
             }
         }
+        self.publish(&writer, |m| *m = images);
         if !fixed.is_empty() {
-            self.write_records(&mut state, fixed)?;
+            self.write_records(&mut writer, fixed)?;
         }
-        let victims = self.collect_garbage(&mut state)?;
-        drop(state);
+        let victims = self.collect_garbage(&writer)?;
+        drop(writer);
         self.delete(victims);
         Ok(())
     }
 
-    /// Writes records (persist, then memory).
-    fn write_records(&self, state: &mut State, images: Vec<Image>) -> Result<(), Error> {
+    /// Writes records (persist, then memory), with the writers' lock held:
+    /// readers see the images written (all of them at once) only after.
+    pub(crate) fn write_records(
+        &self,
+        writer: &mut Writer<'_>,
+        images: Vec<Image>,
+    ) -> Result<(), Error> {
+        let mut written = Vec::with_capacity(images.len());
+        let mut result = Ok(());
         for mut image in images {
-            state.generation += 1;
-            image.generation = state.generation;
+            **writer += 1;
+            image.generation = **writer;
             let path = self.paths.image_record(&image.id);
-            let bytes = serde_json::to_vec_pretty(&image)
-                .map_err(|e| Error::Internal(format!("encoding image record: {e}")))?;
-            content::write_atomic(&path, &bytes).map_err(|e| Error::io("write", &path, e))?;
-            state.images.insert(image.id.clone(), image);
+            let done = serde_json::to_vec_pretty(&image)
+                .map_err(|e| Error::Internal(format!("encoding image record: {e}")))
+                .and_then(|bytes| {
+                    content::write_atomic(&path, &bytes).map_err(|e| Error::io("write", &path, e))
+                });
+            #[cfg(test)]
+            if let Some(hook) = &*self.after_record.lock().unwrap() {
+                hook();
+            }
+            match done {
+                Ok(()) => written.push(image),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
         }
-        Ok(())
+        // What is on disk is what readers see, even when a later write failed.
+        if !written.is_empty() {
+            self.publish(writer, |m| {
+                for image in written {
+                    m.insert(image.id.clone(), Arc::new(image));
+                }
+            });
+        }
+        result
     }
 
     fn remove(&self, query: &str) -> Result<bool, Error> {
-        let mut state = self.lock();
-        let Some(id) = find(&state, query).map(|i| i.id.clone()) else {
+        let writer = self.writer();
+        let Some(id) = find(&self.snapshot(), query).map(|i| i.id.clone()) else {
             return Ok(false);
         };
         let path = self.paths.image_record(&id);
@@ -542,18 +635,22 @@ impl Inner {
         }
         content::sync_dir(&self.paths.images)
             .map_err(|e| Error::io("fsync", &self.paths.images, e))?;
-        state.images.remove(&id);
-        let victims = self.collect_garbage(&mut state)?;
-        drop(state);
+        self.publish(&writer, |m| {
+            m.remove(&id);
+        });
+        let victims = self.collect_garbage(&writer)?;
+        drop(writer);
         self.delete(victims);
         Ok(true)
     }
 
-    /// Decides, under the lock, what no image, lease or root uses; removes
-    /// such blobs and renames such snapshots away (deleted by [`Inner::delete`]).
-    pub(crate) fn collect_garbage(&self, state: &mut State) -> Result<Vec<PathBuf>, Error> {
-        let mut keep: HashSet<String> = state.leases.keys().cloned().collect();
-        for image in state.images.values() {
+    /// Decides, with the writers' lock held (so no image comes or goes),
+    /// what no image or root uses; removes such blobs and renames such
+    /// snapshots away (deleted by [`Inner::delete`]), each after checking,
+    /// under the leases' lock, that no pull or import has leased it since.
+    pub(crate) fn collect_garbage(&self, _writer: &Writer<'_>) -> Result<Vec<PathBuf>, Error> {
+        let mut keep: HashSet<String> = HashSet::new();
+        for image in self.snapshot().iter() {
             keep.insert(image.id.clone());
             keep.extend(image.manifests.iter().cloned());
             for layer in &image.layers {
@@ -575,7 +672,12 @@ impl Inner {
         }
         for entry in read_dir(&self.paths.blobs)? {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !keep.contains(&format!("sha256:{name}")) {
+            let digest = format!("sha256:{name}");
+            if !keep.contains(&digest) {
+                let disk = self.disk();
+                if disk.leases.contains_key(&digest) {
+                    continue;
+                }
                 let path = entry.path();
                 std::fs::remove_file(&path).map_err(|e| Error::io("remove blob", &path, e))?;
             }
@@ -590,10 +692,14 @@ impl Inner {
             if keep.contains(&chain_id) {
                 continue;
             }
+            let mut disk = self.disk();
+            if disk.leases.contains_key(&chain_id) {
+                continue;
+            }
             let away = self.paths.snapshots.join(format!("{TMP_PREFIX}gc-{name}"));
             std::fs::rename(entry.path(), &away)
                 .map_err(|e| Error::io("move away snapshot", entry.path(), e))?;
-            state.usage.remove(&chain_id);
+            disk.usage.remove(&chain_id);
             victims.push(away);
         }
         Ok(victims)
@@ -774,7 +880,8 @@ impl Inner {
     /// and manifests given; a tag moves from any other image that had it
     /// (that image stays, untagged, until removed, as in containerd).
     pub(crate) fn register(&self, new: Vec<Registration>) -> Result<Vec<Image>, Error> {
-        let mut state = self.lock();
+        let mut writer = self.writer();
+        let current = self.snapshot();
         let mut changed: Vec<Image> = Vec::new();
         let mut ids = Vec::new();
         for reg in new {
@@ -783,7 +890,7 @@ impl Inner {
                 .iter()
                 .find(|i| i.id == id)
                 .cloned()
-                .or_else(|| state.images.get(&id).cloned())
+                .or_else(|| current.0.get(&id).map(|i| (**i).clone()))
                 .unwrap_or(reg.fresh);
             for tag in &reg.tags {
                 if !image.repo_tags.contains(tag) {
@@ -806,7 +913,7 @@ impl Inner {
                 for other in changed.iter_mut().filter(|o| o.id != id) {
                     other.repo_tags.retain(|t| t != tag);
                 }
-                for other in state.images.values() {
+                for other in current.iter() {
                     if other.id != id
                         && other.repo_tags.contains(tag)
                         && !changed.iter().any(|c| c.id == other.id)
@@ -823,11 +930,12 @@ impl Inner {
                 ids.push(id);
             }
         }
-        changed.retain(|c| state.images.get(&c.id) != Some(c));
-        self.write_records(&mut state, changed)?;
+        changed.retain(|c| current.0.get(&c.id).map(|i| &**i) != Some(c));
+        self.write_records(&mut writer, changed)?;
+        let now = self.snapshot();
         Ok(ids
             .iter()
-            .filter_map(|id| state.images.get(id).cloned())
+            .filter_map(|id| now.0.get(id).map(|i| (**i).clone()))
             .collect())
     }
 
@@ -873,7 +981,7 @@ impl Inner {
             })
             .await
             .map_err(join_err)??;
-            self.lock().usage.insert(chain_id, usage);
+            self.disk().usage.insert(chain_id, usage);
             report.state(LayerState::Unpacked);
             return Ok(());
         }
@@ -942,7 +1050,7 @@ impl Inner {
         download?;
         let usage = unpacked?;
         tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, bytes = received, seconds = format!("{:.2}", started.elapsed().as_secs_f64()), bytes_per_sec = rate(received, started), "layer downloaded and unpacked");
-        self.lock().usage.insert(job.chain_id, usage);
+        self.disk().usage.insert(job.chain_id, usage);
         report.state(LayerState::Pulled);
         Ok(())
     }
@@ -1005,6 +1113,194 @@ fn read_dir(dir: &Path) -> Result<Vec<std::fs::DirEntry>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc as std_mpsc;
+    use std::time::Duration;
+
+    /// Readers must answer within this while a writer is held (a bound on
+    /// "not blocked", not a timing figure).
+    const PROMPT: Duration = Duration::from_secs(2);
+
+    fn image(n: u8, tag: &str) -> Image {
+        Image {
+            id: format!("sha256:{}", format!("{n:02x}").repeat(32)),
+            repo_tags: vec![tag.to_string()],
+            repo_digests: vec![],
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: Default::default(),
+            layers: vec![],
+            manifests: vec![],
+            generation: 0,
+        }
+    }
+
+    fn registration(image: Image) -> Registration {
+        Registration {
+            tags: image.repo_tags.clone(),
+            fresh: Image {
+                repo_tags: vec![],
+                ..image
+            },
+            repo_digests: vec![],
+            manifests: vec![],
+        }
+    }
+
+    /// What the readers (ListImages, ImageStatus, CreateContainer's
+    /// lookup) see, asked on another thread: `None` when they did not
+    /// answer within [`PROMPT`].
+    fn read_promptly(store: &ImageStore, query: &str) -> Option<(usize, Option<String>)> {
+        let (tx, rx) = std_mpsc::channel();
+        let (store, query) = (store.clone(), query.to_string());
+        std::thread::spawn(move || {
+            let listed = store.list().len();
+            let found = store.with(&query, |i| i.id.clone());
+            let got = store.get(&query).map(|i| i.id);
+            assert_eq!(found, got);
+            let _ = tx.send((listed, found));
+        });
+        rx.recv_timeout(PROMPT).ok()
+    }
+
+    /// A hook that tells `entered` and waits for `release`.
+    fn gate() -> (
+        Box<dyn Fn() + Send + Sync>,
+        std_mpsc::Receiver<()>,
+        std_mpsc::SyncSender<()>,
+    ) {
+        let (entered_tx, entered) = std_mpsc::channel::<()>();
+        let (release, release_rx) = std_mpsc::sync_channel::<()>(0);
+        let (entered_tx, release_rx) = (Mutex::new(entered_tx), Mutex::new(release_rx));
+        let hook = move || {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30));
+        };
+        (Box::new(hook), entered, release)
+    }
+
+    /// A pull held in the middle of recording its image (its record written
+    /// and synced, not yet seen: where the store's one lock used to be
+    /// held): the image readers answer at once, with the images as they
+    /// were; the new one shows when the write is done.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_do_not_wait_for_a_record_being_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path(), RegistryConfig::default())
+            .await
+            .unwrap();
+        let old = image(1, "docker.io/library/old:1");
+        store
+            .inner
+            .register(vec![registration(old.clone())])
+            .unwrap();
+
+        let (hook, entered, release) = gate();
+        *store.inner.after_record.lock().unwrap() = Some(hook);
+        let inner = store.inner.clone();
+        let new = image(2, "docker.io/library/new:1");
+        let writer = std::thread::spawn(move || inner.register(vec![registration(new)]));
+        entered
+            .recv_timeout(PROMPT)
+            .expect("the record write began");
+
+        assert_eq!(
+            read_promptly(&store, "old:1"),
+            Some((1, Some(old.id.clone()))),
+            "readers waited for a record write"
+        );
+        assert_eq!(read_promptly(&store, "new:1"), Some((1, None)));
+
+        release.send(()).unwrap();
+        *store.inner.after_record.lock().unwrap() = None;
+        writer.join().unwrap().unwrap();
+        assert_eq!(store.list().len(), 2);
+        assert!(store.get("new:1").is_some());
+    }
+
+    /// RemoveImage held in its garbage collection (the snapshot users'
+    /// callback blocks): readers answer at once and already miss the
+    /// removed image; a snapshot leased while the collection runs (a pull
+    /// starting) is not taken, one nobody leased is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_and_leases_do_not_wait_for_garbage_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let armed = Arc::new(Mutex::new(None::<Box<dyn Fn() + Send + Sync>>));
+        let roots: GcRoots = {
+            let armed = armed.clone();
+            Arc::new(move || {
+                if let Some(hook) = &*armed.lock().unwrap() {
+                    hook();
+                }
+                Some(Vec::new())
+            })
+        };
+        let store = ImageStore::open_with_roots(dir.path(), RegistryConfig::default(), Some(roots))
+            .await
+            .unwrap();
+        let (gone, kept) = (
+            image(1, "docker.io/library/gone:1"),
+            image(2, "docker.io/library/kept:1"),
+        );
+        store
+            .inner
+            .register(vec![registration(gone.clone()), registration(kept.clone())])
+            .unwrap();
+        let snapshot = |n: u8| {
+            let chain_id = format!("sha256:{}", format!("{n:02x}").repeat(32));
+            let fs = store.inner.paths.snapshot_fs(&chain_id);
+            std::fs::create_dir_all(&fs).unwrap();
+            (chain_id, fs)
+        };
+        let (leased_id, leased_fs) = snapshot(0xa1);
+        let (_, unused_fs) = snapshot(0xa2);
+
+        let (hook, entered, release) = gate();
+        *armed.lock().unwrap() = Some(hook);
+        let remover = {
+            let store = store.clone();
+            tokio::spawn(async move { store.remove("gone:1").await })
+        };
+        tokio::task::spawn_blocking(move || entered.recv_timeout(PROMPT))
+            .await
+            .unwrap()
+            .expect("the collection began");
+
+        assert_eq!(
+            read_promptly(&store, "kept:1"),
+            Some((1, Some(kept.id.clone()))),
+            "readers waited for a garbage collection"
+        );
+        assert_eq!(read_promptly(&store, "gone:1"), Some((1, None)));
+        let (tx, rx) = std_mpsc::channel();
+        let inner = store.inner.clone();
+        std::thread::spawn(move || {
+            let lease = inner.lease(vec![leased_id]);
+            let _ = tx.send(());
+            std::thread::sleep(Duration::from_millis(500));
+            drop(lease);
+        });
+        rx.recv_timeout(PROMPT)
+            .expect("a lease waited for a garbage collection");
+
+        release.send(()).unwrap();
+        *armed.lock().unwrap() = None;
+        assert!(remover.await.unwrap().unwrap());
+        assert!(leased_fs.is_dir(), "a leased snapshot was collected");
+        assert!(!unused_fs.exists(), "an unused snapshot was kept");
+        assert_eq!(
+            store
+                .list()
+                .iter()
+                .map(|i| i.id.clone())
+                .collect::<Vec<_>>(),
+            vec![kept.id]
+        );
+    }
 
     /// An image record whose id is a path (a damaged or planted file): the
     /// store sets it aside at start instead of making paths of it, so

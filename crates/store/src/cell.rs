@@ -34,6 +34,12 @@ impl<S: Clone> StatusCell<S> {
             .clone()
     }
 
+    /// `f` of the current status, without copying it; never waits for a
+    /// persist (for a reader that needs one field, many times over).
+    pub fn with<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        f(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Applies `change` to a copy, hands the copy to `persist`, and only if
     /// both succeed makes it the current status. Returns the new status.
     pub fn update<E>(

@@ -55,6 +55,11 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
         self.status.get()
     }
 
+    /// `f` of the current status, without copying it.
+    pub fn with_status<R>(&self, f: impl FnOnce(&S) -> R) -> R {
+        self.status.with(f)
+    }
+
     /// Changes the status: written to disk (synced) first, then visible.
     pub fn update(&self, change: impl FnOnce(&mut S)) -> Result<S, RecordError> {
         self.update_with(Durability::Synced, change)

@@ -19,6 +19,7 @@ fn leave_what_a_crash_leaves(core: &Core, fake: &Fake, [ready, dead, running, lo
             created_at: 0,
             facts: None,
             decoded: Default::default(),
+            listed: Default::default(),
             derived: Default::default(),
         },
         Default::default(),

@@ -14,21 +14,13 @@ impl Cri {
         &self,
         filter: v1::ContainerStatsFilter,
     ) -> Result<Vec<Arc<Container>>, Error> {
-        let listed = self
-            .list_containers(v1::ListContainersRequest {
-                filter: Some(v1::ContainerFilter {
-                    id: filter.id,
-                    pod_sandbox_id: filter.pod_sandbox_id,
-                    label_selector: filter.label_selector,
-                    state: None,
-                }),
-            })
-            .await?;
-        Ok(listed
-            .containers
-            .iter()
-            .filter_map(|c| self.core.containers.get(&c.id).ok())
-            .collect())
+        let selected = self.select_containers(&v1::ContainerFilter {
+            id: filter.id,
+            pod_sandbox_id: filter.pod_sandbox_id,
+            label_selector: filter.label_selector,
+            state: None,
+        });
+        Ok(selected.into_iter().map(|(c, _)| c).collect())
     }
 
     pub async fn list_container_stats(

@@ -15,22 +15,14 @@ impl Cri {
         &self,
         filter: v1::PodSandboxStatsFilter,
     ) -> Result<Vec<Arc<Sandbox>>, Error> {
-        let listed = self
-            .list_pod_sandbox(v1::ListPodSandboxRequest {
-                filter: Some(v1::PodSandboxFilter {
-                    id: filter.id,
-                    label_selector: filter.label_selector,
-                    state: Some(v1::PodSandboxStateValue {
-                        state: v1::PodSandboxState::SandboxReady as i32,
-                    }),
-                }),
-            })
-            .await?;
-        Ok(listed
-            .items
-            .iter()
-            .filter_map(|s| self.core.sandboxes.get(&s.id).ok())
-            .collect())
+        let selected = self.select_sandboxes(&v1::PodSandboxFilter {
+            id: filter.id,
+            label_selector: filter.label_selector,
+            state: Some(v1::PodSandboxStateValue {
+                state: v1::PodSandboxState::SandboxReady as i32,
+            }),
+        });
+        Ok(selected.into_iter().map(|(s, _)| s).collect())
     }
 
     pub async fn list_pod_sandbox_stats(

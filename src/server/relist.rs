@@ -1,0 +1,418 @@
+//! kubelet's relist on the socket: ListContainers and ListPodSandbox are
+//! served here, before the generated RuntimeService, with the wire twins of
+//! their answers (`cri_api::prepacked`) whose entries are cached bytes
+//! (`list_containers.rs`, `list_pod_sandbox.rs`). Every other method goes
+//! to the generated service. Both calls go through the instrument layer as
+//! every RPC does (the gate, the deadline, the log line, the metrics, a
+//! panic as Internal) and keep the message size limits.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use cri_api::{prepacked, v1};
+use hyper::http;
+use tonic::body::Body;
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic_prost::ProstCodec;
+
+use super::grpc::MAX_MESSAGE_SIZE;
+use super::instrument::{self, RequestIds};
+use super::{deadline, Cri};
+
+const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
+const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// The RuntimeService `S` (the generated server), with the two list calls
+/// of the relist served from cached entries.
+#[derive(Clone)]
+pub struct Relist<S> {
+    inner: S,
+    cri: Arc<Cri>,
+}
+
+impl<S> Relist<S> {
+    pub fn new(inner: S, cri: Arc<Cri>) -> Relist<S> {
+        Relist { inner, cri }
+    }
+}
+
+impl<S: NamedService> NamedService for Relist<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> tower::Service<http::Request<Body>> for Relist<S>
+where
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Result<http::Response<Body>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        match req.uri().path() {
+            LIST_CONTAINERS => {
+                let method = ListContainers(self.cri.clone());
+                Box::pin(async move { Ok(grpc().unary(method, req).await) })
+            }
+            LIST_POD_SANDBOX => {
+                let method = ListPodSandbox(self.cri.clone());
+                Box::pin(async move { Ok(grpc().unary(method, req).await) })
+            }
+            _ => Box::pin(self.inner.call(req)),
+        }
+    }
+}
+
+/// The gRPC server side of one call, with the services' message limits.
+fn grpc<T, U>() -> Grpc<ProstCodec<T, U>>
+where
+    T: prost::Message + Send + 'static,
+    U: prost::Message + Default + Send + 'static,
+{
+    Grpc::new(ProstCodec::default())
+        .apply_max_message_size_config(Some(MAX_MESSAGE_SIZE), Some(MAX_MESSAGE_SIZE))
+}
+
+struct ListContainers(Arc<Cri>);
+
+impl UnaryService<v1::ListContainersRequest> for ListContainers {
+    type Response = prepacked::ListContainersResponse;
+    type Future = BoxFuture<Result<tonic::Response<Self::Response>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<v1::ListContainersRequest>) -> Self::Future {
+        let cri = self.0.clone();
+        Box::pin(async move {
+            let deadline = deadline::of(&request);
+            let req = request.into_inner();
+            let body_cri = cri.clone();
+            instrument::call(
+                &cri.gate,
+                "ListContainers",
+                req.ids(),
+                deadline,
+                async move { body_cri.list_containers_packed(req).await },
+            )
+            .await
+        })
+    }
+}
+
+struct ListPodSandbox(Arc<Cri>);
+
+impl UnaryService<v1::ListPodSandboxRequest> for ListPodSandbox {
+    type Response = prepacked::ListPodSandboxResponse;
+    type Future = BoxFuture<Result<tonic::Response<Self::Response>, tonic::Status>>;
+
+    fn call(&mut self, request: tonic::Request<v1::ListPodSandboxRequest>) -> Self::Future {
+        let cri = self.0.clone();
+        Box::pin(async move {
+            let deadline = deadline::of(&request);
+            let req = request.into_inner();
+            let body_cri = cri.clone();
+            instrument::call(
+                &cri.gate,
+                "ListPodSandbox",
+                req.ids(),
+                deadline,
+                async move { body_cri.list_pod_sandbox_packed(req).await },
+            )
+            .await
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use prost::Message;
+
+    use super::super::encode;
+    use super::super::list_containers::pack_containers;
+    use super::super::list_pod_sandbox::pack_sandboxes;
+    use super::*;
+    use crate::container::{
+        Container, ContainerMeta, ContainerState, ContainerStatus, ContainerStore,
+    };
+    use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus, SandboxStore};
+
+    /// Labels and annotations of object `n`: none, a few, many, long and
+    /// non-ASCII ones.
+    fn labels(n: usize, what: &str) -> HashMap<String, String> {
+        (0..(n * 7) % 23)
+            .map(|i| {
+                (
+                    format!("{what}.example.io/k{i}-{}", "x".repeat((n + i) % 40)),
+                    format!("v{i}-é-{}", "y".repeat((n * i) % 200)),
+                )
+            })
+            .collect()
+    }
+
+    fn container_meta(n: usize) -> ContainerMeta {
+        let config = v1::ContainerConfig {
+            metadata: Some(v1::ContainerMetadata {
+                name: format!("c{n}"),
+                attempt: (n % 3) as u32,
+            }),
+            image: Some(v1::ImageSpec {
+                image: format!("sha256:{}", format!("{n:02x}").repeat(32)),
+                user_specified_image: if n % 2 == 0 {
+                    format!("busybox:{n}")
+                } else {
+                    String::new()
+                },
+                ..Default::default()
+            }),
+            labels: labels(n, "label"),
+            annotations: labels(n + 5, "annotation"),
+            ..Default::default()
+        };
+        ContainerMeta {
+            id: format!("{n:064x}"),
+            name: format!("c{n}_p_ns_uid_0"),
+            sandbox_id: format!("{:064x}", n / 2),
+            config: config.encode_to_vec(),
+            image_name: format!("busybox:{n}"),
+            image_id: format!("sha256:{}", format!("{n:02x}").repeat(32)),
+            rootfs_snapshots: Vec::new(),
+            volume_snapshots: Vec::new(),
+            log_path: format!("/logs/{n}.log").into(),
+            runtime: "runc".into(),
+            stop_signal: 15,
+            // Some created at the same time: the order falls back to the id.
+            created_at: 1_700_000_000_000_000_000 + (n / 3) as i64,
+            decoded: Default::default(),
+            listed: Default::default(),
+        }
+    }
+
+    fn sandbox_meta(n: usize) -> SandboxMeta {
+        let config = v1::PodSandboxConfig {
+            metadata: Some(v1::PodSandboxMetadata {
+                name: format!("pod{n}"),
+                uid: format!("uid-{n}"),
+                namespace: "default".into(),
+                attempt: (n % 2) as u32,
+            }),
+            labels: labels(n, "label"),
+            annotations: labels(n + 3, "annotation"),
+            ..Default::default()
+        };
+        SandboxMeta {
+            id: format!("{n:064x}"),
+            name: format!("pod{n}_default_uid-{n}_0"),
+            config: config.encode_to_vec(),
+            runtime_handler: if n % 4 == 0 {
+                String::new()
+            } else {
+                "runc".into()
+            },
+            netns: None,
+            created_at: if n == 7 {
+                0
+            } else {
+                1_700_000_000_000_000_000 + n as i64
+            },
+            facts: None,
+            decoded: Default::default(),
+            listed: Default::default(),
+            derived: Default::default(),
+        }
+    }
+
+    fn containers_now(store: &ContainerStore) -> Vec<(Arc<Container>, ContainerState)> {
+        let mut all: Vec<_> = store
+            .list()
+            .into_iter()
+            .map(|c| {
+                let state = c.with_status(|s| s.state);
+                (c, state)
+            })
+            .collect();
+        all.sort_by(|(a, _), (b, _)| {
+            b.meta
+                .created_at
+                .cmp(&a.meta.created_at)
+                .then(a.meta.id.cmp(&b.meta.id))
+        });
+        all
+    }
+
+    fn sandboxes_now(store: &SandboxStore) -> Vec<(Arc<Sandbox>, SandboxState)> {
+        let mut all: Vec<_> = store
+            .list()
+            .into_iter()
+            .map(|s| {
+                let state = s.with_status(|st| st.state);
+                (s, state)
+            })
+            .collect();
+        all.sort_by(|(a, _), (b, _)| {
+            b.meta
+                .created_at
+                .cmp(&a.meta.created_at)
+                .then(a.meta.id.cmp(&b.meta.id))
+        });
+        all
+    }
+
+    /// The answer from the cached entries is byte for byte the answer
+    /// encoded now from messages, and decodes to the same messages.
+    fn assert_containers_identical(store: &ContainerStore, when: &str) {
+        let selected = containers_now(store);
+        let uncached = v1::ListContainersResponse {
+            containers: selected
+                .iter()
+                .map(|(c, s)| encode::container(&c.meta, *s))
+                .collect(),
+        };
+        let cached = prepacked::ListContainersResponse {
+            containers: Vec::new(),
+            encoded: pack_containers(&selected),
+        };
+        assert_eq!(cached.encode_to_vec(), uncached.encode_to_vec(), "{when}");
+        assert_eq!(cached.encoded_len(), uncached.encoded_len(), "{when}");
+        let decoded =
+            v1::ListContainersResponse::decode(cached.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(decoded, uncached, "{when}");
+        let twin =
+            prepacked::ListContainersResponse::decode(cached.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(twin.containers, uncached.containers, "{when}");
+    }
+
+    fn assert_sandboxes_identical(store: &SandboxStore, when: &str) {
+        let selected = sandboxes_now(store);
+        let uncached = v1::ListPodSandboxResponse {
+            items: selected
+                .iter()
+                .map(|(s, st)| encode::sandbox(&s.meta, *st))
+                .collect(),
+        };
+        let cached = prepacked::ListPodSandboxResponse {
+            items: Vec::new(),
+            encoded: pack_sandboxes(&selected),
+        };
+        assert_eq!(cached.encode_to_vec(), uncached.encode_to_vec(), "{when}");
+        let decoded =
+            v1::ListPodSandboxResponse::decode(cached.encode_to_vec().as_slice()).unwrap();
+        assert_eq!(decoded, uncached, "{when}");
+    }
+
+    #[test]
+    fn cached_container_entries_are_the_uncached_bytes_after_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, broken) = ContainerStore::open(dir.path()).unwrap();
+        assert!(broken.is_empty());
+        assert_containers_identical(&store, "empty");
+        for n in 0..120 {
+            let status = ContainerStatus {
+                state: ContainerState::Created,
+                ..Default::default()
+            };
+            store.create(container_meta(n), status).unwrap();
+        }
+        assert_containers_identical(&store, "all created");
+        // Every state, each entry listed (and so cached) before it changes.
+        for (step, state) in [
+            ContainerState::Running,
+            ContainerState::Exited,
+            ContainerState::Unknown,
+            ContainerState::Created,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for (i, (c, _)) in containers_now(&store).into_iter().enumerate() {
+                if i % 4 <= step {
+                    c.update_volatile(|s| s.state = state).unwrap();
+                }
+            }
+            assert_containers_identical(&store, &format!("after the change to {state:?}"));
+        }
+        // UpdateContainerResources and an exit's details change the status
+        // but not the entry.
+        for (c, _) in containers_now(&store).into_iter().step_by(3) {
+            c.update(|s| {
+                s.resources = v1::LinuxContainerResources {
+                    cpu_shares: 512,
+                    ..Default::default()
+                }
+                .encode_to_vec();
+                s.exit_code = 137;
+                s.reason = "OOMKilled".into();
+                s.state = ContainerState::Exited;
+            })
+            .unwrap();
+        }
+        assert_containers_identical(&store, "after updates");
+        // Removals, and new containers (a restart's next attempt: new
+        // labels and annotations are a new object's).
+        for (c, _) in containers_now(&store).into_iter().step_by(2) {
+            store.delete(&c).unwrap();
+        }
+        assert_containers_identical(&store, "after removals");
+        for n in 200..260 {
+            store
+                .create(
+                    container_meta(n),
+                    ContainerStatus {
+                        state: ContainerState::Running,
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+        }
+        assert_containers_identical(&store, "after new ones");
+        // A daemon restart: records loaded again, nothing cached.
+        drop(store);
+        let (store, _) = ContainerStore::open(dir.path()).unwrap();
+        assert_containers_identical(&store, "after a restart");
+    }
+
+    #[test]
+    fn cached_sandbox_entries_are_the_uncached_bytes_after_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = SandboxStore::open(dir.path()).unwrap();
+        assert_sandboxes_identical(&store, "empty");
+        for n in 0..80 {
+            let status = SandboxStatus {
+                state: if n % 5 == 0 {
+                    SandboxState::Unknown
+                } else {
+                    SandboxState::Ready
+                },
+                ..Default::default()
+            };
+            store.create(sandbox_meta(n), status).unwrap();
+        }
+        assert_sandboxes_identical(&store, "all created");
+        for (i, (s, _)) in sandboxes_now(&store).into_iter().enumerate() {
+            if i % 2 == 0 {
+                s.update(|st| {
+                    st.state = SandboxState::NotReady;
+                    st.ips = vec!["10.0.0.1".into()];
+                })
+                .unwrap();
+            }
+        }
+        assert_sandboxes_identical(&store, "after stops");
+        for (s, _) in sandboxes_now(&store).into_iter().step_by(3) {
+            store.delete(&s).unwrap();
+        }
+        assert_sandboxes_identical(&store, "after removals");
+        drop(store);
+        let (store, _) = SandboxStore::open(dir.path()).unwrap();
+        assert_sandboxes_identical(&store, "after a restart");
+    }
+}

@@ -136,6 +136,17 @@ berth=$out/release/berth
 bench=$out/release/berth-bench
 [[ -x $berth && -x $out/release/berth-shim && -x $bench ]] || die "binaries missing in $out/release"
 
+# The networks have fixed names: a second run at the same time would share
+# them, and its cleanup would delete the other's bridges. Refuse instead:
+# one run at a time (a lock held until this script exits), and no bridge
+# of ours may exist already (a run of an older bench.sh, or one killed).
+exec {lock_fd}>/run/lock/berth-bench.lock
+flock -n "$lock_fd" || die "another hack/bench.sh is running (/run/lock/berth-bench.lock)"
+for bridge in "${BERTH_NET[1]}" "${FLOOR_NET[1]}" "${NRI_NET[1]}" "${BERTH_B_NET[1]}" \
+  $(for i in "${!ctrd_names[@]}"; do echo "cbench$i"; done); do
+  ! ip link show "$bridge" >/dev/null 2>&1 ||
+    die "bridge $bridge exists: is another hack/bench.sh running? (if not, ip link del $bridge)"
+done
 work=$(mktemp -d /tmp/berth-bench-XXXXXX)
 [[ -n $json ]] || json=$work/bench.json
 berth_dir=$work/berth

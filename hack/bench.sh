@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Benchmarks berth against containerd (Debian's 1.6 and its CRI plugin), side
-# by side in one run: both on the same runc, the same CNI plugins and the same
-# kind of network (each its own bridge and subnet), images from one local
-# registry. Prints the table (Markdown) and writes it as JSON.
+# Benchmarks berth against one or more containerds and their CRI plugin
+# (by default Debian's 1.6, from PATH), side by side in one run: all on the
+# same runc, the same CNI plugins and the same kind of network (each its own
+# bridge and subnet), images from one local registry. Prints the table
+# (Markdown: a column per runtime, and berth/peer for each peer) and writes
+# it as JSON.
 #
-#   hack/bench.sh [--quick] [--big-pull] [--no-build] [--no-nri] [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
+#   hack/bench.sh [--quick] [--big-pull] [--no-build] [--no-nri] [--containerd DIR]... [--json FILE] [--keep] [-- BERTH-BENCH-RUN-ARGS...]
 #
 #   --quick    fewer iterations and smaller sizes (for development); pulls
 #              only the 200 MiB image unless --big-pull
@@ -13,6 +15,19 @@
 #   --json F   where the JSON goes (default: bench.json in the work dir, kept)
 #   --keep     keep the work dir (configs, daemon logs) afterwards
 #   --berth-only  run berth alone (no containerd), e.g. for its memory at scale
+#   --containerd DIR  a peer: DIR holds `containerd` and
+#              `containerd-shim-runc-v2` (DIR comes first in the PATH the
+#              daemon finds its shim in); repeat it for more peers, e.g.
+#              --containerd /usr/bin --containerd /opt/containerd-2.3/bin.
+#              The config template follows `containerd --version`: 1.x
+#              hack/bench/containerd.toml.in (version 2), 2.x
+#              hack/bench/containerd-v3.toml.in (version 3). Each peer is
+#              named containerd-MAJOR.MINOR in the table [default: the
+#              directory of the containerd in PATH]
+#   --berth-b BIN  also run another build of berth (BIN, with its berth-shim
+#              beside it) as runtime `berth-b`, second after berth, on its own
+#              dirs and network (10.208.0.0/24), interleaved with the others:
+#              an A/B of a change in one run (its step profile too)
 #   --no-nri   skip the NRI table: the life cycle on a second berth with one
 #              no-op NRI plugin (berth-nri-test-plugin, pre-installed,
 #              subscribed to every event) against berth without one,
@@ -23,8 +38,8 @@
 # static berth-shim and berth-bench, starts a registry (hack/registry.sh) with
 # the test images and the benchmark's own (a pause image for containerd and a
 # 4 × 50 MiB image, and, unless --quick, a 1 GiB image in 10 gzip layers),
-# then berth and containerd, each with its own config,
-# root, state and socket in a temp dir (containerd's system service is never
+# then berth and each containerd, each with its own config, root, state,
+# socket and CNI network in a temp dir (containerd's system service is never
 # touched), runs berth-bench, and stops and removes everything it started.
 # Run as root.
 set -euo pipefail
@@ -32,7 +47,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 usage() {
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2
   exit 2
 }
 die() {
@@ -48,6 +63,8 @@ keep=0
 berth_only=0
 nri=1
 json=""
+ctrd_bins=()
+berth_b=""
 extra=()
 while (($#)); do
   case $1 in
@@ -58,6 +75,8 @@ while (($#)); do
   --no-nri) nri=0; shift ;;
   --no-build) build=0; shift ;;
   --json) json=${2:?--json needs a file}; shift 2 ;;
+  --berth-b) berth_b=${2:?--berth-b needs a berth binary}; shift 2 ;;
+  --containerd) ctrd_bins+=("${2:?--containerd needs a directory}"); shift 2 ;;
   --) shift; extra=("$@"); break ;;
   -h | --help) usage ;;
   *) usage ;;
@@ -68,9 +87,11 @@ done
 RUNC=/usr/sbin/runc
 CNI_BIN=/usr/lib/cni
 BERTH_NET=(berth-bench-berth bbench0 10.200.0.0/24)
-CTRD_NET=(berth-bench-containerd cbench0 10.201.0.0/24)
 FLOOR_NET=(berth-bench-floor fbench0 10.202.0.0/24)
 NRI_NET=(berth-bench-nri nbench0 10.203.0.0/24)
+BERTH_B_NET=(berth-bench-berth-b bbbench0 10.208.0.0/24)
+# The peers' subnets, in the order of --containerd (bridges cbench0, 1, ...).
+CTRD_SUBNETS=(10.201.0.0/24 10.204.0.0/24 10.205.0.0/24 10.206.0.0/24 10.207.0.0/24)
 
 if ((build)); then
   bash hack/install-deps.sh
@@ -80,23 +101,75 @@ if ((build)); then
     -- -C target-feature=+crt-static
   cargo build --release --locked -p berth-bench -p berth-nri-test-plugin
 fi
-command -v containerd >/dev/null || die "containerd not found"
+if ((berth_only)); then
+  ctrd_bins=()
+elif ((${#ctrd_bins[@]} == 0)); then
+  default=$(command -v containerd) || die "containerd not found (or give --containerd DIR)"
+  ctrd_bins=("$(dirname "$(readlink -f "$default")")")
+fi
+((${#ctrd_bins[@]} <= ${#CTRD_SUBNETS[@]})) || die "at most ${#CTRD_SUBNETS[@]} peers"
+# Per peer: name (containerd-MAJOR.MINOR), bin dir, config template.
+ctrd_names=()
+ctrd_templates=()
+for i in "${!ctrd_bins[@]}"; do
+  bin=$(readlink -f "${ctrd_bins[$i]}") || die "--containerd ${ctrd_bins[$i]}: no such directory"
+  ctrd_bins[i]=$bin
+  for exe in containerd containerd-shim-runc-v2; do
+    [[ -x $bin/$exe ]] || die "--containerd $bin: no executable $exe"
+  done
+  # "containerd github.com/containerd/containerd[/v2] [v]X.Y.Z... REVISION"
+  version=$("$bin/containerd" --version | awk '{ print $3 }')
+  version=${version#v}
+  [[ $version =~ ^([0-9]+)\.([0-9]+) ]] || die "$bin/containerd: version ${version@Q} not understood"
+  name=containerd-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}
+  [[ " ${ctrd_names[*]} " == *" $name "* ]] && name=$name-$i
+  ctrd_names+=("$name")
+  if ((BASH_REMATCH[1] >= 2)); then
+    ctrd_templates+=(hack/bench/containerd-v3.toml.in)
+  else
+    ctrd_templates+=(hack/bench/containerd.toml.in)
+  fi
+done
 out=${CARGO_TARGET_DIR:-$repo/target}
 [[ $out == /* ]] || out=$repo/$out
 berth=$out/release/berth
 bench=$out/release/berth-bench
 [[ -x $berth && -x $out/release/berth-shim && -x $bench ]] || die "binaries missing in $out/release"
 
+# The networks have fixed names: a second run at the same time would share
+# them, and its cleanup would delete the other's bridges. Refuse instead:
+# one run at a time (a lock held until this script exits), and no bridge
+# of ours may exist already (a run of an older bench.sh, or one killed).
+exec {lock_fd}>/run/lock/berth-bench.lock
+flock -n "$lock_fd" || die "another hack/bench.sh is running (/run/lock/berth-bench.lock)"
+for bridge in "${BERTH_NET[1]}" "${FLOOR_NET[1]}" "${NRI_NET[1]}" "${BERTH_B_NET[1]}" \
+  $(for i in "${!ctrd_names[@]}"; do echo "cbench$i"; done); do
+  ! ip link show "$bridge" >/dev/null 2>&1 ||
+    die "bridge $bridge exists: is another hack/bench.sh running? (if not, ip link del $bridge)"
+done
 work=$(mktemp -d /tmp/berth-bench-XXXXXX)
 [[ -n $json ]] || json=$work/bench.json
 berth_dir=$work/berth
-ctrd_dir=$work/containerd
 nri_dir=$work/berth-nri
+b_dir=$work/berth-b
 berth_pid=""
-ctrd_pid=""
 nri_pid=""
+b_pid=""
+if [[ -n $berth_b ]]; then
+  berth_b=$(readlink -f "$berth_b")
+  [[ -x $berth_b && -x $(dirname "$berth_b")/berth-shim ]] || die "--berth-b: $berth_b or its berth-shim missing"
+fi
+b_target="berth-b=$b_dir/berth.sock,shim=berth-shim,match=$b_dir/"
 berth_target="berth=$berth_dir/berth.sock,shim=berth-shim,match=$berth_dir/"
-ctrd_target="containerd=$ctrd_dir/containerd.sock,shim=containerd-shim-runc-v2,match=$ctrd_dir/containerd.sock"
+# Per peer: its dir, pid (once started) and target.
+ctrd_dirs=()
+ctrd_pids=()
+ctrd_targets=()
+for i in "${!ctrd_names[@]}"; do
+  ctrd_dirs+=("$work/${ctrd_names[$i]}")
+  ctrd_pids+=("")
+  ctrd_targets+=("${ctrd_names[$i]}=${ctrd_dirs[$i]}/containerd.sock,shim=containerd-shim-runc-v2,match=${ctrd_dirs[$i]}/containerd.sock")
+done
 nri_target="berth-nri=$nri_dir/berth.sock,shim=berth-shim,match=$nri_dir/"
 
 # Stops a daemon by pid: SIGTERM, then SIGKILL after 20 s.
@@ -127,37 +200,53 @@ cleanup() {
   set +e
   trap - EXIT INT TERM
   log "cleaning up"
-  if [[ -x $bench ]] && { [[ -n $berth_pid ]] || [[ -n $ctrd_pid ]] || [[ -n $nri_pid ]]; }; then
+  local i
+  if [[ -x $bench ]]; then
     local targets=()
     [[ -n $berth_pid ]] && kill -0 "$berth_pid" 2>/dev/null && targets+=(--target "$berth_target")
-    [[ -n $ctrd_pid ]] && kill -0 "$ctrd_pid" 2>/dev/null && targets+=(--target "$ctrd_target")
+    for i in "${!ctrd_pids[@]}"; do
+      [[ -n ${ctrd_pids[$i]} ]] && kill -0 "${ctrd_pids[$i]}" 2>/dev/null &&
+        targets+=(--target "${ctrd_targets[$i]}")
+    done
     [[ -n $nri_pid ]] && kill -0 "$nri_pid" 2>/dev/null && targets+=(--target "$nri_target")
+    [[ -n $b_pid ]] && kill -0 "$b_pid" 2>/dev/null && targets+=(--target "$b_target")
     ((${#targets[@]})) && timeout 300 "$bench" cleanup "${targets[@]}" >&2
   fi
   stop_pid "$berth_pid"
-  stop_pid "$ctrd_pid"
+  for i in "${!ctrd_pids[@]}"; do
+    stop_pid "${ctrd_pids[$i]}"
+  done
   stop_pid "$nri_pid"
+  stop_pid "$b_pid"
   # The no-op plugin berth-nri launched (it exits when berth goes).
   for pid in $(pids_of 10-noop ""); do
     kill -KILL "$pid" 2>/dev/null
   done
   # Whatever the daemons left: containers, then their shims.
-  local root id pid
-  for root in "$berth_dir/state/runtime" "$nri_dir/state/runtime" "$ctrd_dir/runc/k8s.io"; do
+  local root id pid dir shims=()
+  local roots=("$berth_dir/state/runtime" "$nri_dir/state/runtime" "$b_dir/state/runtime")
+  for dir in "${ctrd_dirs[@]}"; do
+    roots+=("$dir/runc/k8s.io")
+    shims+=($(pids_of containerd-shim-runc-v2 "$dir/containerd.sock"))
+  done
+  for root in "${roots[@]}"; do
     [[ -d $root ]] || continue
     for id in $("$RUNC" --root "$root" list -q 2>/dev/null); do
       "$RUNC" --root "$root" delete -f "$id" >/dev/null 2>&1
     done
   done
   for pid in $(pids_of berth-shim "$berth_dir/") $(pids_of berth-shim "$nri_dir/") \
-    $(pids_of containerd-shim-runc-v2 "$ctrd_dir/containerd.sock"); do
+    $(pids_of berth-shim "$b_dir/") "${shims[@]}"; do
     kill -KILL "$pid" 2>/dev/null
   done
   # Mounts (rootfs overlays, netns, shm) under the work dir, deepest first.
   awk -v w="$work/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null; done
-  local net
-  for net in "${BERTH_NET[*]}" "${CTRD_NET[*]}" "${FLOOR_NET[*]}" "${NRI_NET[*]}"; do
+  local net nets=("${BERTH_NET[*]}" "${FLOOR_NET[*]}" "${NRI_NET[*]}" "${BERTH_B_NET[*]}")
+  for i in "${!ctrd_names[@]}"; do
+    nets+=("$(ctrd_net "$i")")
+  done
+  for net in "${nets[@]}"; do
     set -- $net
     ip link show "$2" >/dev/null 2>&1 && ip link del "$2"
     rm -rf "/var/lib/cni/networks/$1"
@@ -167,11 +256,11 @@ cleanup() {
   for ns in $(ip netns list 2>/dev/null | awk '/^berth-bench-floor-/ { print $1 }'); do
     ip netns del "$ns" 2>/dev/null
   done
-  local cg
-  for cg in /sys/fs/cgroup/*/berth-bench-berth /sys/fs/cgroup/*/berth-bench-containerd \
-    /sys/fs/cgroup/*/berth-bench-berth-nri /sys/fs/cgroup/berth-bench-berth-nri \
-    /sys/fs/cgroup/*/berth-bench-floor /sys/fs/cgroup/berth-bench-floor \
-    /sys/fs/cgroup/berth-bench-berth /sys/fs/cgroup/berth-bench-containerd; do
+  local cg name cgs=()
+  for name in berth berth-nri berth-b floor "${ctrd_names[@]}"; do
+    cgs+=(/sys/fs/cgroup/*/"berth-bench-$name" "/sys/fs/cgroup/berth-bench-$name")
+  done
+  for cg in "${cgs[@]}"; do
     [[ -d $cg ]] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
   done
   # containerd's shims keep their sockets in /run/containerd/s whatever the
@@ -195,6 +284,11 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# The network of peer $1: "NAME BRIDGE SUBNET".
+ctrd_net() {
+  echo "berth-bench-${ctrd_names[$1]} cbench$1 ${CTRD_SUBNETS[$1]}"
+}
 
 # Fills @KEY@ placeholders of template $1 from KEY=VALUE arguments into $2.
 fill() {
@@ -242,43 +336,77 @@ fill hack/bench/cni.conflist.in "$berth_dir/net.d/10-${BERTH_NET[0]}.conflist" \
   NETWORK="${BERTH_NET[0]}" BRIDGE="${BERTH_NET[1]}" SUBNET="${BERTH_NET[2]}"
 fill hack/bench/berth.toml.in "$berth_dir/config.toml" \
   DIR="$berth_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
+# A free loopback port for a berth's Prometheus endpoint.
+free_port() {
+  local port
+  for _ in $(seq 1 20); do
+    port=$((20000 + RANDOM % 40000))
+    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . || { echo "127.0.0.1:$port"; return 0; }
+  done
+  die "no free port for berth's metrics"
+}
 # berth's Prometheus endpoint on a free loopback port (a drop-in beside the
 # config): the status group reads the server-side time of each call there.
-metrics_addr=""
-for _ in $(seq 1 20); do
-  port=$((20000 + RANDOM % 40000))
-  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . || { metrics_addr=127.0.0.1:$port; break; }
-done
-[[ -n $metrics_addr ]] || die "no free port for berth's metrics"
+metrics_addr=$(free_port)
 mkdir -p "$berth_dir/config.d"
 printf '[metrics]\naddress = "%s"\n' "$metrics_addr" >"$berth_dir/config.d/90-bench-metrics.toml"
 "$berth" --config "$berth_dir/config.toml" </dev/null >/dev/null 2>"$berth_dir/berth.log" &
 berth_pid=$!
 
-if ((!berth_only)); then
-  log "starting containerd"
-  mkdir -p "$ctrd_dir/net.d"
-  fill hack/bench/cni.conflist.in "$ctrd_dir/net.d/10-${CTRD_NET[0]}.conflist" \
-    NETWORK="${CTRD_NET[0]}" BRIDGE="${CTRD_NET[1]}" SUBNET="${CTRD_NET[2]}"
-  fill hack/bench/containerd.toml.in "$ctrd_dir/config.toml" \
-    DIR="$ctrd_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN" REGISTRY="$addr" PAUSE_IMAGE="$pause_image"
-  containerd --config "$ctrd_dir/config.toml" </dev/null >/dev/null 2>"$ctrd_dir/containerd.log" &
-  ctrd_pid=$!
+if [[ -n $berth_b ]]; then
+  log "starting berth-b ($berth_b)"
+  mkdir -p "$b_dir/net.d" "$b_dir/config.d"
+  fill hack/bench/cni.conflist.in "$b_dir/net.d/10-${BERTH_B_NET[0]}.conflist" \
+    NETWORK="${BERTH_B_NET[0]}" BRIDGE="${BERTH_B_NET[1]}" SUBNET="${BERTH_B_NET[2]}"
+  fill hack/bench/berth.toml.in "$b_dir/config.toml" DIR="$b_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
+  b_metrics=$(free_port)
+  printf '[metrics]\naddress = "%s"\n' "$b_metrics" >"$b_dir/config.d/90-bench-metrics.toml"
+  "$berth_b" --config "$b_dir/config.toml" </dev/null >/dev/null 2>"$b_dir/berth.log" &
+  b_pid=$!
 fi
+
+for i in "${!ctrd_names[@]}"; do
+  dir=${ctrd_dirs[$i]}
+  bin=${ctrd_bins[$i]}
+  read -r net_name net_bridge net_subnet <<<"$(ctrd_net "$i")"
+  log "starting ${ctrd_names[$i]} ($bin/containerd, ${ctrd_templates[$i]##*/})"
+  mkdir -p "$dir/net.d" "$dir/certs.d/$addr"
+  fill hack/bench/cni.conflist.in "$dir/net.d/10-$net_name.conflist" \
+    NETWORK="$net_name" BRIDGE="$net_bridge" SUBNET="$net_subnet"
+  socket_dir=$dir/s
+  ((${#socket_dir} <= 42)) || socket_dir=""
+  fill "${ctrd_templates[$i]}" "$dir/config.toml" \
+    DIR="$dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN" REGISTRY="$addr" PAUSE_IMAGE="$pause_image" \
+    SHIM_SOCKET_DIR="$socket_dir"
+  # containerd 2.x reaches registries through hosts.toml files only.
+  printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' \
+    "$addr" "$addr" >"$dir/certs.d/$addr/hosts.toml"
+  # Its shim from its own directory first.
+  PATH="$bin:$PATH" "$bin/containerd" --config "$dir/config.toml" </dev/null >/dev/null \
+    2>"$dir/containerd.log" &
+  ctrd_pids[i]=$!
+done
 
 wait_socket "$berth_dir/berth.sock" "$berth_pid" "$berth_dir/berth.log"
 targets=(--target "$berth_target")
-if ((!berth_only)); then
-  wait_socket "$ctrd_dir/containerd.sock" "$ctrd_pid" "$ctrd_dir/containerd.log"
-  targets+=(--target "$ctrd_target")
+pauseless=(--pauseless berth)
+metrics=(--metrics "berth=$metrics_addr")
+if [[ -n $berth_b ]]; then
+  wait_socket "$b_dir/berth.sock" "$b_pid" "$b_dir/berth.log"
+  targets+=(--target "$b_target")
+  pauseless+=(--pauseless berth-b)
+  metrics+=(--metrics "berth-b=$b_metrics")
 fi
+for i in "${!ctrd_names[@]}"; do
+  wait_socket "${ctrd_dirs[$i]}/containerd.sock" "${ctrd_pids[$i]}" "${ctrd_dirs[$i]}/containerd.log"
+  targets+=(--target "${ctrd_targets[$i]}")
+done
 
 args=(run "${targets[@]}"
   --image "$addr/berth-test/busybox:latest" --prepull "$pause_image"
   --big-image "$big_image" --big-image-desc "4 × 50 MiB layers (gzip)"
   --runc "$RUNC" --json "$json"
-  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN" --pauseless berth
-  --metrics "berth=$metrics_addr")
+  --floor-cni "$work/floor.conflist" --cni-bin "$CNI_BIN" "${pauseless[@]}" "${metrics[@]}")
 ((big_pull)) && args+=(--big-image "${pushed[2]}" --big-image-desc "1 GiB in 10 gzip layers")
 ((quick)) && args+=(--quick)
 log "running berth-bench (started $(date -u +%FT%TZ))"

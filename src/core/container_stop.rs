@@ -8,6 +8,7 @@ use super::container_start::record_exit;
 use super::mechanisms::{ContainerEvent, EventKind};
 use super::Core;
 use crate::container::{Container, ContainerState};
+use crate::counters::timed;
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
@@ -129,15 +130,22 @@ impl Core {
         let id = container.meta.id.clone();
         self.stop(container, Duration::ZERO).await?;
         self.container_event(container, EventKind::Stopped).await;
-        self.delete_from_runtime(container).await?;
-        self.mech
-            .mounts
-            .remove_container_files(&id, &self.layout.container_dirs(&id))
-            .await?;
-        self.mech
-            .files
-            .remove_dir(&id, &self.layout.shim_dir(&id))
-            .await?;
+        timed("container.delete", self.delete_from_runtime(container)).await?;
+        // The container's dirs and its shim's are independent trees: removed
+        // side by side (each on a blocking thread), both before the record
+        // goes, so a failure keeps the record for a retry.
+        let (dirs, shim_dir) = (self.layout.container_dirs(&id), self.layout.shim_dir(&id));
+        let (files, shim) = tokio::join!(
+            timed(
+                "container.files.remove",
+                self.mech.mounts.remove_container_files(&id, &dirs),
+            ),
+            timed(
+                "container.shim_dir.remove",
+                self.mech.files.remove_dir(&id, &shim_dir),
+            ),
+        );
+        files.and(shim)?;
         self.notify_container_of_pod(ContainerEvent::Remove, container)
             .await;
         objects::delete(self.containers.clone(), container).await?;

@@ -1,6 +1,6 @@
 //! berth-bench: runs the same CRI workload against two (or more) runtimes,
-//! in turns, and prints a table of both with the ratio of the first to the
-//! second for every figure; also as JSON. Memory and time are measured,
+//! in turns, and prints a table of all of them with the ratio of the first
+//! to each of the others (the peers) for every figure; also as JSON. Memory and time are measured,
 //! never asserted.
 //!
 //! - `berth-bench push-images --registry ADDR [--huge]`: builds and pushes
@@ -155,7 +155,8 @@ struct PushArgs {
 struct RunArgs {
     /// A runtime: NAME=SOCKET[,shim=EXE][,match=TEXT][,pid=PID]. Shims are
     /// the processes whose executable is named EXE and whose command line
-    /// contains TEXT. The ratio column is first/second.
+    /// contains TEXT. One ratio column per target after the first:
+    /// first/that one.
     #[arg(long = "target", required = true)]
     targets: Vec<TargetSpec>,
     /// The container image (busybox: sh, sleep, true).

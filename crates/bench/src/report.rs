@@ -136,10 +136,21 @@ pub struct Row {
 impl Row {
     /// first / second, when both are there and the second is not zero.
     pub fn ratio(&self) -> Option<f64> {
-        match self.values.as_slice() {
-            [Some(a), Some(b), ..] if *b != 0.0 => Some(a / b),
-            _ => None,
-        }
+        self.ratios().first().copied().flatten()
+    }
+
+    /// first / each of the others (the peers), in order: one per runtime
+    /// after the first; `None` where either is missing or the peer's is 0.
+    pub fn ratios(&self) -> Vec<Option<f64>> {
+        let first = self.values.first().copied().flatten();
+        self.values
+            .iter()
+            .skip(1)
+            .map(|peer| match (first, peer) {
+                (Some(a), Some(b)) if *b != 0.0 => Some(a / b),
+                _ => None,
+            })
+            .collect()
     }
 
     /// first − second, when both are there (what the first's extra costs,
@@ -219,21 +230,20 @@ impl Report {
             out.push_str(&format!("- {k}: {v}\n"));
         }
         out.push('\n');
-        let ratio_name = match self.targets.as_slice() {
-            [a, b, ..] => format!("{a}/{b}"),
-            _ => "ratio".into(),
-        };
+        let ratio_names = self.ratio_names();
         let diff_name = match (self.difference, self.targets.as_slice()) {
             (true, [a, b, ..]) => format!(" {a} − {b} |"),
             _ => String::new(),
         };
         out.push_str(&format!(
-            "| group | figure | unit | {} | {ratio_name} |{diff_name}\n",
-            self.targets.join(" | ")
+            "| group | figure | unit | {} | {} |{diff_name}\n",
+            self.targets.join(" | "),
+            ratio_names.join(" | ")
         ));
         out.push_str(&format!(
-            "|---|---|---|{}---|{}\n",
+            "|---|---|---|{}{}{}\n",
             "---:|".repeat(self.targets.len()),
+            "---|".repeat(ratio_names.len()),
             if diff_name.is_empty() { "" } else { "---:|" }
         ));
         for row in &self.rows {
@@ -242,10 +252,13 @@ impl Report {
                 .iter()
                 .map(|v| v.map(fmt_value).unwrap_or_else(|| row.absent.into()))
                 .collect();
-            let ratio = row
-                .ratio()
-                .map(|r| format!("{r:.2}"))
-                .unwrap_or_else(|| "-".into());
+            let mut ratios: Vec<String> = row
+                .ratios()
+                .iter()
+                .map(|r| r.map_or_else(|| "-".into(), |r| format!("{r:.2}")))
+                .collect();
+            ratios.resize(ratio_names.len(), "-".into());
+            let ratio = ratios.join(" | ");
             let diff = match (self.difference, row.difference()) {
                 (false, _) => String::new(),
                 (true, Some(d)) => format!(" {} |", fmt_value(d)),
@@ -268,8 +281,20 @@ impl Report {
         out
     }
 
+    /// The ratio columns: first/peer for every runtime after the first
+    /// (`ratio` alone, all `-`, with one runtime).
+    fn ratio_names(&self) -> Vec<String> {
+        match self.targets.split_first() {
+            Some((first, peers)) if !peers.is_empty() => {
+                peers.iter().map(|p| format!("{first}/{p}")).collect()
+            }
+            _ => vec!["ratio".into()],
+        }
+    }
+
     /// The report as JSON: machine, settings, targets, rows (each with its
-    /// values by runtime name and the ratio), errors.
+    /// values by runtime name, the ratio first/second and `ratios`, first
+    /// over each peer by column name), errors.
     pub fn to_json(&self) -> Value {
         let rows: Vec<Value> = self
             .rows
@@ -281,12 +306,19 @@ impl Report {
                     .zip(&r.values)
                     .map(|(t, v)| (t.clone(), json!(v)))
                     .collect();
+                let ratios: serde_json::Map<String, Value> = self
+                    .ratio_names()
+                    .into_iter()
+                    .zip(r.ratios())
+                    .map(|(name, v)| (name, json!(v)))
+                    .collect();
                 let mut row = json!({
                     "group": r.group,
                     "figure": r.figure,
                     "unit": r.unit,
                     "values": values,
                     "ratio": r.ratio(),
+                    "ratios": ratios,
                 });
                 if self.difference {
                     row["difference"] = json!(r.difference());
@@ -429,6 +461,68 @@ berth_grpc_request_duration_seconds_sum{code="OK",method="ListImages"} 0.003
         assert_eq!(j["rows"][0]["values"]["containerd"], json!(20.0));
         assert_eq!(j["rows"][1]["values"]["berth"], Value::Null);
         assert!(j["rows"][0].get("difference").is_none());
+    }
+
+    #[test]
+    fn every_peer_gets_its_column_and_its_ratio() {
+        let mut r = Report {
+            targets: vec![
+                "berth".into(),
+                "containerd-1.6".into(),
+                "containerd-2.3".into(),
+            ],
+            ..Default::default()
+        };
+        r.add(
+            "lifecycle",
+            "RemoveContainer median",
+            "ms",
+            vec![Some(3.0), Some(6.0), Some(4.0)],
+        );
+        r.add("image", "pull", "s", vec![Some(1.0), None, Some(2.0)]);
+        r.add("image", "rss", "MiB", vec![None, Some(5.0), Some(2.0)]);
+        let md = r.markdown();
+        assert!(
+            md.contains("| group | figure | unit | berth | containerd-1.6 | containerd-2.3 | berth/containerd-1.6 | berth/containerd-2.3 |\n|---|---|---|---:|---:|---:|---|---|\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| lifecycle | RemoveContainer median | ms | 3.00 | 6.00 | 4.00 | 0.50 | 0.75 |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| image | pull | s | 1.00 | failed | 2.00 | - | 0.50 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| image | rss | MiB | failed | 5.00 | 2.00 | - | - |"),
+            "{md}"
+        );
+        let j = r.to_json();
+        assert_eq!(j["rows"][0]["ratio"], json!(0.5));
+        assert_eq!(j["rows"][0]["ratios"]["berth/containerd-2.3"], json!(0.75));
+        assert_eq!(j["rows"][1]["ratios"]["berth/containerd-1.6"], Value::Null);
+        assert_eq!(j["rows"][1]["values"]["containerd-2.3"], json!(2.0));
+    }
+
+    #[test]
+    fn one_runtime_alone_has_an_empty_ratio_column() {
+        let mut r = Report {
+            targets: vec!["berth".into()],
+            ..Default::default()
+        };
+        r.add("lifecycle", "x median", "ms", vec![Some(3.0)]);
+        let md = r.markdown();
+        assert!(
+            md.contains("| berth | ratio |\n|---|---|---|---:|---|\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| lifecycle | x median | ms | 3.00 | - |"),
+            "{md}"
+        );
     }
 
     #[test]

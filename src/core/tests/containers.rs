@@ -74,6 +74,43 @@ async fn create_container_checks_its_pod_and_image() {
     assert!(r.core.containers.list().is_empty());
 }
 
+/// RemoveContainer removes the container's dirs and its shim's side by
+/// side: either failing keeps the record (the other tree may be gone), and
+/// the retry finishes the job.
+#[tokio::test]
+async fn a_failed_removal_of_either_tree_keeps_the_record_for_a_retry() {
+    for step in ["files.remove_container", "files.remove_dir"] {
+        let r = rig();
+        let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+        let id = r
+            .core
+            .create_container(container(&pod_id, "app"))
+            .await
+            .unwrap();
+        r.core.start_container(&id).await.unwrap();
+        r.core
+            .stop_container(&id, Duration::from_secs(1))
+            .await
+            .unwrap();
+        r.fake.fail(step);
+        let e = r.core.remove_container(&id).await.unwrap_err();
+        assert!(e.to_string().contains(step), "{step}: {e}");
+        assert!(r.core.containers.get(&id).is_ok(), "{step}: record gone");
+        r.fake.heal(step);
+        r.core
+            .remove_container(&id)
+            .await
+            .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
+        assert!(r.core.containers.get(&id).is_err(), "{step}: record left");
+        assert!(
+            !r.fake.world.lock().unwrap().container_files.contains(&id),
+            "{step}: files left"
+        );
+        r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+        r.assert_empty();
+    }
+}
+
 #[tokio::test]
 async fn container_life_cycle() {
     let r = rig();

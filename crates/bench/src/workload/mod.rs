@@ -96,13 +96,11 @@ pub struct Workload {
 /// A pod's id and config.
 type Pod = (String, v1::PodSandboxConfig);
 
-/// The order in which `n` runtimes take round `round`: forwards, then backwards.
+/// The order in which `n` runtimes take round `round`: rotated by one each
+/// round, so each runtime takes each place in turn (two: forwards, then
+/// backwards).
 fn order(round: usize, n: usize) -> Vec<usize> {
-    if round % 2 == 0 {
-        (0..n).collect()
-    } else {
-        (0..n).rev().collect()
-    }
+    (0..n).map(|k| (k + round) % n).collect()
 }
 
 /// Runs `f` on every item, at most `limit` at a time; results in item order.
@@ -311,10 +309,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn order_alternates() {
+    fn order_rotates() {
         assert_eq!(order(0, 2), vec![0, 1]);
         assert_eq!(order(1, 2), vec![1, 0]);
-        assert_eq!(order(2, 3), vec![0, 1, 2]);
+        // Three or more rotate: each runtime in each place in turn.
+        assert_eq!(order(0, 3), vec![0, 1, 2]);
+        assert_eq!(order(1, 3), vec![1, 2, 0]);
+        assert_eq!(order(2, 3), vec![2, 0, 1]);
+        assert_eq!(order(3, 3), vec![0, 1, 2]);
     }
 
     #[tokio::test]

@@ -270,6 +270,9 @@ struct CleanupArgs {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    // reqwest's rustls (when features are unified with berth-oci-image's,
+    // e.g. `cargo build --workspace`) has no provider of its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     match Cli::parse().command {
         Command::PushImages(a) => {
             println!("{}", push::push_pause(&a.registry).await?);

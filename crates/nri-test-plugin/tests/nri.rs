@@ -496,3 +496,50 @@ async fn event_round_trip_cost() {
         t.elapsed().as_secs_f64() * 1e6 / n as f64
     );
 }
+
+/// What one no-op plugin adds to a pod + container start, as the caller
+/// waits for it: RunPodSandbox, CreateContainer (and
+/// ValidateContainerAdjustment), then PostCreateContainer,
+/// StartContainer and PostStartContainer as the daemon sends them, with
+/// 5 ms of other work (untimed) between the calls, as in a daemon
+/// (`cargo test -p berth-nri-test-plugin --release -- --ignored
+/// --nocapture start_path_cost`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it by hand"]
+async fn start_path_cost() {
+    let mut env = start(FakeHost::default(), None).await;
+    env.plugin("10", "noop", "{}").await;
+    let (pod, ctr) = (pod(), ctr());
+    let (nri, pod, ctr) = (&env.nri, &pod, &ctr);
+    let gap = || tokio::time::sleep(Duration::from_millis(5));
+    let once = move || async move {
+        let t = Instant::now();
+        nri.run_pod_sandbox(pod).await.unwrap();
+        let mut waited = t.elapsed();
+        gap().await;
+        let t = Instant::now();
+        nri.create_container(pod, ctr).await.unwrap();
+        nri.post_create_container(pod, ctr).await.unwrap();
+        waited += t.elapsed();
+        gap().await;
+        let t = Instant::now();
+        nri.start_container(pod, ctr).await.unwrap();
+        nri.post_start_container(pod, ctr).await.unwrap();
+        waited += t.elapsed();
+        gap().await;
+        waited
+    };
+    for _ in 0..20 {
+        once().await;
+    }
+    let n = 200;
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        took.push(once().await);
+    }
+    took.sort();
+    println!(
+        "pod + container start events with one no-op plugin, waited for: median {:.1} µs",
+        took[n / 2].as_secs_f64() * 1e6
+    );
+}

@@ -288,6 +288,51 @@ async fn two_plugins_merge_and_a_conflict_fails_create_naming_both() {
     );
 }
 
+/// PostCreateContainer and PostStartContainer do not hold the call's
+/// answer (containerd's do), yet reach the plugin before its next event.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn post_events_do_not_hold_the_answer_and_come_before_the_next_event() {
+    require_root!();
+    let mut rig = Rig::new("").await;
+    rig.plugin(
+        "10",
+        "slow",
+        r#"{"subscribe": ["PostCreateContainer", "PostStartContainer", "StopContainer"],
+            "misbehave": {"PostStartContainer": {"delay": 1500}}}"#,
+    )
+    .await;
+    let cri = rig.daemon.cri().await;
+    let (pod, id) = pod_with_container(&rig, "post").await;
+    let log = rig.log("slow");
+    // The plugin logs "Delayed" just before its reply to PostStart: none
+    // yet, so StartContainer answered without waiting for the reply.
+    assert!(
+        !names(&log).contains(&"Delayed".to_string()),
+        "{:?}",
+        names(&log)
+    );
+    cri.stop_container(&id, 0).await.unwrap();
+    wait_for_event(&log, "StopContainer").await;
+    assert_eq!(
+        names(&log),
+        [
+            "PostCreateContainer",
+            "PostStartContainer",
+            "Delayed",
+            "StopContainer"
+        ]
+    );
+    let ev = events(&log);
+    let started = ev
+        .iter()
+        .find(|e| e["event"] == "PostStartContainer")
+        .unwrap();
+    assert_eq!(started["container"]["id"], id.as_str());
+    assert_eq!(started["container"]["state"], "CONTAINER_RUNNING");
+    cri.remove_pod(&pod).await.unwrap();
+}
+
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_hanging_plugin_is_cut_off_and_a_crashing_one_dropped() {

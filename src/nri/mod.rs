@@ -12,6 +12,7 @@ mod host;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use berth_nri::api::Event;
 use berth_nri::Nri;
 use cri_api::v1;
 use oci_spec::runtime::Spec;
@@ -129,6 +130,15 @@ impl Plugins for NriPlugins {
 
     async fn pod_event(&self, event: PodEvent, pod: &Sandbox) -> Result<(), Error> {
         let Some(nri) = self.nri() else { return Ok(()) };
+        let wanted = match event {
+            PodEvent::Run => Event::RUN_POD_SANDBOX,
+            PodEvent::Stop => Event::STOP_POD_SANDBOX,
+            PodEvent::Remove => Event::REMOVE_POD_SANDBOX,
+            PodEvent::PostUpdate => Event::POST_UPDATE_POD_SANDBOX,
+        };
+        if !nri.wants(wanted) {
+            return Ok(());
+        }
         let p = convert::pod(pod);
         match event {
             PodEvent::Run => nri.run_pod_sandbox(&p).await,
@@ -214,6 +224,18 @@ impl Plugins for NriPlugins {
         container: &Container,
     ) -> Result<(), Error> {
         let Some(nri) = self.nri() else { return Ok(()) };
+        let wanted = match event {
+            ContainerEvent::PostCreate => Event::POST_CREATE_CONTAINER,
+            ContainerEvent::Start => Event::START_CONTAINER,
+            ContainerEvent::PostStart => Event::POST_START_CONTAINER,
+            ContainerEvent::PostUpdate => Event::POST_UPDATE_CONTAINER,
+            ContainerEvent::Remove => Event::REMOVE_CONTAINER,
+            ContainerEvent::Stop => Event::STOP_CONTAINER,
+        };
+        // An event nobody listens to costs nothing (not even the spec read).
+        if !nri.wants(wanted) {
+            return Ok(());
+        }
         let (p, c) = (
             convert::pod(pod),
             convert::container(container, self.spec_of(&container.meta.id).as_ref()),

@@ -60,6 +60,9 @@ impl TestPlugin {
             Some(Misbehave::Crash) => std::process::exit(3),
             Some(Misbehave::Delay(ms)) => {
                 tokio::time::sleep(Duration::from_millis(*ms)).await;
+                // Logged before the reply goes: a caller that finds no
+                // such line has not waited for the reply.
+                self.record("Delayed", json!({"for": event}));
                 Ok(())
             }
             Some(Misbehave::Oversize) => {

@@ -3,12 +3,26 @@
 //! request is bounded by the request timeout, and a plugin that times out or
 //! disconnects is dropped without failing the event. A plugin that answers
 //! with an error fails the event, with its name in the error.
+//!
+//! Post-events (PostCreateContainer, PostStartContainer,
+//! PostUpdateContainer, PostUpdatePodSandbox) report what is done and
+//! nothing waits for their answer: unlike containerd (whose CRI plugin
+//! sends them under NRI's lock and answers the call only once every plugin
+//! has replied), they are queued and the call answers at once. The queue is
+//! delivered, in order, by whoever takes the event lock next (any event
+//! first delivers what is queued) or by a task spawned for it, so that a
+//! plugin still sees every post-event before the next event, as it would
+//! with containerd. Each goes to the plugins that were subscribed when it
+//! was posted. The queue is bounded ([`MAX_POSTED`]): past it, a post waits
+//! for its delivery as the other events do.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use protobuf::MessageField;
+use tokio::sync::MutexGuard;
 
 use crate::api::{self, Event};
 use crate::events::event_name;
@@ -18,6 +32,9 @@ use crate::plugin::{Call, Plugin};
 use crate::{CreateResult, Error, UpdateResult};
 
 type Rpc = Box<dyn Fn(Arc<Plugin>) -> BoxFuture<'static, ttrpc::Result<()>> + Send + Sync>;
+
+/// Post-events queued and not yet delivered, at most.
+pub const MAX_POSTED: usize = 256;
 
 macro_rules! rpc {
     ($method:ident, $req:expr) => {{
@@ -36,9 +53,141 @@ where
     MessageField::some(v.clone())
 }
 
+/// A queued post-event.
+pub(crate) struct Posted {
+    event: Event,
+    pod: api::PodSandbox,
+    ctr: Option<api::Container>,
+    rpc: Rpc,
+    /// The plugins subscribed to it when it was posted.
+    plugins: Vec<Arc<Plugin>>,
+}
+
+/// Sends one notification to `plugins`, in order; plugins without the
+/// dedicated RPC get it as StateChange (NRI's compatibility with older
+/// plugins). The caller holds the event lock.
+async fn deliver(
+    event: Event,
+    pod: &api::PodSandbox,
+    ctr: Option<&api::Container>,
+    rpc: &Rpc,
+    plugins: Vec<Arc<Plugin>>,
+) -> Result<(), Error> {
+    let name = event_name(event);
+    for p in plugins {
+        if p.is_closed() {
+            continue;
+        }
+        if let Call::Unimplemented = p.call(name, rpc(p.clone())).await? {
+            let ev = api::StateChangeEvent {
+                event: event.into(),
+                pod: some(pod),
+                container: ctr.map(some).unwrap_or_default(),
+                ..Default::default()
+            };
+            let fut = p.client().state_change(p.context(), &ev);
+            p.call(name, fut).await?;
+        }
+    }
+    Ok(())
+}
+
 impl Nri {
-    /// Sends a notification-only event; plugins without the dedicated RPC
-    /// get it as StateChange (NRI's compatibility with older plugins).
+    /// Whether any connected plugin is subscribed to `event` (the caller
+    /// may then skip building the event: an event nobody listens to costs
+    /// nothing).
+    pub fn wants(&self, event: Event) -> bool {
+        self.active().iter().any(|p| p.subscribed(event))
+    }
+
+    /// Takes the event lock, first delivering the queued post-events: every
+    /// event goes through here, so none overtakes a post-event queued
+    /// before it.
+    pub(crate) async fn lock_events(&self) -> MutexGuard<'_, ()> {
+        let guard = self.inner.event_lock.lock().await;
+        self.deliver_posted().await;
+        guard
+    }
+
+    /// Delivers the queued post-events, in order; the caller holds the
+    /// event lock.
+    async fn deliver_posted(&self) {
+        loop {
+            let next = self
+                .inner
+                .posted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            let Some(posted) = next else { break };
+            let (pod, ctr) = (&posted.pod, posted.ctr.as_ref());
+            if let Err(e) = deliver(posted.event, pod, ctr, &posted.rpc, posted.plugins).await {
+                tracing::warn!(
+                    event = event_name(posted.event),
+                    pod = %pod.id,
+                    container = ctr.map(|c| c.id.as_str()),
+                    error = %e,
+                    "NRI post-event failed"
+                );
+            }
+        }
+    }
+
+    /// Queues a post-event for the plugins subscribed to it now, and makes
+    /// sure a task will deliver it; returns at once (unless the queue is
+    /// full: then it is delivered before this returns).
+    async fn post(
+        &self,
+        event: Event,
+        pod: &api::PodSandbox,
+        ctr: Option<&api::Container>,
+        rpc: Rpc,
+    ) -> Result<(), Error> {
+        let plugins: Vec<_> = self
+            .active()
+            .into_iter()
+            .filter(|p| p.subscribed(event))
+            .collect();
+        if plugins.is_empty() {
+            return Ok(());
+        }
+        let posted = Posted {
+            event,
+            pod: pod.clone(),
+            ctr: ctr.cloned(),
+            rpc,
+            plugins,
+        };
+        let queued = {
+            let mut q = self.inner.posted.lock().unwrap_or_else(|e| e.into_inner());
+            if q.len() < MAX_POSTED {
+                q.push_back(posted);
+                None
+            } else {
+                Some(posted)
+            }
+        };
+        if let Some(posted) = queued {
+            // Full: deliver the queue, then this one, before answering.
+            let _g = self.lock_events().await;
+            let ctr = posted.ctr.as_ref();
+            return deliver(event, &posted.pod, ctr, &posted.rpc, posted.plugins).await;
+        }
+        // The drainer clears the flag before it drains: a post that finds
+        // it set is delivered by that drainer, or by the next one spawned
+        // by a post that finds it clear.
+        if !self.inner.drain_scheduled.swap(true, Ordering::AcqRel) {
+            let nri = self.clone();
+            tokio::spawn(async move {
+                let _g = nri.inner.event_lock.lock().await;
+                nri.inner.drain_scheduled.store(false, Ordering::Release);
+                nri.deliver_posted().await;
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends a notification-only event to the plugins subscribed to it.
     async fn notify(
         &self,
         event: Event,
@@ -46,24 +195,13 @@ impl Nri {
         ctr: Option<&api::Container>,
         rpc: Rpc,
     ) -> Result<(), Error> {
-        let name = event_name(event);
-        let _g = self.inner.event_lock.lock().await;
-        for p in self.active() {
-            if !p.subscribed(event) {
-                continue;
-            }
-            if let Call::Unimplemented = p.call(name, rpc(p.clone())).await? {
-                let ev = api::StateChangeEvent {
-                    event: event.into(),
-                    pod: some(pod),
-                    container: ctr.map(some).unwrap_or_default(),
-                    ..Default::default()
-                };
-                let fut = p.client().state_change(p.context(), &ev);
-                p.call(name, fut).await?;
-            }
-        }
-        Ok(())
+        let _g = self.lock_events().await;
+        let plugins = self
+            .active()
+            .into_iter()
+            .filter(|p| p.subscribed(event))
+            .collect();
+        deliver(event, pod, ctr, &rpc, plugins).await
     }
 
     pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
@@ -75,13 +213,14 @@ impl Nri {
         self.notify(Event::RUN_POD_SANDBOX, pod, None, rpc).await
     }
 
+    /// Queued (see the module's doc): answers at once.
     pub async fn post_update_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
         let req = api::PostUpdatePodSandboxRequest {
             pod: some(pod),
             ..Default::default()
         };
         let rpc = rpc!(post_update_pod_sandbox, req);
-        self.notify(Event::POST_UPDATE_POD_SANDBOX, pod, None, rpc)
+        self.post(Event::POST_UPDATE_POD_SANDBOX, pod, None, rpc)
             .await
     }
 
@@ -103,6 +242,7 @@ impl Nri {
         self.notify(Event::REMOVE_POD_SANDBOX, pod, None, rpc).await
     }
 
+    /// Queued (see the module's doc): answers at once.
     pub async fn post_create_container(
         &self,
         pod: &api::PodSandbox,
@@ -114,7 +254,7 @@ impl Nri {
             ..Default::default()
         };
         let rpc = rpc!(post_create_container, req);
-        self.notify(Event::POST_CREATE_CONTAINER, pod, Some(ctr), rpc)
+        self.post(Event::POST_CREATE_CONTAINER, pod, Some(ctr), rpc)
             .await
     }
 
@@ -133,6 +273,7 @@ impl Nri {
             .await
     }
 
+    /// Queued (see the module's doc): answers at once.
     pub async fn post_start_container(
         &self,
         pod: &api::PodSandbox,
@@ -144,10 +285,11 @@ impl Nri {
             ..Default::default()
         };
         let rpc = rpc!(post_start_container, req);
-        self.notify(Event::POST_START_CONTAINER, pod, Some(ctr), rpc)
+        self.post(Event::POST_START_CONTAINER, pod, Some(ctr), rpc)
             .await
     }
 
+    /// Queued (see the module's doc): answers at once.
     pub async fn post_update_container(
         &self,
         pod: &api::PodSandbox,
@@ -159,7 +301,7 @@ impl Nri {
             ..Default::default()
         };
         let rpc = rpc!(post_update_container, req);
-        self.notify(Event::POST_UPDATE_CONTAINER, pod, Some(ctr), rpc)
+        self.post(Event::POST_UPDATE_CONTAINER, pod, Some(ctr), rpc)
             .await
     }
 
@@ -193,7 +335,7 @@ impl Nri {
             linux_resources: resources.map(some).unwrap_or_default(),
             ..Default::default()
         };
-        let _g = self.inner.event_lock.lock().await;
+        let _g = self.lock_events().await;
         for p in self.active() {
             if p.subscribed(event) {
                 let fut = p.client().update_pod_sandbox(p.context(), &req);
@@ -213,7 +355,7 @@ impl Nri {
     ) -> Result<CreateResult, Error> {
         let event = Event::CREATE_CONTAINER;
         let name = event_name(event);
-        let _g = self.inner.event_lock.lock().await;
+        let _g = self.lock_events().await;
         let mut merge = CreateMerge::new(api::CreateContainerRequest {
             pod: some(pod),
             container: some(ctr),
@@ -256,7 +398,7 @@ impl Nri {
     ) -> Result<UpdateResult, Error> {
         let event = Event::UPDATE_CONTAINER;
         let name = event_name(event);
-        let _g = self.inner.event_lock.lock().await;
+        let _g = self.lock_events().await;
         let mut merge = UpdateMerge::new(None, Some((ctr.id.clone(), resources.clone())));
         let mut evict = Vec::new();
         for p in self.active() {
@@ -298,7 +440,7 @@ impl Nri {
     ) -> Result<UpdateResult, Error> {
         let event = Event::STOP_CONTAINER;
         let name = event_name(event);
-        let _g = self.inner.event_lock.lock().await;
+        let _g = self.lock_events().await;
         let mut merge = UpdateMerge::new(None, None);
         let req = api::StopContainerRequest {
             pod: some(pod),

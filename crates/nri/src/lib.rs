@@ -56,6 +56,7 @@ pub use config::{
     Config, ValidatorConfig, DEFAULT_PLUGIN_CONFIG_PATH, DEFAULT_PLUGIN_PATH, DEFAULT_SOCKET_PATH,
     REQUIRED_PLUGINS_ANNOTATION,
 };
+pub use dispatch::MAX_POSTED;
 pub use error::Error;
 pub use nri::{Nri, PluginSyncBlock};
 pub use plugin::{check_plugin_index, check_plugin_name, PluginKind};

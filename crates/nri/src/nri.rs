@@ -28,6 +28,12 @@ pub(crate) struct Inner {
     pub plugins: StdMutex<Vec<Arc<Plugin>>>,
     /// Serializes events, as NRI's adaptation mutex does.
     pub event_lock: Mutex<()>,
+    /// Post-events (PostCreate, PostStart, the PostUpdates) queued for
+    /// delivery after the call that posted them has answered: whoever takes
+    /// the event lock next delivers them first (see [`Nri::lock_events`]).
+    pub posted: StdMutex<std::collections::VecDeque<crate::dispatch::Posted>>,
+    /// A task is on its way to deliver the queued post-events.
+    pub drain_scheduled: std::sync::atomic::AtomicBool,
     sync_lock: Arc<RwLock<()>>,
     accept: StdMutex<Option<JoinHandle<()>>>,
     /// The counters of dropped plugins, by name, so that they stay.
@@ -87,6 +93,8 @@ impl Nri {
             host,
             plugins: StdMutex::new(Vec::new()),
             event_lock: Mutex::new(()),
+            posted: StdMutex::new(std::collections::VecDeque::new()),
+            drain_scheduled: std::sync::atomic::AtomicBool::new(false),
             sync_lock: Arc::new(RwLock::new(())),
             accept: StdMutex::new(None),
             retired: StdMutex::new(Retired::default()),
@@ -178,6 +186,8 @@ impl Nri {
             t.abort();
         }
         let _ = std::fs::remove_file(&self.inner.cfg.socket_path);
+        // Queued post-events go out before the plugins hear of the end.
+        drop(self.lock_events().await);
         let plugins =
             std::mem::take(&mut *self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()));
         self.retire(&plugins);

@@ -144,13 +144,13 @@ where
     why
 }
 
-async fn forward_frames<R>(
-    mut rd: R,
-    conns: &mut [(u32, tokio::io::WriteHalf<DuplexStream>)],
-) -> Closed
+async fn forward_frames<R>(rd: R, conns: &mut [(u32, tokio::io::WriteHalf<DuplexStream>)]) -> Closed
 where
     R: AsyncRead + Unpin,
 {
+    // One read takes in a frame's header and (most often) its payload,
+    // rather than one read for each.
+    let mut rd = tokio::io::BufReader::with_capacity(COPY_CHUNK, rd);
     let mut chunk = vec![0u8; COPY_CHUNK];
     loop {
         let mut hdr = [0u8; FRAME_HEADER_LEN];
@@ -202,25 +202,32 @@ where
                 "outgoing ttrpc message of {body} bytes exceeds the maximum"
             )));
         }
-        let mut msg = Vec::with_capacity(TTRPC_HEADER_LEN + body);
-        msg.extend_from_slice(&hdr);
-        msg.resize(TTRPC_HEADER_LEN + body, 0);
-        if rd.read_exact(&mut msg[TTRPC_HEADER_LEN..]).await.is_err() {
+        // The message's frames (header and payload each), whole, so that
+        // they go out in one write: the peer wakes once per message.
+        let total = TTRPC_HEADER_LEN + body;
+        let sizes = split_message(total);
+        let mut out = Vec::with_capacity(total + sizes.len() * FRAME_HEADER_LEN);
+        out.extend_from_slice(&encode_header(id, sizes[0]));
+        out.extend_from_slice(&hdr);
+        let start = out.len();
+        out.resize(start + body, 0);
+        if rd.read_exact(&mut out[start..]).await.is_err() {
             return Ok(());
         }
+        if let Some(&rest) = sizes.get(1) {
+            // Split like Go (one full bufio buffer, then the rest): the
+            // second frame's header goes in after the first frame.
+            let at = FRAME_HEADER_LEN + sizes[0];
+            out.splice(at..at, encode_header(id, rest));
+        }
         let mut w = wr.lock().await;
-        let mut off = 0;
-        for size in split_message(msg.len()) {
-            let res = async {
-                w.write_all(&encode_header(id, size)).await?;
-                w.write_all(&msg[off..off + size]).await?;
-                w.flush().await
-            }
-            .await;
-            if let Err(e) = res {
-                return Err(Closed::Error(format!("writing to trunk: {e}")));
-            }
-            off += size;
+        let res = async {
+            w.write_all(&out).await?;
+            w.flush().await
+        }
+        .await;
+        if let Err(e) = res {
+            return Err(Closed::Error(format!("writing to trunk: {e}")));
         }
     }
 }

@@ -512,6 +512,33 @@ async fn the_default_validator_refuses_an_oci_hook_when_configured() {
 
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_required_plugin_is_checked_with_no_plugin_connected() {
+    require_root!();
+    // No plugin at all: a CreateContainer has no event to send, but the
+    // default validator still refuses it for the plugin it requires.
+    let rig =
+        Rig::new(r#"default_validator = { enable = true, required_plugins = ["absent"] }"#).await;
+    let cri = rig.daemon.cri().await;
+    let config = pod_config("required");
+    let pod = cri.run_pod(&config).await.unwrap();
+    let e = cri
+        .create_container(
+            &pod,
+            &config,
+            common::cri::container("lonely", &["sleep", "60"]),
+        )
+        .await
+        .unwrap_err();
+    let msg = e.message();
+    assert!(
+        msg.contains("default-validator") && msg.contains("absent"),
+        "{msg}"
+    );
+    assert!(cri.list_containers(None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn a_container_that_exited_while_berth_was_down_gets_its_stop_event_after_the_restart() {
     require_root!();
     let sandbox = Sandbox::new();

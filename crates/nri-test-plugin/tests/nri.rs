@@ -283,6 +283,36 @@ async fn unsubscribed_events_are_not_sent() {
 }
 
 #[tokio::test]
+async fn a_create_is_wanted_by_its_subscribers_validators_or_the_default_validator() {
+    let mut env = start(FakeHost::default(), None).await;
+    assert!(!env.nri.wants_create(), "no plugin, no validator");
+    env.plugin("10", "s", r#"{"subscribe": ["StopContainer"]}"#)
+        .await;
+    assert!(!env.nri.wants_create(), "a plugin of other events");
+    env.plugin(
+        "20",
+        "v",
+        r#"{"subscribe": ["ValidateContainerAdjustment"]}"#,
+    )
+    .await;
+    assert!(env.nri.wants_create(), "a validating plugin");
+
+    // The default validator checks required plugins with none connected.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config {
+        socket_path: dir.path().join("nri.sock"),
+        plugin_path: dir.path().join("none"),
+        plugin_config_path: dir.path().join("conf"),
+        ..Config::default()
+    };
+    cfg.validator.enable = true;
+    let nri = Nri::start(cfg, Arc::new(FakeHost::default()))
+        .await
+        .unwrap();
+    assert!(nri.wants_create());
+}
+
+#[tokio::test]
 async fn two_plugins_merge_and_conflict_names_both() {
     let mut env = start(FakeHost::default(), None).await;
     env.plugin("20", "b", r#"{"subscribe": ["CreateContainer"], "adjust": {"env": {"B": "2"}, "resources": {"cpu_shares": 2}}}"#).await;

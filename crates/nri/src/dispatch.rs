@@ -100,6 +100,19 @@ impl Nri {
         self.active().iter().any(|p| p.subscribed(event))
     }
 
+    /// Whether a CreateContainer has anything to do here: a plugin
+    /// subscribed to it or to the validation, or the default validator
+    /// (which checks required plugins even when none is connected).
+    /// Without any, [`Nri::create_container`] would answer nothing to
+    /// adjust, and the caller may skip building its request.
+    pub fn wants_create(&self) -> bool {
+        self.inner.cfg.validator.enable
+            || self.active().iter().any(|p| {
+                p.subscribed(Event::CREATE_CONTAINER)
+                    || p.subscribed(Event::VALIDATE_CONTAINER_ADJUSTMENT)
+            })
+    }
+
     /// Takes the event lock, first delivering the queued post-events: every
     /// event goes through here, so none overtakes a post-event queued
     /// before it.

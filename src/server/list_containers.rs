@@ -99,14 +99,9 @@ impl Cri {
 /// The `containers` field of a ListContainersResponse holding `selected`,
 /// encoded: one buffer of the exact size, the cached entries copied in.
 pub fn pack_containers(selected: &[(Arc<Container>, ContainerState)]) -> Vec<u8> {
-    let state = |s: ContainerState| encode::container_state(s) as i32;
-    let len = selected
-        .iter()
-        .map(|(c, s)| encode::listed_container(&c.meta).list_len(state(*s)))
-        .sum();
-    let mut out = Vec::with_capacity(len);
-    for (c, s) in selected {
-        encode::listed_container(&c.meta).write(encode::CONTAINER_STATE_KEY, state(*s), &mut out);
-    }
-    out
+    let entries = selected.iter().map(|(c, s)| {
+        let state = encode::container_state(*s) as i32;
+        (encode::listed_container(&c.meta), state)
+    });
+    prepacked::pack(entries, encode::CONTAINER_STATE_KEY)
 }

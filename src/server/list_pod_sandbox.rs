@@ -92,14 +92,9 @@ impl Cri {
 /// The `items` field of a ListPodSandboxResponse holding `selected`,
 /// encoded: one buffer of the exact size, the cached entries copied in.
 pub fn pack_sandboxes(selected: &[(Arc<Sandbox>, SandboxState)]) -> Vec<u8> {
-    let state = |s: SandboxState| encode::sandbox_state(s) as i32;
-    let len = selected
-        .iter()
-        .map(|(p, s)| encode::listed_sandbox(&p.meta).list_len(state(*s)))
-        .sum();
-    let mut out = Vec::with_capacity(len);
-    for (p, s) in selected {
-        encode::listed_sandbox(&p.meta).write(encode::SANDBOX_STATE_KEY, state(*s), &mut out);
-    }
-    out
+    let entries = selected.iter().map(|(p, s)| {
+        let state = encode::sandbox_state(*s) as i32;
+        (encode::listed_sandbox(&p.meta), state)
+    });
+    prepacked::pack(entries, encode::SANDBOX_STATE_KEY)
 }

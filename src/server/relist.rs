@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use cri_api::{prepacked, v1};
+use cri_api::v1;
 use hyper::http;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -61,11 +61,23 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         match req.uri().path() {
             LIST_CONTAINERS => {
-                let method = ListContainers(self.cri.clone());
+                let method: Packed<v1::ListContainersRequest, _> = Packed {
+                    cri: self.cri.clone(),
+                    rpc: "ListContainers",
+                    answer: |cri, req| {
+                        Box::pin(async move { cri.list_containers_packed(req).await })
+                    },
+                };
                 Box::pin(async move { Ok(grpc().unary(method, req).await) })
             }
             LIST_POD_SANDBOX => {
-                let method = ListPodSandbox(self.cri.clone());
+                let method: Packed<v1::ListPodSandboxRequest, _> = Packed {
+                    cri: self.cri.clone(),
+                    rpc: "ListPodSandbox",
+                    answer: |cri, req| {
+                        Box::pin(async move { cri.list_pod_sandbox_packed(req).await })
+                    },
+                };
                 Box::pin(async move { Ok(grpc().unary(method, req).await) })
             }
             _ => Box::pin(self.inner.call(req)),
@@ -83,50 +95,30 @@ where
         .apply_max_message_size_config(Some(MAX_MESSAGE_SIZE), Some(MAX_MESSAGE_SIZE))
 }
 
-struct ListContainers(Arc<Cri>);
-
-impl UnaryService<v1::ListContainersRequest> for ListContainers {
-    type Response = prepacked::ListContainersResponse;
-    type Future = BoxFuture<Result<tonic::Response<Self::Response>, tonic::Status>>;
-
-    fn call(&mut self, request: tonic::Request<v1::ListContainersRequest>) -> Self::Future {
-        let cri = self.0.clone();
-        Box::pin(async move {
-            let deadline = deadline::of(&request);
-            let req = request.into_inner();
-            let body_cri = cri.clone();
-            instrument::call(
-                &cri.gate,
-                "ListContainers",
-                req.ids(),
-                deadline,
-                async move { body_cri.list_containers_packed(req).await },
-            )
-            .await
-        })
-    }
+/// One of the relist's two calls: its name, and the core's answer to it
+/// (an `async fn` of [`Cri`], boxed).
+struct Packed<Req, Resp> {
+    cri: Arc<Cri>,
+    rpc: &'static str,
+    answer: fn(Arc<Cri>, Req) -> BoxFuture<Result<Resp, crate::error::Error>>,
 }
 
-struct ListPodSandbox(Arc<Cri>);
+impl<Req, Resp> UnaryService<Req> for Packed<Req, Resp>
+where
+    Req: RequestIds + Send + 'static,
+    Resp: Send + 'static,
+{
+    type Response = Resp;
+    type Future = BoxFuture<Result<tonic::Response<Resp>, tonic::Status>>;
 
-impl UnaryService<v1::ListPodSandboxRequest> for ListPodSandbox {
-    type Response = prepacked::ListPodSandboxResponse;
-    type Future = BoxFuture<Result<tonic::Response<Self::Response>, tonic::Status>>;
-
-    fn call(&mut self, request: tonic::Request<v1::ListPodSandboxRequest>) -> Self::Future {
-        let cri = self.0.clone();
+    fn call(&mut self, request: tonic::Request<Req>) -> Self::Future {
+        let (cri, rpc, answer) = (self.cri.clone(), self.rpc, self.answer);
         Box::pin(async move {
             let deadline = deadline::of(&request);
             let req = request.into_inner();
-            let body_cri = cri.clone();
-            instrument::call(
-                &cri.gate,
-                "ListPodSandbox",
-                req.ids(),
-                deadline,
-                async move { body_cri.list_pod_sandbox_packed(req).await },
-            )
-            .await
+            let ids = req.ids();
+            let body = answer(cri.clone(), req);
+            instrument::call(&cri.gate, rpc, ids, deadline, body).await
         })
     }
 }
@@ -134,6 +126,8 @@ impl UnaryService<v1::ListPodSandboxRequest> for ListPodSandbox {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    use cri_api::prepacked;
 
     use prost::Message;
 

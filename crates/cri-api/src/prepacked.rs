@@ -25,6 +25,18 @@ pub struct Entry {
     split: usize,
 }
 
+/// The `encoded` bytes of a list answer holding `entries` (each with its
+/// state; `state_key` the key of the entries' state field): one buffer of
+/// the exact size, the entries copied in.
+pub fn pack<'a>(entries: impl Iterator<Item = (&'a Entry, i32)> + Clone, state_key: u8) -> Vec<u8> {
+    let len = entries.clone().map(|(e, state)| e.list_len(state)).sum();
+    let mut out = Vec::with_capacity(len);
+    for (e, state) in entries {
+        e.write(state_key, state, &mut out);
+    }
+    out
+}
+
 impl Entry {
     /// The entry of `head` then `tail` (each the encoding of a message with
     /// only the fields on that side of the state set).

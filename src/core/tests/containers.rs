@@ -80,14 +80,7 @@ async fn create_container_checks_its_pod_and_image() {
 #[tokio::test]
 async fn a_failed_removal_of_either_tree_keeps_the_record_for_a_retry() {
     for step in ["files.remove_container", "files.remove_dir"] {
-        let r = rig();
-        let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
-        let id = r
-            .core
-            .create_container(container(&pod_id, "app"))
-            .await
-            .unwrap();
-        r.core.start_container(&id).await.unwrap();
+        let (r, pod_id, id) = running().await;
         r.core
             .stop_container(&id, Duration::from_secs(1))
             .await

@@ -91,6 +91,26 @@ fn container(sandbox_id: &str, name: &str) -> ContainerRequest {
     }
 }
 
+/// A rig with a pod and a started container in it: (rig, pod id,
+/// container id).
+async fn running() -> (Rig, String, String) {
+    let r = rig();
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let id = r
+        .core
+        .create_container(container(&pod_id, "app"))
+        .await
+        .unwrap();
+    r.core.start_container(&id).await.unwrap();
+    (r, pod_id, id)
+}
+
+/// The spec the fake runtime was given for container `id`.
+fn spec_of(r: &Rig, id: &str) -> oci_spec::runtime::Spec {
+    let path = r.core.layout.container_dirs(id).spec();
+    r.fake.world.lock().unwrap().specs[&path].clone()
+}
+
 impl Rig {
     /// Nothing of any pod or container exists any more.
     fn assert_empty(&self) {

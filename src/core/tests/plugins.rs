@@ -4,24 +4,6 @@
 
 use super::*;
 
-/// A pod with a started container: (rig, pod id, container id).
-async fn running() -> (Rig, String, String) {
-    let r = rig();
-    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
-    let id = r
-        .core
-        .create_container(container(&pod_id, "app"))
-        .await
-        .unwrap();
-    r.core.start_container(&id).await.unwrap();
-    (r, pod_id, id)
-}
-
-fn spec_of(r: &Rig, id: &str) -> oci_spec::runtime::Spec {
-    let path = r.core.layout.container_dirs(id).spec();
-    r.fake.world.lock().unwrap().specs[&path].clone()
-}
-
 #[tokio::test]
 async fn hooks_run_in_order_through_a_pods_life() {
     let (r, pod_id, id) = running().await;

@@ -13,24 +13,6 @@ fn resources(shares: i64, memory: i64) -> v1::LinuxContainerResources {
     }
 }
 
-/// A rig with a pod and a running container in it: (rig, container id).
-async fn running() -> (Rig, String) {
-    let r = rig();
-    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
-    let id = r
-        .core
-        .create_container(container(&pod_id, "app"))
-        .await
-        .unwrap();
-    r.core.start_container(&id).await.unwrap();
-    (r, id)
-}
-
-fn spec_of(r: &Rig, id: &str) -> oci_spec::runtime::Spec {
-    let path = r.core.layout.container_dirs(id).spec();
-    r.fake.world.lock().unwrap().specs[&path].clone()
-}
-
 fn memory_limit(spec: &oci_spec::runtime::Spec) -> Option<i64> {
     spec.linux()
         .as_ref()?
@@ -43,7 +25,7 @@ fn memory_limit(spec: &oci_spec::runtime::Spec) -> Option<i64> {
 
 #[tokio::test]
 async fn an_update_reaches_the_shim_the_spec_and_the_record() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     let new = resources(512, 64 << 20);
     r.core
         .update_container_resources(&id, Some(new.clone()))
@@ -70,7 +52,7 @@ async fn an_update_reaches_the_shim_the_spec_and_the_record() {
 /// changes nothing.
 #[tokio::test]
 async fn a_changed_oom_score_adj_reaches_the_processes_and_the_spec() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     let with_oom = |oom: i64| v1::LinuxContainerResources {
         oom_score_adj: oom,
         ..resources(512, 64 << 20)
@@ -111,7 +93,7 @@ async fn a_changed_oom_score_adj_reaches_the_processes_and_the_spec() {
 
 #[tokio::test]
 async fn a_failing_shim_update_leaves_the_record_and_the_spec_as_they_were() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     let spec_before = spec_of(&r, &id);
     let record_before = r.core.containers.get(&id).unwrap().status().resources;
     r.fake.fail("task.update");
@@ -138,7 +120,7 @@ async fn a_failing_shim_update_leaves_the_record_and_the_spec_as_they_were() {
 
 #[tokio::test]
 async fn bad_values_and_exited_containers_are_refused_before_anything_changes() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     let e = r
         .core
         .update_container_resources(&id, Some(resources(-5, 0)))
@@ -166,7 +148,7 @@ async fn bad_values_and_exited_containers_are_refused_before_anything_changes() 
 
 #[tokio::test]
 async fn a_concurrent_stop_waits_for_the_update() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     r.fake.delay("task.update", Duration::from_millis(300));
     let update = {
         let (core, id) = (r.core.clone(), id.clone());
@@ -221,7 +203,7 @@ async fn pod_resources_are_checked_then_recorded() {
 
 #[tokio::test]
 async fn exec_sync_keeps_the_kind_of_what_went_wrong() {
-    let (r, id) = running().await;
+    let (r, _, id) = running().await;
     r.fake.world.lock().unwrap().exec_output = berth_shim::ExecOutput {
         exit_code: 3,
         stdout: b"out".to_vec(),

@@ -320,16 +320,7 @@ async fn archives_import_run_and_export() {
         "the broken archive is logged by name"
     );
 
-    let socket = daemon.sandbox.socket();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(common::berth_bin())
-            .arg("images")
-            .args(args)
-            .arg("--socket")
-            .arg(&socket)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| berth_images(&daemon, args);
     let out = cli(&["import", oci_tar.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -437,6 +428,17 @@ fn sha256_hex(bytes: &[u8]) -> String {
     String::from_utf8(out.stdout).unwrap()[..64].to_string()
 }
 
+/// `berth images ARGS --socket` of `daemon`, run to its end.
+fn berth_images(daemon: &Daemon, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(common::berth_bin())
+        .arg("images")
+        .args(args)
+        .arg("--socket")
+        .arg(daemon.sandbox.socket())
+        .output()
+        .unwrap()
+}
+
 /// The layer digests of `image`'s manifest in the test registry (for
 /// linux/amd64 when it is an index), bottom first.
 fn manifest_layers(image: &str) -> Vec<String> {
@@ -488,15 +490,7 @@ async fn pull_with_progress_from_the_cli() {
     let daemon = Daemon::start("").await;
     let cri = daemon.cri().await;
     let socket = daemon.sandbox.socket();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(common::berth_bin())
-            .arg("images")
-            .args(args)
-            .arg("--socket")
-            .arg(&socket)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| berth_images(&daemon, args);
     let image = format!("{}/berth-test/layers:latest", reg.addr);
     let layers = manifest_layers(&image);
     assert_eq!(layers.len(), 3, "the test image has 3 layers");
@@ -728,15 +722,8 @@ async fn containerd_and_berth_read_each_others_archives() {
     let reg = registry();
     let daemon = Daemon::start("").await;
     let cri = daemon.cri().await;
-    let socket = daemon.sandbox.socket();
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new(common::berth_bin())
-            .arg("images")
-            .args(args)
-            .arg("--socket")
-            .arg(&socket)
-            .output()
-            .unwrap();
+        let out = berth_images(&daemon, args);
         assert!(
             out.status.success(),
             "berth images {args:?}: {}",

@@ -100,6 +100,14 @@ impl Nri {
         self.active().iter().any(|p| p.subscribed(event))
     }
 
+    /// The connected plugins subscribed to `event`, in index order.
+    fn subscribers(&self, event: Event) -> Vec<Arc<Plugin>> {
+        self.active()
+            .into_iter()
+            .filter(|p| p.subscribed(event))
+            .collect()
+    }
+
     /// Whether a CreateContainer has anything to do here: a plugin
     /// subscribed to it or to the validation, or the default validator
     /// (which checks required plugins even when none is connected).
@@ -156,11 +164,7 @@ impl Nri {
         ctr: Option<&api::Container>,
         rpc: Rpc,
     ) -> Result<(), Error> {
-        let plugins: Vec<_> = self
-            .active()
-            .into_iter()
-            .filter(|p| p.subscribed(event))
-            .collect();
+        let plugins = self.subscribers(event);
         if plugins.is_empty() {
             return Ok(());
         }
@@ -209,12 +213,7 @@ impl Nri {
         rpc: Rpc,
     ) -> Result<(), Error> {
         let _g = self.lock_events().await;
-        let plugins = self
-            .active()
-            .into_iter()
-            .filter(|p| p.subscribed(event))
-            .collect();
-        deliver(event, pod, ctr, &rpc, plugins).await
+        deliver(event, pod, ctr, &rpc, self.subscribers(event)).await
     }
 
     pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {

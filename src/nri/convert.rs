@@ -39,9 +39,49 @@ pub fn pod(sandbox: &Sandbox) -> api::PodSandbox {
     }
 }
 
-/// A container as plugins see it: its record, and its OCI spec when there
-/// is one (args, env, mounts, resources).
-pub fn container(container: &Container, spec: Option<&Value>) -> api::Container {
+/// What plugins see of a container's OCI spec: its args, env, mounts,
+/// resources and cgroups path.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpecView {
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub mounts: Vec<api::Mount>,
+    pub linux: api::LinuxContainer,
+}
+
+impl SpecView {
+    /// The view of an OCI spec (as JSON).
+    pub fn of(spec: &Value) -> SpecView {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut linux = api::LinuxContainer::new();
+        linux.resources = MessageField::some(resources_of(&spec["linux"]["resources"]));
+        linux.cgroups_path = spec["linux"]["cgroupsPath"]
+            .as_str()
+            .unwrap_or_default()
+            .into();
+        SpecView {
+            args: strings(&spec["process"]["args"]),
+            env: strings(&spec["process"]["env"]),
+            mounts: spec["mounts"]
+                .as_array()
+                .map(|mounts| mounts.iter().map(mount).collect())
+                .unwrap_or_default(),
+            linux,
+        }
+    }
+}
+
+/// A container as plugins see it: its record, and what its OCI spec says
+/// (args, env, mounts, resources) when it has one.
+pub fn container(container: &Container, spec: Option<&SpecView>) -> api::Container {
     let config = container.meta.config();
     let status = container.status();
     let state = match status.state {
@@ -67,27 +107,10 @@ pub fn container(container: &Container, spec: Option<&Value>) -> api::Container 
         ..Default::default()
     };
     if let Some(spec) = spec {
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        c.args = strings(&spec["process"]["args"]);
-        c.env = strings(&spec["process"]["env"]);
-        if let Some(mounts) = spec["mounts"].as_array() {
-            c.mounts = mounts.iter().map(mount).collect();
-        }
-        let mut linux = api::LinuxContainer::new();
-        linux.resources = MessageField::some(resources_of(&spec["linux"]["resources"]));
-        linux.cgroups_path = spec["linux"]["cgroupsPath"]
-            .as_str()
-            .unwrap_or_default()
-            .into();
-        c.linux = MessageField::some(linux);
+        c.args = spec.args.clone();
+        c.env = spec.env.clone();
+        c.mounts = spec.mounts.clone();
+        c.linux = MessageField::some(spec.linux.clone());
     }
     c
 }

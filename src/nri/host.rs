@@ -19,10 +19,11 @@ pub struct NriHost {
     pub core: Weak<Core>,
 }
 
-/// A container's spec, as JSON, when its bundle has one.
-pub fn read_spec(core: &Core, id: &str) -> Option<serde_json::Value> {
+/// What NRI shows of a container's spec, when its bundle has one.
+pub fn read_spec(core: &Core, id: &str) -> Option<convert::SpecView> {
     let text = std::fs::read(core.layout.container_dirs(id).spec()).ok()?;
-    serde_json::from_slice(&text).ok()
+    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    Some(convert::SpecView::of(&spec))
 }
 
 #[tonic::async_trait]

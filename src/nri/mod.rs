@@ -9,8 +9,9 @@ mod adjust;
 pub mod convert;
 mod host;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use berth_nri::api::Event;
 use berth_nri::Nri;
@@ -30,6 +31,58 @@ pub struct NriPlugins {
     nri: OnceLock<Nri>,
     core: OnceLock<std::sync::Weak<Core>>,
     cdi_dirs: Vec<PathBuf>,
+    views: SpecViews,
+}
+
+/// At most this many containers' spec views are kept ([`SpecViews`]);
+/// past it the cache starts again empty.
+const MAX_SPEC_VIEWS: usize = 4096;
+
+/// What NRI shows of each container's spec, read from its bundle once and
+/// kept until its resources change, rather than read and parsed again for
+/// each of its events (PostCreate, Start, PostStart, ... each read it). A
+/// view is valid while the container's applied resources (its record's,
+/// which every update of the spec changes, under the container's lock, as
+/// every event is sent) are the ones it was read with; the Remove event
+/// drops it.
+#[derive(Default)]
+struct SpecViews(Mutex<HashMap<String, KeptView>>);
+
+/// A kept view, and the record's resources it was read with.
+type KeptView = (Vec<u8>, Arc<convert::SpecView>);
+
+impl SpecViews {
+    /// The view of container `id` whose record's resources are now
+    /// `resources`, from `read` when none is kept for them.
+    fn get(
+        &self,
+        id: &str,
+        resources: &[u8],
+        read: impl FnOnce() -> Option<convert::SpecView>,
+    ) -> Option<Arc<convert::SpecView>> {
+        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((key, view)) = lock().get(id) {
+            if key[..] == *resources {
+                return Some(view.clone());
+            }
+        }
+        let view = Arc::new(read()?);
+        let mut views = lock();
+        if views.len() >= MAX_SPEC_VIEWS {
+            views.clear();
+        }
+        views.insert(id.to_string(), (resources.to_vec(), view.clone()));
+        Some(view)
+    }
+
+    fn forget(&self, id: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
 }
 
 fn failed(e: berth_nri::Error) -> Error {
@@ -42,6 +95,7 @@ impl NriPlugins {
             nri: OnceLock::new(),
             core: OnceLock::new(),
             cdi_dirs,
+            views: SpecViews::default(),
         })
     }
 
@@ -113,9 +167,13 @@ impl NriPlugins {
         }
     }
 
-    fn spec_of(&self, id: &str) -> Option<serde_json::Value> {
-        let core = self.core.get()?.upgrade()?;
-        host::read_spec(&core, id)
+    /// What NRI shows of `container`'s spec (kept, see [`SpecViews`]).
+    fn spec_of(&self, container: &Container) -> Option<Arc<convert::SpecView>> {
+        let id = &container.meta.id;
+        self.views.get(id, &container.status().resources, || {
+            let core = self.core.get()?.upgrade()?;
+            host::read_spec(&core, id)
+        })
     }
 }
 
@@ -175,8 +233,10 @@ impl Plugins for NriPlugins {
         if !nri.wants_create() {
             return Ok(());
         }
-        let json = serde_json::to_value(&*spec).ok();
-        let c = convert::container(container, json.as_ref());
+        let view = serde_json::to_value(&*spec)
+            .ok()
+            .map(|json| convert::SpecView::of(&json));
+        let c = convert::container(container, view.as_ref());
         let result = nri
             .create_container(&convert::pod(pod), &c)
             .await
@@ -201,7 +261,7 @@ impl Plugins for NriPlugins {
         resources: &mut v1::LinuxContainerResources,
     ) -> Result<(), Error> {
         let Some(nri) = self.nri() else { return Ok(()) };
-        let c = convert::container(container, self.spec_of(&container.meta.id).as_ref());
+        let c = convert::container(container, self.spec_of(container).as_deref());
         let asked = convert::resources_from_cri(resources);
         let result = nri
             .update_container(&convert::pod(pod), &c, &asked)
@@ -237,13 +297,16 @@ impl Plugins for NriPlugins {
             ContainerEvent::Remove => Event::REMOVE_CONTAINER,
             ContainerEvent::Stop => Event::STOP_CONTAINER,
         };
+        if event == ContainerEvent::Remove {
+            self.views.forget(&container.meta.id);
+        }
         // An event nobody listens to costs nothing (not even the spec read).
         if !nri.wants(wanted) {
             return Ok(());
         }
         let (p, c) = (
             convert::pod(pod),
-            convert::container(container, self.spec_of(&container.meta.id).as_ref()),
+            convert::container(container, self.spec_of(container).as_deref()),
         );
         match event {
             ContainerEvent::PostCreate => nri.post_create_container(&p, &c).await,
@@ -260,5 +323,53 @@ impl Plugins for NriPlugins {
             }
         }
         .map_err(failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    fn view(arg: &str) -> convert::SpecView {
+        convert::SpecView {
+            args: vec![arg.to_string()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_spec_view_is_read_once_until_the_resources_change_or_it_is_forgotten() {
+        let views = SpecViews::default();
+        let reads = Cell::new(0);
+        let read = |arg: &'static str| {
+            let reads = &reads;
+            move || {
+                reads.set(reads.get() + 1);
+                Some(view(arg))
+            }
+        };
+        assert_eq!(views.get("c1", b"", read("a")).unwrap().args, ["a"]);
+        assert_eq!(views.get("c1", b"", read("b")).unwrap().args, ["a"]);
+        assert_eq!(reads.get(), 1, "kept while the resources are the same");
+        // An update changed the resources (and the spec): read again.
+        assert_eq!(views.get("c1", b"r2", read("b")).unwrap().args, ["b"]);
+        assert_eq!(reads.get(), 2);
+        views.forget("c1");
+        assert_eq!(views.get("c1", b"r2", read("c")).unwrap().args, ["c"]);
+        assert_eq!(reads.get(), 3, "forgotten at Remove");
+        // No spec (no bundle): nothing kept, asked again next time.
+        assert!(views.get("c2", b"", || None).is_none());
+        assert_eq!(views.len(), 1);
+    }
+
+    #[test]
+    fn spec_views_are_bounded() {
+        let views = SpecViews::default();
+        for i in 0..MAX_SPEC_VIEWS + 10 {
+            views.get(&format!("c{i}"), b"", || Some(view("x")));
+        }
+        assert!(views.len() <= MAX_SPEC_VIEWS);
     }
 }

@@ -6,7 +6,11 @@
 //! One file per (network, container id, interface):
 //! `<cache_dir>/<network>+<container id>+<ifname>.json`. Network names and
 //! container ids cannot contain `+`, so the name is unambiguous. Files are
-//! written atomically (temp file, fsync, rename, fsync of the directory).
+//! written atomically (temp file, rename), not fsynced, as libcni writes its
+//! own cache (containerd, CRI-O): a daemon that crashes still finds them;
+//! what a power cut could lose is only needed while the attachment lives
+//! (its netns, veth and port mappings go with the boot), and DEL works
+//! without it (the current network, no `prevResult`).
 //! The entry is written *before* the first plugin runs, so a crash in the
 //! middle of ADD still leaves what DEL needs (e.g. portmap's port mappings).
 
@@ -86,12 +90,15 @@ impl Cache {
             .join(format!("{network}+{container_id}+{if_name}.json"))
     }
 
-    /// Writes the entry atomically; returns its path.
+    /// Writes the entry atomically, not fsynced (see the module doc);
+    /// returns its path.
     pub(crate) fn write(&self, entry: &Entry) -> Result<PathBuf, Error> {
         let path = self.path(&entry.network, &entry.container_id, &entry.if_name);
         let bytes = serde_json::to_vec(entry)
             .map_err(|e| io_err("encode CNI cache entry", &path, std::io::Error::other(e)))?;
-        write_atomic(&self.dir, &path, &bytes)?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| io_err("create directory", &self.dir, e))?;
+        berth_atomic_file::write_volatile(&path, &bytes, 0o600)
+            .map_err(|e| io_err("write", &path, e))?;
         Ok(path)
     }
 

@@ -135,7 +135,7 @@ async fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args = match parse_args() {
         Ok(a) => a,

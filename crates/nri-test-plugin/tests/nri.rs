@@ -94,10 +94,28 @@ impl Env {
         wait_for(|| self.nri.plugins().len() > before).await;
     }
 
+    /// Starts a test plugin that logs nothing (as the bench's no-op plugin,
+    /// which berth launches without `--events`): for the cost measurements,
+    /// which would otherwise time the plugin's own log writes.
+    async fn silent_plugin(&mut self, idx: &str, name: &str) {
+        let before = self.nri.plugins().len();
+        let child = self.command(idx, name, "{}").spawn().unwrap();
+        self.children.push(child);
+        wait_for(|| self.nri.plugins().len() > before).await;
+    }
+
     fn spawn(&mut self, idx: &str, name: &str, script: &str) {
+        let mut command = self.command(idx, name, script);
+        let child = command.arg("--events").arg(self.log(name)).spawn().unwrap();
+        self.children.push(child);
+    }
+
+    /// The test plugin's command line, without `--events`.
+    fn command(&self, idx: &str, name: &str, script: &str) -> tokio::process::Command {
         let sp = self.dir.path().join(format!("{name}.json"));
         std::fs::write(&sp, script).unwrap();
-        let child = tokio::process::Command::new(BIN)
+        let mut command = tokio::process::Command::new(BIN);
+        command
             .args([
                 "--socket",
                 self.socket().to_str().unwrap(),
@@ -108,12 +126,8 @@ impl Env {
             ])
             .arg("--script")
             .arg(&sp)
-            .arg("--events")
-            .arg(self.log(name))
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        self.children.push(child);
+            .kill_on_drop(true);
+        command
     }
 }
 
@@ -511,7 +525,7 @@ async fn preinstalled_plugin_registers_over_fd3() {
 #[ignore = "a measurement: run it by hand"]
 async fn event_round_trip_cost() {
     let mut env = start(FakeHost::default(), None).await;
-    env.plugin("10", "noop", "{}").await;
+    env.silent_plugin("10", "noop").await;
     let pod = pod();
     for _ in 0..50 {
         env.nri.run_pod_sandbox(&pod).await.unwrap();
@@ -538,7 +552,7 @@ async fn event_round_trip_cost() {
 #[ignore = "a measurement: run it by hand"]
 async fn start_path_cost() {
     let mut env = start(FakeHost::default(), None).await;
-    env.plugin("10", "noop", "{}").await;
+    env.silent_plugin("10", "noop").await;
     let (pod, ctr) = (pod(), ctr());
     let (nri, pod, ctr) = (&env.nri, &pod, &ctr);
     let gap = || tokio::time::sleep(Duration::from_millis(5));

@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -282,6 +283,10 @@ pub struct ShimClient {
     shim_pid: u32,
     pid: u32,
     request_timeout: Duration,
+    /// Spawned with `run --detach`: the container runs already, and the
+    /// first [`ShimClient::start`] reports it without a round trip (the
+    /// shim's own Start would only echo the pid it answered with).
+    started: Option<Arc<AtomicBool>>,
 }
 
 impl ShimClient {
@@ -361,6 +366,7 @@ impl ShimClient {
                 shim_pid,
                 pid,
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
+                started: shim.run_detached.then(|| Arc::new(AtomicBool::new(false))),
             }),
             other => Err(unexpected(&id, other)),
         }
@@ -375,6 +381,7 @@ impl ShimClient {
             shim_pid: 0,
             pid: 0,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            started: None,
         };
         let state = client.state().await?;
         client.id = state.id;
@@ -422,8 +429,22 @@ impl ShimClient {
         }
     }
 
-    /// Starts the container; returns its pid.
+    /// Starts the container; returns its pid. One spawned with `run
+    /// --detach` runs already: its first start is answered here, a second
+    /// one is refused as the shim would refuse it.
     pub async fn start(&self) -> Result<u32, Error> {
+        if let Some(started) = &self.started {
+            if started.swap(true, Ordering::SeqCst) {
+                return Err(Error::Remote {
+                    id: self.id.clone(),
+                    source: protocol::RemoteError::new(
+                        protocol::ErrorKind::FailedPrecondition,
+                        format!("container {} was started already", self.id),
+                    ),
+                });
+            }
+            return Ok(self.pid);
+        }
         match self.call(&Request::Start).await? {
             Response::Started { pid } => Ok(pid),
             other => Err(unexpected(&self.id, other)),

@@ -32,6 +32,11 @@
 #              no-op NRI plugin (berth-nri-test-plugin, pre-installed,
 #              subscribed to every event) against berth without one,
 #              interleaved, with the difference (what the plugin costs)
+#   --readme   write the run's tables into README.md, between the lines
+#              `<!-- bench.sh --readme: begin -->` and `<!-- bench.sh
+#              --readme: end -->` (what is between them is replaced): the
+#              date, the command line, the machine, the table and the NRI
+#              table, as the script printed them
 #   -- ARGS    passed to `berth-bench run`, e.g. -- --iterations 50
 #
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
@@ -63,6 +68,8 @@ keep=0
 berth_only=0
 nri=1
 json=""
+readme=0
+command_line="bash hack/bench.sh $*"
 ctrd_bins=()
 berth_b=""
 extra=()
@@ -71,6 +78,7 @@ while (($#)); do
   --quick) quick=1; shift ;;
   --big-pull) big_pull=1; shift ;;
   --keep) keep=1; shift ;;
+  --readme) readme=1; shift ;;
   --berth-only) berth_only=1; shift ;;
   --no-nri) nri=0; shift ;;
   --no-build) build=0; shift ;;
@@ -411,7 +419,7 @@ args=(run "${targets[@]}"
 ((quick)) && args+=(--quick)
 log "running berth-bench (started $(date -u +%FT%TZ))"
 start=$SECONDS
-"$bench" "${args[@]}" "${extra[@]}"
+"$bench" "${args[@]}" "${extra[@]}" | tee "$work/table.md"
 log "done in $((SECONDS - start)) s; JSON: $json"
 
 if ((nri)); then
@@ -442,6 +450,32 @@ if ((nri)); then
     --json "$nri_json")
   ((quick)) && nri_args+=(--quick)
   log "running berth-bench: NRI (berth-nri against berth)"
-  "$bench" "${nri_args[@]}" "${extra[@]}"
+  "$bench" "${nri_args[@]}" "${extra[@]}" | tee "$work/nri-table.md"
   log "NRI JSON: $nri_json"
+fi
+
+# The tables into README.md, between its markers (--readme).
+if ((readme)); then
+  begin='<!-- bench.sh --readme: begin -->'
+  end='<!-- bench.sh --readme: end -->'
+  grep -qxF "$begin" README.md && grep -qxF "$end" README.md ||
+    die "--readme: README.md has no $begin ... $end lines"
+  {
+    echo "Written by \`hack/bench.sh --readme\` on $(date -u '+%Y-%m-%d %H:%M UTC'), in $(( (SECONDS - start) / 60 )) min:"
+    echo "\`${command_line}\`"
+    echo
+    cat "$work/table.md"
+    if [[ -s $work/nri-table.md ]]; then
+      echo
+      echo "NRI: the life cycle with one no-op plugin (berth-nri) against none (berth), interleaved:"
+      echo
+      cat "$work/nri-table.md"
+    fi
+  } >"$work/readme-part.md"
+  awk -v begin="$begin" -v end="$end" -v part="$work/readme-part.md" '
+    $0 == begin { print; while ((getline line < part) > 0) print line; skip = 1; next }
+    $0 == end { skip = 0 }
+    !skip { print }' README.md >"$work/README.md"
+  cat "$work/README.md" >README.md
+  log "README.md: the tables written between its bench.sh markers"
 fi

@@ -6,7 +6,14 @@
 //!
 //! The bundle's process is berth's pause program (the shim crate writes its
 //! rootfs), in a cgroup under the benchmark's parent, with runc's default
-//! namespaces: what a pause or a small container costs runc.
+//! namespaces: what a pause or a small container costs runc. runc is given
+//! a pid file, as every runtime's shim gives it (the container's pid is
+//! how a runtime knows it).
+//!
+//! With the life-cycle group, the floor is measured round by round between
+//! the runtimes' life cycles ([`FloorRounds`], one of the rotation's
+//! slots), so that both see the machine in the same state; alone
+//! (`--only floor`, `berth-bench floor`), in rounds of its own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,6 +25,7 @@ use serde_json::{json, Value};
 use crate::report::{millis, percentile, Report};
 
 /// Where the floor runs: the network config, the plugins, runc.
+#[derive(Debug, Clone)]
 pub struct Floor {
     /// A CNI conflist like the runtimes' own (its own bridge and subnet).
     pub conflist: PathBuf,
@@ -191,29 +199,12 @@ impl Floor {
     }
 
     /// `iterations` rounds of each, after one untimed; the medians.
-    pub fn measure(&self, iterations: usize) -> Result<FloorFigures> {
-        let dir = tempfile::Builder::new()
-            .prefix("berth-bench-floor-")
-            .tempdir()?;
-        let root = dir.path().join("runc");
-        let mut samples: [Vec<Duration>; 6] = Default::default();
+    pub fn measure(self, iterations: usize) -> Result<FloorFigures> {
+        let mut rounds = FloorRounds::new(self)?;
         for i in 0..=iterations {
-            let d = self.round(dir.path(), &root, i)?;
-            if i > 0 {
-                for (k, v) in d.iter().enumerate() {
-                    samples[k].push(*v);
-                }
-            }
+            rounds.round(i, i > 0)?;
         }
-        let m = |k: usize| percentile(&millis(&samples[k]), 50.0).unwrap_or(0.0);
-        Ok(FloorFigures {
-            cni_add: m(0),
-            cni_del: m(1),
-            runc_create: m(2),
-            runc_start: m(3),
-            runc_run_detached: m(4),
-            runc_delete: m(5),
-        })
+        Ok(rounds.figures())
     }
 
     /// One round: ADD/DEL in a fresh netns, create/start/delete of one
@@ -244,10 +235,16 @@ impl Floor {
         let b = format!("{id}-b");
         let bundle_a = self.bundle(dir, &a)?;
         let bundle_b = self.bundle(dir, &b)?;
+        let (pid_a, pid_b) = (dir.join(format!("{a}.pid")), dir.join(format!("{b}.pid")));
+        let (pid_a, pid_b) = (pid_a.to_string_lossy(), pid_b.to_string_lossy());
         let containers = (|| {
-            d[2] = self.runc(root, &["create", &a], Some(&bundle_a))?;
+            d[2] = self.runc(root, &["create", "--pid-file", &pid_a, &a], Some(&bundle_a))?;
             d[3] = self.runc(root, &["start", &a], None)?;
-            d[4] = self.runc(root, &["run", "--detach", &b], Some(&bundle_b))?;
+            d[4] = self.runc(
+                root,
+                &["run", "--detach", "--pid-file", &pid_b, &b],
+                Some(&bundle_b),
+            )?;
             d[5] = self.runc(root, &["delete", "--force", &a], None)?;
             anyhow::Ok(())
         })();
@@ -256,8 +253,57 @@ impl Floor {
         }
         let _ = std::fs::remove_dir_all(&bundle_a);
         let _ = std::fs::remove_dir_all(&bundle_b);
+        for pid_file in [&*pid_a, &*pid_b] {
+            let _ = std::fs::remove_file(pid_file);
+        }
         containers?;
         Ok(d)
+    }
+}
+
+/// The floor measured a round at a time (between other work): its
+/// scratch dir and the samples of the rounds kept.
+pub struct FloorRounds {
+    floor: Floor,
+    dir: tempfile::TempDir,
+    samples: [Vec<Duration>; 6],
+}
+
+impl FloorRounds {
+    pub fn new(floor: Floor) -> Result<FloorRounds> {
+        let dir = tempfile::Builder::new()
+            .prefix("berth-bench-floor-")
+            .tempdir()?;
+        Ok(FloorRounds {
+            floor,
+            dir,
+            samples: Default::default(),
+        })
+    }
+
+    /// Round `i` (blocking); its times are kept if `keep` (not a warm-up).
+    pub fn round(&mut self, i: usize, keep: bool) -> Result<()> {
+        let root = self.dir.path().join("runc");
+        let d = self.floor.round(self.dir.path(), &root, i)?;
+        if keep {
+            for (k, v) in d.iter().enumerate() {
+                self.samples[k].push(*v);
+            }
+        }
+        Ok(())
+    }
+
+    /// The medians of the rounds kept.
+    pub fn figures(&self) -> FloorFigures {
+        let m = |k: usize| percentile(&millis(&self.samples[k]), 50.0).unwrap_or(0.0);
+        FloorFigures {
+            cni_add: m(0),
+            cni_del: m(1),
+            runc_create: m(2),
+            runc_start: m(3),
+            runc_run_detached: m(4),
+            runc_delete: m(5),
+        }
     }
 }
 

@@ -399,25 +399,43 @@ async fn run(mut a: RunArgs) -> Result<()> {
     }
 
     eprintln!("berth-bench: {settings:?}");
+    let floor = a.floor_cni.as_ref().map(|conflist| floor::Floor {
+        conflist: conflist.clone(),
+        cni_bin: a.cni_bin.clone(),
+        runc: a.runc.clone(),
+        cgroup_parent: format!("{}-floor", a.cgroup_parent),
+    });
+    // With the life cycles, the floor's rounds are interleaved with theirs.
+    let mut floor_rounds = None;
     if a.runs("lifecycle") {
-        workload.lifecycle(&targets, &settings, &mut report).await;
+        let rounds = match floor.clone().map(floor::FloorRounds::new).transpose() {
+            Ok(rounds) => rounds,
+            Err(e) => {
+                report.error("floor", "its scratch dir", &e);
+                None
+            }
+        };
+        if rounds.is_some() {
+            eprintln!("floor: a round between the life cycles of each round");
+        }
+        floor_rounds = workload
+            .lifecycle(&targets, &settings, &mut report, rounds)
+            .await;
     }
     if a.runs("status") {
         workload.status(&targets, &settings, &mut report).await;
     }
-    if let Some(conflist) = &a.floor_cni {
-        let floor = floor::Floor {
-            conflist: conflist.clone(),
-            cni_bin: a.cni_bin.clone(),
-            runc: a.runc.clone(),
-            cgroup_parent: format!("{}-floor", a.cgroup_parent),
-        };
-        let iterations = settings.iterations;
-        eprintln!("floor: {iterations} rounds");
-        match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
-            Ok(figures) => floor::report(&mut report, &figures, &a.pauseless),
-            Err(e) => report.error("floor", "measuring", &e),
+    match (floor_rounds, floor) {
+        (Some(rounds), _) => floor::report(&mut report, &rounds.figures(), &a.pauseless),
+        (None, Some(floor)) if !a.runs("lifecycle") => {
+            let iterations = settings.iterations;
+            eprintln!("floor: {iterations} rounds");
+            match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
+                Ok(figures) => floor::report(&mut report, &figures, &a.pauseless),
+                Err(e) => report.error("floor", "measuring", &e),
+            }
         }
+        _ => {}
     }
     if a.runs("concurrency") {
         workload.concurrency(&targets, &settings, &mut report).await;

@@ -9,6 +9,7 @@ use anyhow::{anyhow, Result};
 use cri_api::v1;
 
 use super::{order, remove_pod, stat_ms, Settings, Workload, STOP_TIMEOUT_SECS};
+use crate::floor::FloorRounds;
 use crate::report::{series_by_label, Report};
 use crate::target::Target;
 
@@ -72,14 +73,27 @@ impl Workload {
     }
 
     /// Life-cycle latency of every step, median and p99, and of the whole.
-    pub async fn lifecycle(&self, targets: &[Target], s: &Settings, report: &mut Report) {
+    /// With `floor`, a round of it is one more slot of each round's
+    /// rotation (so the floor sees the machine as the runtimes do); it is
+    /// given back with its rounds, or `None` once a round failed.
+    pub async fn lifecycle(
+        &self,
+        targets: &[Target],
+        s: &Settings,
+        report: &mut Report,
+        mut floor: Option<FloorRounds>,
+    ) -> Option<FloorRounds> {
         let n = targets.len();
         let mut samples = vec![vec![Vec::new(); LIFECYCLE_STEPS.len()]; n];
         let mut totals = vec![Vec::new(); n];
         let mut failures = vec![0usize; n];
         let before = self.scrape_all(targets).await;
         for i in 0..s.warmup + s.iterations {
-            for ti in order(i, n) {
+            for ti in order(i, n + usize::from(floor.is_some())) {
+                if ti == n {
+                    floor = floor_round(floor.take(), i, i >= s.warmup, report).await;
+                    continue;
+                }
                 let t = &targets[ti];
                 match self.lifecycle_once(t, &format!("lc-{i}")).await {
                     Ok(d) if i >= s.warmup => {
@@ -144,6 +158,30 @@ impl Workload {
                     s.warmup + s.iterations
                 ));
             }
+        }
+        floor
+    }
+}
+
+/// Round `i` of the floor on a blocking thread (kept if `keep`); the floor
+/// back, or `None` (the failure reported) if the round failed.
+async fn floor_round(
+    floor: Option<FloorRounds>,
+    i: usize,
+    keep: bool,
+    report: &mut Report,
+) -> Option<FloorRounds> {
+    let mut floor = floor?;
+    let done = tokio::task::spawn_blocking(move || floor.round(i, keep).map(|()| floor)).await;
+    match done {
+        Ok(Ok(floor)) => Some(floor),
+        Ok(Err(e)) => {
+            report.error("floor", &format!("round {i}"), &e);
+            None
+        }
+        Err(e) => {
+            report.error("floor", &format!("round {i}"), &e.into());
+            None
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::cri::{container_status, pull, remove_pod, start};
+use common::faults::entries;
 use common::pods::{daemon, pod_config, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
@@ -303,9 +304,7 @@ async fn bad_container_requests() {
         "root/containers",
         "root/records/containers",
     ] {
-        let n = std::fs::read_dir(daemon.sandbox.path(dir))
-            .map(|d| d.count())
-            .unwrap_or(0);
+        let n = entries(&daemon.sandbox.path(dir)).len();
         assert_eq!(n, 0, "{dir} not empty after a failed create");
     }
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -356,9 +355,7 @@ async fn bad_container_requests() {
     remove_pod(&daemon, &pod).await;
     let left = cri.list_containers(None).await.unwrap();
     assert!(left.is_empty());
-    let n = std::fs::read_dir(daemon.sandbox.path("state/containers"))
-        .map(|d| d.count())
-        .unwrap_or(0);
+    let n = entries(&daemon.sandbox.path("state/containers")).len();
     assert_eq!(n, 0, "container bundles left");
 }
 

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::cri::{container, exec, pull, remove_pod, run_container};
+use common::faults::entries;
 use common::pods::{daemon, pod_config, pod_config_with_pause, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
@@ -159,7 +160,7 @@ async fn a_pod_without_a_pause_shares_its_namespaces_and_leaves_nothing() {
     remove_pod(&daemon, &pod).await;
     assert!(!uts.exists() && !ipc.exists(), "pins left");
     let dir = daemon.sandbox.path("state/podns");
-    assert_eq!(std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(entries(&dir), Vec::<String>::new());
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mountinfo.contains(&pod), "a mount of the pod is left");
 }
@@ -220,7 +221,7 @@ async fn pins_lost_while_berth_was_down_make_the_pod_not_ready() {
     remove_pod(&daemon, &pod).await;
     remove_pod(&daemon, &kept).await;
     let dir = daemon.sandbox.path("state/podns");
-    assert_eq!(std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(entries(&dir), Vec::<String>::new());
 }
 
 #[tokio::test]

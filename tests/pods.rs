@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::cri::remove_pod;
+use common::faults::entries;
 use common::pods::{daemon, pod_config, TestNet};
 use common::Daemon;
 use cri_api::v1;
@@ -149,7 +150,7 @@ async fn pod_gets_an_ip_and_is_reachable_then_leaves_nothing_behind() {
     assert!(!mountinfo.contains(&b), "a mount of the sandbox is left");
     for leftover in ["state/netns", "state/sandboxes", "state/podns"] {
         let dir = daemon.sandbox.path(leftover);
-        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        let n = entries(&dir).len();
         assert_eq!(n, 0, "{} is not empty", dir.display());
     }
     assert!(
@@ -342,7 +343,7 @@ async fn cni_failure_leaves_nothing_and_frees_the_name() {
         "root/sandboxes",
     ] {
         let dir = daemon.sandbox.path(leftover);
-        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        let n = entries(&dir).len();
         assert_eq!(n, 0, "{} is not empty", dir.display());
     }
     let leases: Vec<_> = std::fs::read_dir(format!("/var/lib/cni/networks/{}", net.name))

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::cri::{exec, pull, remove_pod, start};
+use common::faults::entries;
 use common::pods::{pod_config, TestNet};
 use common::{registry, Daemon, Sandbox};
 use cri_api::v1;
@@ -144,10 +145,8 @@ fn leftovers(daemon: &Daemon) -> Vec<String> {
         daemon.sandbox.path("root/sandboxes"),
         daemon.sandbox.path("root/containers"),
     ] {
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                left.push(e.path().display().to_string());
-            }
+        for name in entries(&dir) {
+            left.push(dir.join(name).display().to_string());
         }
     }
     left
@@ -456,9 +455,7 @@ async fn bad_userns_requests_are_invalid_and_leave_nothing() {
             .expect_err(what);
         assert_eq!(e.code(), Code::InvalidArgument, "{what}: {e:?}");
     }
-    let containers = std::fs::read_dir(daemon.sandbox.path("state/containers"))
-        .map(|d| d.count())
-        .unwrap_or(0);
+    let containers = entries(&daemon.sandbox.path("state/containers")).len();
     assert_eq!(containers, 0, "a refused container left its bundle");
     assert!(mounts_under(&daemon.sandbox.path("state/userns/c")).is_empty());
     remove_pod(&daemon, &p).await;

@@ -133,19 +133,6 @@ impl ContainerDirs {
         }
         unmount_all(&self.rootfs())
     }
-
-    /// Unmounts and removes everything; absent is fine.
-    pub fn remove(&self) -> io::Result<()> {
-        self.unmount()?;
-        for dir in [&self.bundle, &self.root] {
-            match std::fs::remove_dir_all(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io::Error::other(format!("removing {}: {e}", dir.display()))),
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Unmounts every mount stacked on `path`; not mounted is fine.

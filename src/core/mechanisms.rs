@@ -156,7 +156,9 @@ pub trait ContainerMounts: Send + Sync {
     /// Unmounts the rootfs and image volumes (and the rootfs's bind for a
     /// userns pod); not mounted is fine.
     async fn unmount_rootfs(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
-    /// Unmounts and removes the container's dirs; absent is fine.
+    /// Unmounts and removes the container's dirs; absent is fine. They are
+    /// gone from their paths when this returns (their contents may be
+    /// freed after).
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error>;
     /// Whether something is mounted on `path`.
     fn is_mounted(&self, path: &Path) -> bool;
@@ -193,7 +195,9 @@ pub trait Files: Send + Sync {
     async fn read_spec(&self, id: &str, path: &Path) -> Result<Spec, Error>;
     /// Makes directories (volumes, the log dir).
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error>;
-    /// Removes a directory tree; absent is fine.
+    /// Removes a directory tree (unmounting what is below it first); absent
+    /// is fine. It is gone from its path when this returns (its contents
+    /// may be freed after).
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error>;
     /// Whether `path` exists.
     fn exists(&self, path: &Path) -> bool;

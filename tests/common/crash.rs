@@ -61,9 +61,7 @@ impl Daemon {
             "root/records/containers",
         ] {
             let path = self.sandbox.path(dir);
-            let left: Vec<_> = std::fs::read_dir(&path)
-                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
-                .unwrap_or_default();
+            let left = super::faults::entries(&path);
             assert!(left.is_empty(), "{} still holds {left:?}", path.display());
         }
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -598,15 +598,29 @@ pub fn assert_blobs_whole(daemon: &Daemon) {
     }
 }
 
-/// The names in a dir (empty when missing).
+/// The names in a dir (empty when missing), once the trees berth moved
+/// aside to remove after a call answered (`.removing-*`) are gone (up to
+/// 10 s: then they are listed, as leftovers).
 pub fn entries(path: &Path) -> Vec<String> {
-    std::fs::read_dir(path)
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    let list = || -> Vec<String> {
+        std::fs::read_dir(path)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let names = list();
+        if !names.iter().any(|n| n.starts_with(".removing-"))
+            || std::time::Instant::now() >= deadline
+        {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A small deterministic random source (seeded: failures reproduce).

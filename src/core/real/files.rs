@@ -125,9 +125,11 @@ impl Files for Host {
     /// Unmounts whatever is mounted below `path` first (a userns tree holds
     /// binds of pod files and host paths): a removal never recurses into
     /// a mount.
+    /// Moved aside here, emptied after the call answers
+    /// ([`super::trash`]).
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
         let (id, path) = (id.to_string(), path.to_path_buf());
-        blocking(move || remove_mounted_tree(&id, &path)).await
+        blocking(move || super::trash::discard(&id, &path, remove_mounted_tree)).await
     }
 
     fn exists(&self, path: &Path) -> bool {

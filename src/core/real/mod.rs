@@ -9,6 +9,7 @@ mod images;
 mod mounts;
 mod net;
 mod shims;
+mod trash;
 
 use tonic::async_trait;
 

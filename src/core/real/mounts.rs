@@ -270,12 +270,18 @@ impl ContainerMounts for Host {
         .await
     }
 
+    /// Unmounted here; the two trees are moved aside and emptied after
+    /// the call answers ([`super::trash`]).
     async fn remove_container_files(&self, id: &str, dirs: &ContainerDirs) -> Result<(), Error> {
         let (id, dirs) = (id.to_string(), dirs.clone());
         blocking(move || {
             remove_userns_tree(&id, &dirs)?;
-            dirs.remove()
-                .map_err(Error::io(&id, "removing the files of", &dirs.root))
+            dirs.unmount()
+                .map_err(Error::io(&id, "unmounting", dirs.rootfs()))?;
+            for dir in [&dirs.bundle, &dirs.root] {
+                super::trash::discard(&id, dir, remove_mounted_tree)?;
+            }
+            Ok(())
         })
         .await
     }

@@ -321,4 +321,98 @@ mod tests {
         assert_eq!(without.image_id, IMAGE_ID);
         assert_eq!(without.log_path, "/logs/c.log");
     }
+
+    /// A kubelet-like container: labels, annotations and mounts as kubelet
+    /// sends them.
+    fn kubelet_meta() -> ContainerMeta {
+        let map = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let config = v1::ContainerConfig {
+            metadata: Some(v1::ContainerMetadata {
+                name: "app".into(),
+                attempt: 0,
+            }),
+            image: Some(v1::ImageSpec {
+                image: IMAGE_ID.into(),
+                user_specified_image: "registry.example/app:1.2.3".into(),
+                ..Default::default()
+            }),
+            labels: map(&[
+                ("io.kubernetes.container.name", "app"),
+                ("io.kubernetes.pod.name", "web-7d9c5b6f4-x2k8p"),
+                ("io.kubernetes.pod.namespace", "default"),
+                ("io.kubernetes.pod.uid", "0f5c7a3e-8d1b-4b2a-9c6e-2f7d3a1b5c9e"),
+            ]),
+            annotations: map(&[
+                ("io.kubernetes.container.hash", "5e1c2a3b"),
+                ("io.kubernetes.container.restartCount", "0"),
+                ("io.kubernetes.container.terminationMessagePath", "/dev/termination-log"),
+                ("io.kubernetes.container.terminationMessagePolicy", "File"),
+                ("io.kubernetes.pod.terminationGracePeriod", "30"),
+            ]),
+            mounts: (0..4)
+                .map(|i| v1::Mount {
+                    container_path: format!("/var/run/secrets/kubernetes.io/serviceaccount{i}"),
+                    host_path: format!("/var/lib/kubelet/pods/0f5c7a3e/volumes/kubernetes.io~projected/kube-api-access-{i}"),
+                    readonly: true,
+                    ..Default::default()
+                })
+                .collect(),
+            linux: Some(v1::LinuxContainerConfig {
+                resources: Some(v1::LinuxContainerResources {
+                    cpu_shares: 102,
+                    cpu_period: 100000,
+                    memory_limit_in_bytes: 128 << 20,
+                    oom_score_adj: 999,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ContainerMeta {
+            config: config.encode_to_vec(),
+            ..meta()
+        }
+    }
+
+    /// What building a ContainerStatus costs (the handler's work, before
+    /// tonic encodes it), and encoding it: run by hand, it prints figures.
+    /// `cargo test --release --bin berth encode::tests::container_status_cost -- --ignored --nocapture`
+    #[test]
+    #[ignore = "a measurement, run by hand"]
+    fn container_status_cost() {
+        let meta = kubelet_meta();
+        let status = ContainerStatus {
+            state: ContainerState::Running,
+            pid: Some(4242),
+            started_at: 1,
+            ..Default::default()
+        };
+        const N: u32 = 200_000;
+        let time = |what: &str, f: &mut dyn FnMut() -> usize| {
+            let mut sink = 0;
+            for _ in 0..N / 10 {
+                sink += f();
+            }
+            let started = std::time::Instant::now();
+            for _ in 0..N {
+                sink += f();
+            }
+            let ns = started.elapsed().as_nanos() as f64 / f64::from(N);
+            println!("{what}: {ns:.0} ns per call ({sink})");
+        };
+        time("container_status", &mut || {
+            container_status(&meta, &status, Some(DIGEST.into()))
+                .mounts
+                .len()
+        });
+        let built = container_status(&meta, &status, Some(DIGEST.into()));
+        time("its encoding", &mut || built.encode_to_vec().len());
+        time("cri_signal", &mut || berth_spec::cri_signal(15) as usize);
+    }
 }

@@ -142,12 +142,45 @@ impl Fake {
             layers: Vec::new(),
             manifests: Vec::new(),
             generation: 0,
+            artifact: None,
         };
-        self.images
-            .lock()
-            .unwrap()
-            .insert(name.to_string(), image.clone());
-        self.images.lock().unwrap().insert(id.to_string(), image);
+        self.put_image(name, image);
+    }
+
+    /// An OCI artifact `name` (id `id`), as the store records one: one
+    /// snapshot of files.
+    pub fn add_artifact(&self, name: &str, id: &str) {
+        let image = berth_oci_image::Image {
+            id: id.into(),
+            repo_tags: vec![format!("docker.io/library/{name}:latest")],
+            repo_digests: Vec::new(),
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: Default::default(),
+            layers: vec![berth_oci_image::Layer {
+                digest: "sha256:blob".into(),
+                media_type: "application/octet-stream".into(),
+                size: 1,
+                diff_id: "sha256:blob".into(),
+                chain_id: format!("{id}-files"),
+                file: Some("model.bin".into()),
+            }],
+            manifests: vec![id.into()],
+            generation: 0,
+            artifact: Some(berth_oci_image::Artifact {
+                artifact_type: "application/vnd.lab.model.v1".into(),
+                config: "sha256:config".into(),
+            }),
+        };
+        self.put_image(name, image);
+    }
+
+    fn put_image(&self, name: &str, image: berth_oci_image::Image) {
+        let mut images = self.images.lock().unwrap();
+        images.insert(name.to_string(), image.clone());
+        images.insert(image.id.clone(), image);
     }
 
     /// Makes every later call of `step` fail.

@@ -126,3 +126,26 @@ async fn an_artifact_volume_records_its_snapshot_and_is_mounted_once_for_two_mou
     );
     assert_eq!(r.fake.count("files.mount_image_volume"), 1);
 }
+
+#[tokio::test]
+async fn removing_a_container_whose_volume_image_is_gone_collects_its_snapshots() {
+    let r = rig();
+    r.fake.add_artifact("model", "sha256:aaaa");
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let keep = r
+        .core
+        .create_container(with_volume(&pod_id, "model", "", true))
+        .await
+        .unwrap();
+    let mut req = with_volume(&pod_id, "model", "", true);
+    req.config.metadata.as_mut().unwrap().name = "other".into();
+    let gone = r.core.create_container(req).await.unwrap();
+    // Its image stays: no collection for a container whose images all are.
+    r.core.remove_container(&keep).await.unwrap();
+    assert_eq!(r.fake.count("images.gc"), 0);
+    // RemoveImage of the volume's artifact while the container lives.
+    r.fake.images.lock().unwrap().clear();
+    r.fake.add_image("busybox", "sha256:1111");
+    r.core.remove_container(&gone).await.unwrap();
+    assert_eq!(r.fake.count("images.gc"), 1);
+}

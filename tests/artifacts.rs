@@ -83,25 +83,6 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
-/// The verbose ImageStatus `info` of `image`.
-async fn verbose_info(daemon: &Daemon, image: &str) -> serde_json::Value {
-    let resp = daemon
-        .cri()
-        .await
-        .images()
-        .image_status(v1::ImageStatusRequest {
-            image: Some(v1::ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            verbose: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    serde_json::from_str(&resp.info["info"]).unwrap()
-}
-
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn an_artifact_volume_is_read_only_and_survives_a_restart_and_a_remove_image() {
@@ -127,7 +108,7 @@ async fn an_artifact_volume_is_read_only_and_survives_a_restart_and_a_remove_ima
     let status = cri.image_status(&model).await.unwrap().expect("an image");
     assert_eq!(status.id, digest);
     assert!(status.repo_tags.contains(&model));
-    let info = verbose_info(&daemon, &model).await;
+    let info = cri.image_info(&model).await.unwrap();
     assert_eq!(info["artifactType"], MODEL_TYPE, "{info}");
     let model_snapshots: Vec<String> = info["chainIDs"]
         .as_array()

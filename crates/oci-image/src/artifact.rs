@@ -12,15 +12,15 @@
 //! whole. Like every snapshot it is made under a temp name, synced, and
 //! renamed into place only when whole.
 
-use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::content::{self, Paths, Usage, TMP_PREFIX};
+use crate::content::{self, Paths, Usage};
 use crate::error::Error;
 use crate::image::Layer;
+use crate::layer;
 use crate::parse;
 use crate::store::{join_err, Inner};
 
@@ -56,12 +56,9 @@ pub(crate) fn make_files_snapshot(
         let path = path.to_path_buf();
         move |e| Error::io(op, path, e)
     };
-    let tmp_dir = tempfile::Builder::new()
-        .prefix(TMP_PREFIX)
-        .tempdir_in(&paths.snapshots)
-        .map_err(io_err("create temp snapshot in", &paths.snapshots))?;
-    let fs = tmp_dir.path().join("fs");
-    make_dir(&fs).map_err(io_err("create", &fs))?;
+    let (tmp_dir, fs) = layer::new_snapshot(paths)?;
+    std::fs::set_permissions(&fs, std::fs::Permissions::from_mode(DIR_MODE))
+        .map_err(io_err("chmod", &fs))?;
     let mut linked = 0u64;
     for (path, digest) in files {
         parse::check_file_path(path)
@@ -99,18 +96,7 @@ pub(crate) fn make_files_snapshot(
     }
     let mut usage = content::measure(&fs).map_err(io_err("measure", &fs))?;
     usage.bytes = usage.bytes.saturating_sub(linked);
-    let usage_file = tmp_dir.path().join("usage.json");
-    std::fs::write(&usage_file, serde_json::to_vec(&usage).unwrap_or_default())
-        .map_err(io_err("write", &usage_file))?;
-    let dir = File::open(tmp_dir.path()).map_err(io_err("open", tmp_dir.path()))?;
-    nix::unistd::syncfs(&dir).map_err(|e| Error::io("syncfs", tmp_dir.path(), e.into()))?;
-    let dest = paths.snapshot(key);
-    let tmp_path = tmp_dir.keep();
-    if let Err(e) = std::fs::rename(&tmp_path, &dest) {
-        let _ = std::fs::remove_dir_all(&tmp_path);
-        return Err(Error::io("rename snapshot to", dest, e));
-    }
-    content::sync_dir(&paths.snapshots).map_err(io_err("fsync", &paths.snapshots))?;
+    layer::commit_snapshot(paths, tmp_dir, key, usage)?;
     Ok(usage)
 }
 

@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -328,12 +328,7 @@ pub(crate) fn run_limited(
         debug_assert!(store_blob, "an artifact's file is its blob");
         return store_file(job, src, paths, progress, limits).map(|()| Usage::default());
     }
-    let tmp_dir = tempfile::Builder::new()
-        .prefix(TMP_PREFIX)
-        .tempdir_in(&paths.snapshots)
-        .map_err(io_err("create temp snapshot in", &paths.snapshots))?;
-    let fs_dir = tmp_dir.path().join("fs");
-    std::fs::create_dir(&fs_dir).map_err(io_err("create", &fs_dir))?;
+    let (tmp_dir, fs_dir) = new_snapshot(paths)?;
     let mut tmp_blob = if store_blob {
         Some(
             tempfile::Builder::new()
@@ -367,21 +362,43 @@ pub(crate) fn run_limited(
         content::persist(tmp, &dest).map_err(io_err("store blob", &dest))?;
     }
     let usage = content::measure(&fs_dir).map_err(io_err("measure", &fs_dir))?;
+    commit_snapshot(paths, tmp_dir, &job.chain_id, usage)?;
+    Ok(usage)
+}
+
+/// A snapshot being made: its temp dir under `snapshots/` (removed when
+/// dropped) and its empty `fs` dir in it.
+pub(crate) fn new_snapshot(paths: &Paths) -> Result<(tempfile::TempDir, PathBuf), Error> {
+    let tmp_dir = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempdir_in(&paths.snapshots)
+        .map_err(|e| Error::io("create temp snapshot in", &paths.snapshots, e))?;
+    let fs_dir = tmp_dir.path().join("fs");
+    std::fs::create_dir(&fs_dir).map_err(|e| Error::io("create", &fs_dir, e))?;
+    Ok((tmp_dir, fs_dir))
+}
+
+/// Gives the whole snapshot in `tmp_dir` ([`new_snapshot`]) its name
+/// `chain_id`, with its `usage`: durable before it gets its name (one
+/// syncfs instead of an fsync per file), the rename synced too.
+pub(crate) fn commit_snapshot(
+    paths: &Paths,
+    tmp_dir: tempfile::TempDir,
+    chain_id: &str,
+    usage: Usage,
+) -> Result<(), Error> {
     let usage_file = tmp_dir.path().join("usage.json");
     std::fs::write(&usage_file, serde_json::to_vec(&usage).unwrap_or_default())
-        .map_err(io_err("write", &usage_file))?;
-    // One syncfs instead of an fsync per file: the snapshot is durable before
-    // it gets its name.
-    let dir = File::open(tmp_dir.path()).map_err(io_err("open", tmp_dir.path()))?;
+        .map_err(|e| Error::io("write", &usage_file, e))?;
+    let dir = File::open(tmp_dir.path()).map_err(|e| Error::io("open", tmp_dir.path(), e))?;
     nix::unistd::syncfs(&dir).map_err(|e| Error::io("syncfs", tmp_dir.path(), e.into()))?;
-    let dest = paths.snapshot(&job.chain_id);
+    let dest = paths.snapshot(chain_id);
     let tmp_path = tmp_dir.keep();
     if let Err(e) = std::fs::rename(&tmp_path, &dest) {
         let _ = std::fs::remove_dir_all(&tmp_path);
         return Err(Error::io("rename snapshot to", dest, e));
     }
-    content::sync_dir(&paths.snapshots).map_err(io_err("fsync", &paths.snapshots))?;
-    Ok(usage)
+    content::sync_dir(&paths.snapshots).map_err(|e| Error::io("fsync", &paths.snapshots, e))
 }
 
 /// Refuses a layer whose manifest size is beyond `max_layer_bytes`, before

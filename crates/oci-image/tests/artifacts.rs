@@ -22,15 +22,7 @@ const GZ: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 /// 1 MiB that no compressor shrinks (a stand-in for a model's weights).
 fn weights() -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..1 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    support::noise(31, 1 << 20)
 }
 
 async fn store(dir: &Path, cfg: RegistryConfig) -> ImageStore {

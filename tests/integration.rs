@@ -8,6 +8,7 @@
 #[macro_use]
 mod common;
 
+mod artifacts;
 mod config_import;
 mod containers;
 mod daemon;

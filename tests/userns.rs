@@ -584,6 +584,62 @@ async fn image_volumes_of_a_userns_pod_are_reachable_and_root_owned() {
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 }
 
+/// An OCI artifact's files in a userns pod: idmapped, so root's files are
+/// root's inside (not `nobody`'s), read byte for byte, not writable.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn an_artifact_volume_of_a_userns_pod_is_idmapped() {
+    use common::artifacts::{artifact_mount, model, VOCAB};
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &registry().busybox()).await;
+    let (model, _) = model();
+    pull(&daemon, &model).await;
+    let pod = userns_pod("artifact", pod_userns(100000));
+    let p = cri.run_pod(&pod).await.unwrap();
+    let mounts = vec![
+        artifact_mount("/models", &model, ""),
+        artifact_mount("/tok", &model, "tok"),
+    ];
+    let c = cri
+        .create_container(&p, &pod, sleeper("c", &pod, mounts))
+        .await
+        .expect("CreateContainer with an artifact volume");
+    start(&daemon, &c).await;
+    assert_eq!(
+        out(
+            &daemon,
+            &c,
+            &["stat", "-c", "%u:%g %a", "/models/model.bin"]
+        )
+        .await,
+        "0:0 444\n"
+    );
+    let weights = common::artifacts::digest(&common::artifacts::weights(256 << 10));
+    let sum = out(&daemon, &c, &["sha256sum", "/models/model.bin"]).await;
+    assert_eq!(&sum[..64], &weights["sha256:".len()..]);
+    for file in ["/models/tok/vocab.txt", "/tok/vocab.txt"] {
+        assert_eq!(out(&daemon, &c, &["cat", file]).await.as_bytes(), VOCAB);
+    }
+    assert_eq!(
+        out(&daemon, &c, &["cat", "/models/data/a.txt"]).await,
+        "from a tar\n"
+    );
+    let w = cri
+        .exec_sync(&c, &["touch", "/models/x"], 10)
+        .await
+        .unwrap();
+    assert_ne!(w.exit_code, 0, "the artifact volume is writable");
+    assert!(
+        String::from_utf8_lossy(&w.stderr).contains("Read-only file system"),
+        "{w:?}"
+    );
+    remove_pod(&daemon, &p).await;
+    assert_eq!(leftovers(&daemon), Vec::<String>::new());
+}
+
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn attach_and_port_forward_reach_a_userns_pod() {

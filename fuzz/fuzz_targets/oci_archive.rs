@@ -38,6 +38,7 @@ fn rig() -> &'static Rig {
         cfg.unpack = UnpackLimits {
             max_layer_bytes: 4 << 20,
             max_entries: 512,
+            max_layers: 16,
             max_entry_header_bytes: 64 << 10,
             min_free_bytes: 0,
         };

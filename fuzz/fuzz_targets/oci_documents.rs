@@ -28,7 +28,7 @@ fn manifest(bytes: &[u8]) -> Option<Vec<Descriptor>> {
             }
             None
         }
-        ManifestKind::Image { config, layers } => {
+        ManifestKind::Image { config, layers, .. } => {
             let _ = parse::size(&config);
             Some(layers)
         }

@@ -32,6 +32,7 @@ use tarfix::fix_checksums;
 const LIMITS: UnpackLimits = UnpackLimits {
     max_layer_bytes: 4 << 20,
     max_entries: 512,
+    max_layers: 16,
     // The least `UnpackLimits::validate` accepts.
     max_entry_header_bytes: 64 << 10,
     min_free_bytes: 1 << 30,

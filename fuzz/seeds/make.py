@@ -255,3 +255,49 @@ write("oci_archive", "docker", b"\0" + tar([
     info("layer/", tarfile.DIRTYPE, mode=0o755),
     file("layer/layer.tar", diff),
 ], end=True))
+
+# An OCI layout of an artifact: an empty config, a file and a tar layer.
+model = b"weights"
+art_manifest = j({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                  "artifactType": "application/vnd.lab.model.v1",
+                  "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": sha(b"{}"), "size": 2},
+                  "layers": [{"mediaType": "application/octet-stream", "digest": sha(model), "size": len(model),
+                              "annotations": {"org.opencontainers.image.title": "m/model.bin"}},
+                             {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                              "digest": sha(layer), "size": len(layer)}]})
+art_index = j({"schemaVersion": 2, "manifests": [
+    {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha(art_manifest),
+     "size": len(art_manifest), "annotations": {"io.containerd.image.name": "example.com/model:1"}}]})
+write("oci_archive", "artifact", b"\0" + tar([
+    file("oci-layout", j({"imageLayoutVersion": "1.0.0"})),
+    file("index.json", art_index),
+    blob(art_manifest), blob(b"{}"), blob(model), blob(layer),
+], end=True))
+
+# --- oci_artifact: 0 a manifest whose layers the artifact plan checks,
+# 1 a path an artifact's file would get ---
+artifact = {
+    "schemaVersion": 2,
+    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+    "artifactType": "application/vnd.lab.model.v1",
+    "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest(9), "size": 2},
+    "layers": [
+        {"mediaType": "application/octet-stream", "digest": digest(1), "size": 10,
+         "annotations": {"org.opencontainers.image.title": "model.bin"}},
+        {"mediaType": "text/plain", "digest": digest(2), "size": 3,
+         "annotations": {"org.opencontainers.image.title": "tok/vocab.txt"}},
+        {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest(3), "size": 100},
+        {"mediaType": "application/vnd.oci.empty.v1+json", "digest": digest(4), "size": 2},
+        {"mediaType": "application/octet-stream", "digest": digest(5), "size": 1,
+         "annotations": {"org.cncf.model.filepath": "weights/a.safetensors"}},
+    ],
+}
+write("oci_artifact", "model", b"\0" + j(artifact))
+hostile = dict(artifact, layers=[
+    {"mediaType": "application/octet-stream", "digest": digest(1), "size": 1,
+     "annotations": {"org.opencontainers.image.title": "a"}},
+    {"mediaType": "application/octet-stream", "digest": digest(2), "size": 1,
+     "annotations": {"org.opencontainers.image.title": "a/../../b"}},
+])
+write("oci_artifact", "hostile", b"\0" + j(hostile))
+write("oci_artifact", "path", b"\1" + b"models/llama/model-00001-of-00002.safetensors")

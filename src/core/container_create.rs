@@ -185,6 +185,14 @@ impl Core {
                 kind: "image",
                 id: image_name.clone(),
             })?;
+        // Nothing to run: an artifact has no rootfs, entrypoint or user.
+        if let Some(a) = &image.artifact {
+            return Err(Error::InvalidArgument(format!(
+                "image {image_name:?} ({}) is an OCI artifact of type {:?}, not a container \
+                 image: it can only be mounted as an image volume",
+                image.id, a.artifact_type
+            )));
+        }
         Ok((image_name, image))
     }
 

@@ -153,9 +153,16 @@ impl Core {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&id);
-        if self.mech.images.get(&container.meta.image_id).is_none() {
-            // Its image was removed while it lived: the snapshots it kept
-            // may be unused now.
+        let config = container.meta.config();
+        let volumes = config.mounts.iter().filter_map(|m| m.image.as_ref());
+        let mut images = std::iter::once(container.meta.image_id.as_str()).chain(
+            volumes
+                .map(|i| i.image_ref.as_str())
+                .filter(|r| !r.is_empty()),
+        );
+        if images.any(|image| self.mech.images.get(image).is_none()) {
+            // Its image, or an image volume's, was removed while it lived:
+            // the snapshots it kept may be unused now.
             if let Err(e) = self.mech.images.collect_garbage().await {
                 tracing::warn!(container = %id, error = %e, "collecting the removed image's content");
             }

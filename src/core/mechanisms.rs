@@ -263,14 +263,12 @@ pub trait Images: Send + Sync {
     fn snapshot_dirs(&self, chain_ids: &[String]) -> Vec<PathBuf>;
 }
 
-/// The snapshots (chain ids) of an image, top layer first (overlay order).
+/// The snapshots (chain ids) of an image, top layer first (overlay order);
+/// each once (an artifact's files share one).
 pub fn chain_ids(image: &berth_oci_image::Image) -> Vec<String> {
-    image
-        .layers
-        .iter()
-        .rev()
-        .map(|l| l.chain_id.clone())
-        .collect()
+    let mut ids = image.chain_ids();
+    ids.reverse();
+    ids
 }
 
 /// A life-cycle change to report (GetContainerEvents).

@@ -26,13 +26,18 @@ impl Cri {
         let Some(image) = self.images.get(name) else {
             return Ok(v1::ImageStatusResponse::default());
         };
-        let details = serde_json::json!({
+        let mut details = serde_json::json!({
             "id": image.id,
             "chainIDs": image.chain_ids(),
             "layers": image.layers,
             "config": image.config,
             "lowerdirs": self.images.lowerdirs(&image),
         });
+        // An OCI artifact: what it is (its config is a blob of its type).
+        if let Some(a) = &image.artifact {
+            details["artifactType"] = a.artifact_type.clone().into();
+            details["artifactConfig"] = a.config.clone().into();
+        }
         let info = HashMap::from([("info".to_string(), details.to_string())]);
         Ok(v1::ImageStatusResponse {
             image: Some(encode::image(&image)),

@@ -380,14 +380,29 @@ impl Cri {
 
     /// ImageStatus: the image, None if the daemon has none of that name.
     pub async fn image_status(&self, image: &str) -> Result<Option<v1::Image>, Status> {
+        Ok(self.image_status_of(image, false).await?.image)
+    }
+
+    /// Verbose ImageStatus: its `info` (JSON), null when there is none.
+    pub async fn image_info(&self, image: &str) -> Result<serde_json::Value, Status> {
+        let resp = self.image_status_of(image, true).await?;
+        let info = resp.info.get("info").map(String::as_str).unwrap_or("null");
+        Ok(serde_json::from_str(info).expect("verbose info is JSON"))
+    }
+
+    async fn image_status_of(
+        &self,
+        image: &str,
+        verbose: bool,
+    ) -> Result<v1::ImageStatusResponse, Status> {
         let req = self.request(v1::ImageStatusRequest {
             image: Some(v1::ImageSpec {
                 image: image.into(),
                 ..Default::default()
             }),
-            verbose: false,
+            verbose,
         });
-        Ok(self.answer(self.images().image_status(req)).await?.image)
+        self.answer(self.images().image_status(req)).await
     }
 
     pub async fn list_images(

@@ -2,6 +2,7 @@
 //! state dir, and connects CRI clients to it.
 #![allow(dead_code)]
 
+pub mod artifacts;
 pub mod crash;
 pub mod cri;
 pub mod faults;

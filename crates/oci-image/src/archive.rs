@@ -33,6 +33,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::artifact;
 use crate::content::{self, sha256_digest};
 use crate::error::Error;
 use crate::image::{self, Descriptor, Image, Layer, ManifestKind};
@@ -439,9 +440,13 @@ struct Prepared {
     /// Manifest documents to store (digest, bytes), the top one first.
     documents: Vec<(String, Vec<u8>)>,
     top_digest: String,
+    /// The image's id: its config's digest (an artifact's: its manifest's).
+    id: String,
     config_digest: String,
     config_bytes: Vec<u8>,
-    config: image::ConfigFile,
+    /// The image config (none for an artifact, whose config is not parsed).
+    config: Option<image::ConfigFile>,
+    artifact: Option<image::Artifact>,
     /// The layers, bottom first, and the archive file of each.
     layers: Vec<(Layer, String)>,
     /// Normalised `domain/path:tag` names.
@@ -528,16 +533,24 @@ impl Inner {
                 content::store_blob(&self.paths, digest, bytes)
                     .map_err(|e| Error::io("store blob", &dest, e))?;
             }
+            let layers: Vec<Layer> = p.layers.iter().map(|(l, _)| l.clone()).collect();
             for (l, member) in &p.layers {
-                self.import_layer(&files, &reference, l, member)?;
+                self.import_layer(&files, &reference, l, member, p.artifact.is_some())?;
             }
-            let user = p.config.image_config();
+            let artifact_files = artifact::files_of(&layers).filter(|_| p.artifact.is_some());
+            if let Some((key, blobs)) = &artifact_files {
+                self.import_files(key, blobs)?;
+            }
+            let user = p
+                .config
+                .as_ref()
+                .map(|c| c.image_config())
+                .unwrap_or_default();
             let (uid, username) = image::split_user(&user.user);
-            let layers: Vec<Layer> = p.layers.into_iter().map(|(l, _)| l).collect();
             let size = p.config_bytes.len() as u64 + layers.iter().map(|l| l.size).sum::<u64>();
             registrations.push(Registration {
                 fresh: Image {
-                    id: p.config_digest.clone(),
+                    id: p.id.clone(),
                     repo_tags: Vec::new(),
                     repo_digests: Vec::new(),
                     size,
@@ -548,6 +561,7 @@ impl Inner {
                     layers,
                     manifests: Vec::new(),
                     generation: 0,
+                    artifact: p.artifact,
                 },
                 tags: p.tags,
                 repo_digests: p
@@ -566,15 +580,18 @@ impl Inner {
     }
 
     /// Makes snapshot `l.chain_id` (and blob `l.digest`) from archive file
-    /// `member`, with the pull's unpacker, limits and checks.
+    /// `member`, with the pull's unpacker, limits and checks; for a layer
+    /// of an artifact (`of_artifact`) that is a file, its blob only.
     fn import_layer(
         self: &Arc<Self>,
         files: &Files,
         reference: &str,
         l: &Layer,
         member: &str,
+        of_artifact: bool,
     ) -> Result<(), Error> {
-        let lock = self.key_lock(&l.chain_id);
+        let file = of_artifact && !parse::is_tar_layer(&l.media_type);
+        let lock = self.key_lock(if file { &l.digest } else { &l.chain_id });
         let _guard = lock.blocking_lock();
         // The archive must hold every layer it names, even one the store
         // has already.
@@ -587,9 +604,9 @@ impl Inner {
                 format!("layer {member}: {size} bytes, the manifest says {}", l.size),
             ));
         }
-        let have_snapshot = self.paths.snapshot(&l.chain_id).is_dir();
+        let have_snapshot = !file && self.paths.snapshot(&l.chain_id).is_dir();
         let have_blob = self.paths.blob(&l.digest).is_file();
-        if have_snapshot && have_blob {
+        if (have_snapshot || file) && have_blob {
             return Ok(());
         }
         if have_snapshot {
@@ -601,9 +618,10 @@ impl Inner {
             reference: reference.to_string(),
             digest: l.digest.clone(),
             size: l.size,
-            diff_id: l.diff_id.clone(),
+            diff_id: (!of_artifact).then(|| l.diff_id.clone()),
             chain_id: l.chain_id.clone(),
             same_owner: self.same_owner,
+            file,
         };
         let usage = layer::run_limited(
             &job,
@@ -613,7 +631,22 @@ impl Inner {
             &Progress::new(),
             &self.cfg.unpack,
         )?;
-        self.disk().usage.insert(l.chain_id.clone(), usage);
+        if !file {
+            self.disk().usage.insert(l.chain_id.clone(), usage);
+        }
+        Ok(())
+    }
+
+    /// Makes the snapshot `key` of an artifact's `files` from their stored
+    /// blobs, unless it is there.
+    fn import_files(&self, key: &str, files: &[(String, String)]) -> Result<(), Error> {
+        let lock = self.key_lock(key);
+        let _guard = lock.blocking_lock();
+        if self.paths.snapshot(key).is_dir() {
+            return Ok(());
+        }
+        let usage = artifact::make_files_snapshot(&self.paths, key, files)?;
+        self.disk().usage.insert(key.to_string(), usage);
         Ok(())
     }
 
@@ -712,8 +745,12 @@ impl Inner {
                     format!("{} ({}): {r}", entry.digest, entry.media_type),
                 )
             })?;
-            let (manifest_digest, config, layers) = match kind {
-                ManifestKind::Image { config, layers } => (entry.digest.clone(), config, layers),
+            let (manifest_digest, config, layers, artifact_type) = match kind {
+                ManifestKind::Image {
+                    config,
+                    layers,
+                    artifact_type,
+                } => (entry.digest.clone(), config, layers, artifact_type),
                 ManifestKind::Index(manifests) => {
                     let arch = parse::host_arch();
                     let d = parse::platform(&manifests, arch).ok_or_else(|| {
@@ -727,9 +764,11 @@ impl Inner {
                         .map_err(|r| bad(path, format!("{}: {r}", d.digest)))?;
                     documents.push((d.digest.clone(), bytes));
                     match kind {
-                        ManifestKind::Image { config, layers } => {
-                            (d.digest.clone(), config, layers)
-                        }
+                        ManifestKind::Image {
+                            config,
+                            layers,
+                            artifact_type,
+                        } => (d.digest.clone(), config, layers, artifact_type),
                         ManifestKind::Index(_) => {
                             return Err(bad(
                                 path,
@@ -746,7 +785,7 @@ impl Inner {
                 documents,
                 entry.digest.clone(),
                 &manifest_digest,
-                &config,
+                (&config, artifact_type.as_deref()),
                 config_bytes,
                 &layers,
                 members,
@@ -838,6 +877,7 @@ impl Inner {
                     digest,
                     size: i64::try_from(size).map_err(|_| bad(path, "layer too large"))?,
                     platform: None,
+                    annotations: BTreeMap::new(),
                 });
                 members.push(name);
             }
@@ -846,6 +886,7 @@ impl Inner {
                 digest: config_digest.clone(),
                 size: config_bytes.len() as i64,
                 platform: None,
+                annotations: BTreeMap::new(),
             };
             let manifest = oci_manifest(&config_desc, &descriptors);
             let manifest_digest = sha256_digest(&manifest);
@@ -856,7 +897,7 @@ impl Inner {
                 vec![(manifest_digest.clone(), manifest)],
                 manifest_digest.clone(),
                 &manifest_digest,
-                &config_desc,
+                (&config_desc, None),
                 config_bytes,
                 &descriptors,
                 members,
@@ -866,7 +907,8 @@ impl Inner {
         Ok(out)
     }
 
-    /// Checks an image's config and layers the way a pull does.
+    /// Checks an image's config (with its manifest's `artifactType`) and
+    /// layers the way a pull does: an artifact's config is not parsed.
     #[allow(clippy::too_many_arguments)]
     fn prepared(
         &self,
@@ -874,35 +916,59 @@ impl Inner {
         documents: Vec<(String, Vec<u8>)>,
         top_digest: String,
         manifest_digest: &str,
-        config_desc: &Descriptor,
+        (config_desc, artifact_type): (&Descriptor, Option<&str>),
         config_bytes: Vec<u8>,
         layers: &[Descriptor],
         members: Vec<String>,
         (tags, repos): (Vec<String>, Vec<String>),
     ) -> Result<Prepared, Error> {
         let path = files.path();
-        let config = parse::config(&config_bytes)
-            .map_err(|r| bad(path, format!("{}: {r}", config_desc.digest)))?;
-        let layers = parse::layers(&config, &config_desc.digest, manifest_digest, layers)
+        parse::check_layer_list(manifest_digest, layers, &self.cfg.unpack)
             .map_err(|r| bad(path, r.to_string()))?;
-        for l in &layers {
-            if l.size > self.cfg.unpack.max_layer_bytes {
-                return Err(bad(
-                    path,
-                    format!(
-                        "layer {}: {} bytes, more than the limit of {} (unpack limit max_layer_bytes)",
-                        l.digest, l.size, self.cfg.unpack.max_layer_bytes
-                    ),
-                ));
+        let members: HashMap<&str, String> = layers
+            .iter()
+            .zip(members)
+            .map(|(d, m)| (d.digest.as_str(), m))
+            .collect();
+        let artifact =
+            parse::artifact_type(config_desc, artifact_type).map(|artifact_type| image::Artifact {
+                artifact_type,
+                config: config_desc.digest.clone(),
+            });
+        let (config, layers) = match &artifact {
+            Some(_) => (
+                None,
+                parse::artifact_layers(manifest_digest, layers)
+                    .map_err(|r| bad(path, r.to_string()))?,
+            ),
+            None => {
+                let config = parse::config(&config_bytes)
+                    .map_err(|r| bad(path, format!("{}: {r}", config_desc.digest)))?;
+                let layers = parse::layers(&config, &config_desc.digest, manifest_digest, layers)
+                    .map_err(|r| bad(path, r.to_string()))?;
+                (Some(config), layers)
             }
-        }
+        };
+        // An artifact's layers are in another order than its manifest's.
+        let layers = layers
+            .into_iter()
+            .map(|l| {
+                let member = members.get(l.digest.as_str()).cloned().unwrap_or_default();
+                (l, member)
+            })
+            .collect();
         Ok(Prepared {
             documents,
             top_digest,
+            id: match artifact {
+                Some(_) => manifest_digest.to_string(),
+                None => config_desc.digest.clone(),
+            },
             config_digest: config_desc.digest.clone(),
             config_bytes,
             config,
-            layers: layers.into_iter().zip(members).collect(),
+            artifact,
+            layers,
             tags,
             repos,
         })
@@ -927,14 +993,19 @@ impl Inner {
                 picked.push((image, String::new(), Vec::new()));
             }
         }
-        // The platform manifest of each: the one whose config is the image.
+        // The platform manifest of each: the one whose config is the image
+        // (an artifact's id is its manifest's digest).
         for (image, digest, bytes) in &mut picked {
             let mut found = None;
             for d in &image.manifests {
                 let p = self.paths.blob(d);
                 let Ok(b) = std::fs::read(&p) else { continue };
                 if let Ok(ManifestKind::Image { config, .. }) = parse::manifest(&b) {
-                    if config.digest == image.id {
+                    let ours = match &image.artifact {
+                        Some(a) => *d == image.id && config.digest == a.config,
+                        None => config.digest == image.id,
+                    };
+                    if ours {
                         found = Some((d.clone(), b));
                         break;
                     }
@@ -969,7 +1040,8 @@ impl Inner {
         let mut written = HashSet::new();
         let mut entries = Vec::new();
         for (image, digest, bytes) in &picked {
-            let mut blobs = vec![digest.clone(), image.id.clone()];
+            let config = image.artifact.as_ref().map_or(&image.id, |a| &a.config);
+            let mut blobs = vec![digest.clone(), config.clone()];
             blobs.extend(image.layers.iter().map(|l| l.digest.clone()));
             for d in blobs {
                 if !written.insert(d.clone()) {

@@ -31,6 +31,22 @@ pub struct Image {
     /// Write counter: when a crash leaves a tag on two records, the higher wins.
     #[serde(default)]
     pub generation: u64,
+    /// Set when this is an OCI artifact (a model, a data set, a
+    /// configuration pushed with `oras`), not a container image: then `id`
+    /// is the manifest's digest (artifacts often share one config, the
+    /// empty `{}`), `config` is empty and the layers are what an image
+    /// volume of it shows. It runs no container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact: Option<Artifact>,
+}
+
+/// What the store keeps about an OCI artifact besides its layers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// Its manifest's `artifactType`, else its config's media type.
+    pub artifact_type: String,
+    /// The digest of its config blob (kept, never parsed).
+    pub config: String,
 }
 
 /// One layer of an image.
@@ -41,10 +57,18 @@ pub struct Layer {
     pub media_type: String,
     /// Size of the compressed blob.
     pub size: u64,
-    /// Digest of the uncompressed tar.
+    /// Digest of the uncompressed tar. For an artifact's layer, which no
+    /// config lists, the blob's own digest.
     pub diff_id: String,
-    /// Chain id: names the snapshot of this layer and all below it.
+    /// Chain id: names the snapshot of this layer and all below it. For an
+    /// artifact, the snapshot the layer is in: its own for a tar, the one
+    /// of all the artifact's files for the others (see
+    /// `parse::artifact_layers`).
     pub chain_id: String,
+    /// An artifact's layer that is not a tar: the path of the file it
+    /// becomes in the artifact's snapshot (its title annotation, checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 /// The runtime part of an image config (`config` in the OCI image config).
@@ -73,9 +97,21 @@ impl Image {
         crate::content::hex_of(&self.id)
     }
 
-    /// Chain ids of the layers, bottom first.
+    /// The snapshots of the image, bottom first: each layer's chain id, once
+    /// (an artifact's files share one snapshot, see [`Layer::chain_id`]).
     pub fn chain_ids(&self) -> Vec<String> {
-        self.layers.iter().map(|l| l.chain_id.clone()).collect()
+        let mut out: Vec<String> = Vec::with_capacity(self.layers.len());
+        for l in &self.layers {
+            if out.last() != Some(&l.chain_id) {
+                out.push(l.chain_id.clone());
+            }
+        }
+        out
+    }
+
+    /// Whether this is an OCI artifact (see [`Image::artifact`]).
+    pub fn is_artifact(&self) -> bool {
+        self.artifact.is_some()
     }
 }
 
@@ -107,6 +143,9 @@ pub struct Descriptor {
     /// The platform of an index entry.
     #[serde(default)]
     pub platform: Option<Platform>,
+    /// Its annotations (an artifact layer's title is one).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The platform of an index entry.
@@ -132,6 +171,8 @@ pub(crate) struct RawManifest {
     #[serde(default)]
     pub media_type: Option<String>,
     #[serde(default)]
+    pub artifact_type: Option<String>,
+    #[serde(default)]
     pub config: Option<Descriptor>,
     #[serde(default)]
     pub layers: Option<Vec<Descriptor>>,
@@ -143,16 +184,23 @@ pub(crate) const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub(crate) const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
 pub(crate) const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub(crate) const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+pub(crate) const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub(crate) const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+/// The empty descriptor's media type (`{}`): an artifact's config, or its
+/// one layer when it has no content (image-spec 1.1).
+pub(crate) const OCI_EMPTY: &str = "application/vnd.oci.empty.v1+json";
 
 /// What a manifest document is.
 #[derive(Debug, Clone)]
 pub enum ManifestKind {
     /// An image index (or docker manifest list): one manifest per platform.
     Index(Vec<Descriptor>),
-    /// An image manifest: the config and the layers, bottom first.
+    /// An image manifest: the config and the layers, bottom first, and its
+    /// `artifactType` when it has one.
     Image {
         config: Descriptor,
         layers: Vec<Descriptor>,
+        artifact_type: Option<String>,
     },
 }
 
@@ -175,7 +223,11 @@ impl RawManifest {
                 Ok(ManifestKind::Index(manifests))
             }
             (Some(OCI_MANIFEST | DOCKER_MANIFEST) | None, None, Some(config), Some(layers)) => {
-                Ok(ManifestKind::Image { config, layers })
+                Ok(ManifestKind::Image {
+                    config,
+                    layers,
+                    artifact_type: self.artifact_type.filter(|t| !t.is_empty()),
+                })
             }
             (Some(other), _, _, _) => Err(format!("unsupported manifest media type {other:?}")),
             (None, _, _, _) => Err("neither an image manifest nor an index".into()),

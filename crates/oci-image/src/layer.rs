@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -42,12 +42,16 @@ pub(crate) struct LayerJob {
     /// Digest and size of the compressed blob, from the manifest.
     pub digest: String,
     pub size: u64,
-    /// Digest of the uncompressed tar, from the image config.
-    pub diff_id: String,
+    /// Digest of the uncompressed tar, from the image config (none for an
+    /// artifact's layer: its blob's digest is all there is to check).
+    pub diff_id: Option<String>,
     /// The snapshot to make.
     pub chain_id: String,
     /// chown entries to their owners (we are root).
     pub same_owner: bool,
+    /// An artifact's layer that is no tar: a file, stored as its blob only
+    /// (the artifact's snapshot links it).
+    pub file: bool,
 }
 
 /// A message from the download to the unpacking thread.
@@ -304,7 +308,9 @@ impl<R: Read> Read for DiffReader<R> {
 /// Unpacks `src` into snapshot `job.chain_id` within `limits`; with
 /// `store_blob`, also keeps the compressed bytes as blob `job.digest`.
 /// Returns the snapshot's usage. Stops early, leaving nothing, once
-/// `progress` is cancelled or the download behind `src` is dropped.
+/// `progress` is cancelled or the download behind `src` is dropped. An
+/// artifact's file ([`LayerJob::file`]) is stored as its blob only (see
+/// [`store_file`]).
 pub(crate) fn run_limited(
     job: &LayerJob,
     src: impl Source,
@@ -317,26 +323,12 @@ pub(crate) fn run_limited(
         let path = path.to_path_buf();
         move |e| Error::io(op, path, e)
     };
-    if job.size > limits.max_layer_bytes {
-        return Err(Error::bad(
-            &job.reference,
-            &job.digest,
-            format!(
-                "layer refused: the manifest gives it {}, more than the limit of {} \
-                 (unpack limit max_layer_bytes)",
-                show_bytes(job.size),
-                show_bytes(limits.max_layer_bytes)
-            ),
-        ));
+    check_size(job, limits)?;
+    if job.file {
+        debug_assert!(store_blob, "an artifact's file is its blob");
+        return store_file(job, src, paths, progress, limits).map(|()| Usage::default());
     }
-    let probe = src.abort_probe();
-    let cancelled = || progress.is_cancelled() || probe.aborted();
-    let tmp_dir = tempfile::Builder::new()
-        .prefix(TMP_PREFIX)
-        .tempdir_in(&paths.snapshots)
-        .map_err(io_err("create temp snapshot in", &paths.snapshots))?;
-    let fs_dir = tmp_dir.path().join("fs");
-    std::fs::create_dir(&fs_dir).map_err(io_err("create", &fs_dir))?;
+    let (tmp_dir, fs_dir) = new_snapshot(paths)?;
     let mut tmp_blob = if store_blob {
         Some(
             tempfile::Builder::new()
@@ -347,85 +339,22 @@ pub(crate) fn run_limited(
     } else {
         None
     };
-
-    let mut blob = BlobReader {
-        inner: src,
-        hasher: Sha256::new(),
-        count: 0,
-        limit: job.size,
-        too_big: false,
-        failed: false,
-        eof: false,
-        sink: tmp_blob.as_mut().map(|t| t.as_file_mut()),
+    let sink = tmp_blob.as_mut().map(|t| t.as_file_mut());
+    let reading = Reading {
+        job,
+        paths,
         progress,
-        cancelled: &cancelled,
         limits,
-        written: std::cell::Cell::new(u64::MAX),
-        unflushed: 0,
-        no_space: None,
     };
-    let unpacked = unpack_stream(&mut blob, &fs_dir, job.same_owner, limits, &cancelled);
-    let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
-    if matches!(unpacked, Err(UnpackError::Cancelled)) || cancelled() {
-        return Err(Error::Internal(format!(
-            "{}: layer {}: download aborted (the pull failed or timed out); unpacking stopped",
-            job.reference, job.digest
-        )));
-    }
-    if let Some(why) = blob.no_space.take() {
-        return Err(Error::io(
-            "store blob in",
-            &paths.ingest,
-            io::Error::new(io::ErrorKind::StorageFull, why),
+    let diff_id = reading.read(src, sink, &fs_dir, |r, cancelled| {
+        unpack_stream(r, &fs_dir, job.same_owner, limits, cancelled)
+    })?;
+    if let Some(want) = job.diff_id.as_ref().filter(|want| **want != diff_id) {
+        return Err(Error::bad(
+            &job.reference,
+            &job.digest,
+            format!("uncompressed content hashes to {diff_id}, the config says {want}"),
         ));
-    }
-    if blob.failed {
-        return Err(Error::Internal(format!(
-            "{}: layer {}: download aborted",
-            job.reference, job.digest
-        )));
-    }
-    if blob.too_big {
-        return Err(bad(format!(
-            "blob is larger than the {} bytes the manifest says",
-            job.size
-        )));
-    }
-    if blob.eof && blob.count < job.size {
-        return Err(bad(format!(
-            "truncated: {} of {} bytes",
-            blob.count, job.size
-        )));
-    }
-    let diff_id = match unpacked {
-        Ok(diff_id) => diff_id,
-        Err(UnpackError::Io { entry, op, source }) => {
-            return Err(Error::io(op, fs_dir.join(entry), source));
-        }
-        Err(UnpackError::NoSpace { entry, reason }) => {
-            return Err(Error::io(
-                "unpack",
-                fs_dir.join(entry),
-                io::Error::new(io::ErrorKind::StorageFull, reason),
-            ));
-        }
-        Err(e) => return Err(bad(format!("layer refused: {e}"))),
-    };
-    let digest = content::finish_digest(std::mem::take(&mut blob.hasher));
-    if blob.count != job.size {
-        return Err(bad(format!(
-            "{} bytes, the manifest says {}",
-            blob.count, job.size
-        )));
-    }
-    if digest != job.digest {
-        return Err(bad(format!("digest mismatch: content hashes to {digest}")));
-    }
-    if diff_id != job.diff_id {
-        return Err(bad(format!(
-            "uncompressed content hashes to {diff_id}, the config says {}",
-            job.diff_id
-        )));
     }
 
     if let Some(tmp) = tmp_blob {
@@ -433,21 +362,204 @@ pub(crate) fn run_limited(
         content::persist(tmp, &dest).map_err(io_err("store blob", &dest))?;
     }
     let usage = content::measure(&fs_dir).map_err(io_err("measure", &fs_dir))?;
+    commit_snapshot(paths, tmp_dir, &job.chain_id, usage)?;
+    Ok(usage)
+}
+
+/// A snapshot being made: its temp dir under `snapshots/` (removed when
+/// dropped) and its empty `fs` dir in it.
+pub(crate) fn new_snapshot(paths: &Paths) -> Result<(tempfile::TempDir, PathBuf), Error> {
+    let tmp_dir = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempdir_in(&paths.snapshots)
+        .map_err(|e| Error::io("create temp snapshot in", &paths.snapshots, e))?;
+    let fs_dir = tmp_dir.path().join("fs");
+    std::fs::create_dir(&fs_dir).map_err(|e| Error::io("create", &fs_dir, e))?;
+    Ok((tmp_dir, fs_dir))
+}
+
+/// Gives the whole snapshot in `tmp_dir` ([`new_snapshot`]) its name
+/// `chain_id`, with its `usage`: durable before it gets its name (one
+/// syncfs instead of an fsync per file), the rename synced too.
+pub(crate) fn commit_snapshot(
+    paths: &Paths,
+    tmp_dir: tempfile::TempDir,
+    chain_id: &str,
+    usage: Usage,
+) -> Result<(), Error> {
     let usage_file = tmp_dir.path().join("usage.json");
     std::fs::write(&usage_file, serde_json::to_vec(&usage).unwrap_or_default())
-        .map_err(io_err("write", &usage_file))?;
-    // One syncfs instead of an fsync per file: the snapshot is durable before
-    // it gets its name.
-    let dir = File::open(tmp_dir.path()).map_err(io_err("open", tmp_dir.path()))?;
+        .map_err(|e| Error::io("write", &usage_file, e))?;
+    let dir = File::open(tmp_dir.path()).map_err(|e| Error::io("open", tmp_dir.path(), e))?;
     nix::unistd::syncfs(&dir).map_err(|e| Error::io("syncfs", tmp_dir.path(), e.into()))?;
-    let dest = paths.snapshot(&job.chain_id);
+    let dest = paths.snapshot(chain_id);
     let tmp_path = tmp_dir.keep();
     if let Err(e) = std::fs::rename(&tmp_path, &dest) {
         let _ = std::fs::remove_dir_all(&tmp_path);
         return Err(Error::io("rename snapshot to", dest, e));
     }
-    content::sync_dir(&paths.snapshots).map_err(io_err("fsync", &paths.snapshots))?;
-    Ok(usage)
+    content::sync_dir(&paths.snapshots).map_err(|e| Error::io("fsync", &paths.snapshots, e))
+}
+
+/// Refuses a layer whose manifest size is beyond `max_layer_bytes`, before
+/// a byte of it is read.
+fn check_size(job: &LayerJob, limits: &UnpackLimits) -> Result<(), Error> {
+    if job.size <= limits.max_layer_bytes {
+        return Ok(());
+    }
+    Err(Error::bad(
+        &job.reference,
+        &job.digest,
+        format!(
+            "layer refused: the manifest gives it {}, more than the limit of {} \
+             (unpack limit max_layer_bytes)",
+            show_bytes(job.size),
+            show_bytes(limits.max_layer_bytes)
+        ),
+    ))
+}
+
+/// Stores an artifact's file layer as blob `job.digest` from `src`, within
+/// `limits` (its size, the free-space reserve), checked against the
+/// manifest's size and digest, readable by all (0444): the artifact's
+/// snapshot links it (see `artifact.rs`); the blob directory itself stays
+/// closed to others. Nothing is left on a failure.
+fn store_file(
+    job: &LayerJob,
+    src: impl Source,
+    paths: &Paths,
+    progress: &Progress,
+    limits: &UnpackLimits,
+) -> Result<(), Error> {
+    let ingest = &paths.ingest;
+    let mut tmp = tempfile::Builder::new()
+        .prefix("file-")
+        .tempfile_in(ingest)
+        .map_err(|e| Error::io("create temp blob in", ingest, e))?;
+    let reading = Reading {
+        job,
+        paths,
+        progress,
+        limits,
+    };
+    reading.read(src, Some(tmp.as_file_mut()), ingest, |r, _| {
+        io::copy(r, &mut io::sink())
+            .map(drop)
+            .map_err(UnpackError::Read)
+    })?;
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| Error::io("chmod", tmp.path(), e))?;
+    let dest = paths.blob(&job.digest);
+    content::persist(tmp, &dest).map_err(|e| Error::io("store blob", &dest, e))
+}
+
+/// One layer's blob being read: what it must be, within which limits.
+#[derive(Clone, Copy)]
+struct Reading<'a> {
+    job: &'a LayerJob,
+    paths: &'a Paths,
+    progress: &'a Progress,
+    limits: &'a UnpackLimits,
+}
+
+impl Reading<'_> {
+    /// Reads `src` through `consume` (the unpacker, or a plain copy),
+    /// hashing and counting the bytes and, with `sink`, storing them as
+    /// they pass; then checks that they are the blob the manifest names
+    /// (size, digest). `root` is where `consume` writes (for the paths of
+    /// its I/O errors).
+    fn read<S: Source, T>(
+        &self,
+        src: S,
+        sink: Option<&mut File>,
+        root: &Path,
+        consume: impl FnOnce(&mut dyn Read, &dyn Fn() -> bool) -> Result<T, UnpackError>,
+    ) -> Result<T, Error> {
+        let Reading {
+            job,
+            paths,
+            progress,
+            limits,
+        } = *self;
+        let probe = src.abort_probe();
+        let cancelled = || progress.is_cancelled() || probe.aborted();
+        let mut blob = BlobReader {
+            inner: src,
+            hasher: Sha256::new(),
+            count: 0,
+            limit: job.size,
+            too_big: false,
+            failed: false,
+            eof: false,
+            sink,
+            progress,
+            cancelled: &cancelled,
+            limits,
+            written: std::cell::Cell::new(u64::MAX),
+            unflushed: 0,
+            no_space: None,
+        };
+        let consumed = consume(&mut blob, &cancelled);
+        let bad = |reason: String| Error::bad(&job.reference, &job.digest, reason);
+        if matches!(consumed, Err(UnpackError::Cancelled)) || cancelled() {
+            return Err(Error::Internal(format!(
+                "{}: layer {}: download aborted (the pull failed or timed out); unpacking stopped",
+                job.reference, job.digest
+            )));
+        }
+        if let Some(why) = blob.no_space.take() {
+            return Err(Error::io(
+                "store blob in",
+                &paths.ingest,
+                io::Error::new(io::ErrorKind::StorageFull, why),
+            ));
+        }
+        if blob.failed {
+            return Err(Error::Internal(format!(
+                "{}: layer {}: download aborted",
+                job.reference, job.digest
+            )));
+        }
+        if blob.too_big {
+            return Err(bad(format!(
+                "blob is larger than the {} bytes the manifest says",
+                job.size
+            )));
+        }
+        if blob.eof && blob.count < job.size {
+            return Err(bad(format!(
+                "truncated: {} of {} bytes",
+                blob.count, job.size
+            )));
+        }
+        let value = match consumed {
+            Ok(value) => value,
+            Err(UnpackError::Io { entry, op, source }) => {
+                return Err(Error::io(op, root.join(entry), source));
+            }
+            Err(UnpackError::NoSpace { entry, reason }) => {
+                return Err(Error::io(
+                    "unpack",
+                    root.join(entry),
+                    io::Error::new(io::ErrorKind::StorageFull, reason),
+                ));
+            }
+            Err(e) => return Err(bad(format!("layer refused: {e}"))),
+        };
+        let digest = content::finish_digest(std::mem::take(&mut blob.hasher));
+        if blob.count != job.size {
+            return Err(bad(format!(
+                "{} bytes, the manifest says {}",
+                blob.count, job.size
+            )));
+        }
+        if digest != job.digest {
+            return Err(bad(format!("digest mismatch: content hashes to {digest}")));
+        }
+        Ok(value)
+    }
 }
 
 /// Unpacks one layer onto the empty directory `root` within `limits`, with
@@ -469,7 +581,7 @@ pub fn unpack_layer(
 
 /// Decompresses and applies the layer; returns its diff id. Reads the whole
 /// input to its end, so the caller's digest covers every byte.
-fn unpack_stream<R: Read>(
+fn unpack_stream<R: Read + ?Sized>(
     src: &mut R,
     fs_dir: &Path,
     same_owner: bool,
@@ -601,9 +713,10 @@ mod tests {
             reference: "test".into(),
             digest: content::sha256_digest(blob),
             size: blob.len() as u64,
-            diff_id: diff_id.into(),
+            diff_id: Some(diff_id.into()),
             chain_id: diff_id.into(),
             same_owner: false,
+            file: false,
         }
     }
 

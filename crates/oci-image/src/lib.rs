@@ -17,6 +17,7 @@
 //! ```
 
 mod archive;
+mod artifact;
 mod auth;
 mod client;
 mod config;
@@ -37,7 +38,7 @@ pub use auth::Auth;
 pub use client::install_crypto_provider;
 pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};
 pub use error::{Error, ErrorKind};
-pub use image::{Image, ImageConfig, Layer};
+pub use image::{Artifact, Image, ImageConfig, Layer};
 pub use layer::unpack_layer;
 pub use progress::{
     LayerProgress, LayerState, PullEvent, PullState, PullWatcher, ResolvedImage, BYTES_EVERY,

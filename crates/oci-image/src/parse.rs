@@ -12,8 +12,12 @@
 pub use crate::auth::parse_challenge as challenge;
 pub use crate::image::{ConfigFile, Descriptor, ManifestKind, Platform};
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::content::sha256_digest;
 use crate::image::{self, Image, Layer, RawManifest};
 use crate::reference::check_digest;
+use crate::unpack::UnpackLimits;
 
 /// Largest manifest or index accepted (the pull reads no more).
 pub const MAX_MANIFEST: usize = 4 << 20;
@@ -21,6 +25,29 @@ pub const MAX_MANIFEST: usize = 4 << 20;
 pub const MAX_CONFIG: usize = 16 << 20;
 /// Largest image record read back from the store (real ones are a few KiB).
 pub const MAX_IMAGE_RECORD: usize = 16 << 20;
+/// Longest path of a file an artifact's layer becomes (bytes), and of one
+/// of its names.
+pub const MAX_FILE_PATH: usize = 4096;
+const MAX_FILE_NAME: usize = 255;
+
+/// The annotation that names the file an artifact's layer becomes.
+pub const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
+/// The CNCF model-spec's name for it, read when there is no title (as
+/// CRI-O does).
+pub const ANNOTATION_MODEL_FILEPATH: &str = "org.cncf.model.filepath";
+
+/// Layer media types that are tars (plain, gzip or zstd: the unpacker
+/// tells them by their first bytes), unpacked as an image's layers are.
+const TAR_LAYERS: &[&str] = &[
+    "application/vnd.oci.image.layer.v1.tar",
+    "application/vnd.oci.image.layer.v1.tar+gzip",
+    "application/vnd.oci.image.layer.v1.tar+zstd",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
+    "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
+    "application/vnd.docker.image.rootfs.diff.tar.gzip",
+    "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
+];
 
 /// Why the documents of a pull were refused: the digest the problem is
 /// about, and what is wrong.
@@ -123,8 +150,201 @@ pub fn layers(
             size: size(desc).map_err(|r| refused(manifest_digest, r))?,
             diff_id: diff_id.clone(),
             chain_id,
+            file: None,
         });
     }
+    Ok(layers)
+}
+
+/// Refuses a manifest's layer list beyond `limits` before anything of it
+/// is fetched: more than `max_layers` layers, or one whose size is
+/// negative or more than `max_layer_bytes`. `manifest_digest` names the
+/// manifest in the refusal.
+pub fn check_layer_list(
+    manifest_digest: &str,
+    descriptors: &[Descriptor],
+    limits: &UnpackLimits,
+) -> Result<(), Refused> {
+    if descriptors.len() as u64 > limits.max_layers {
+        return Err(refused(
+            manifest_digest,
+            format!(
+                "{} layers, more than the limit of {} (unpack limit max_layers)",
+                descriptors.len(),
+                limits.max_layers
+            ),
+        ));
+    }
+    for d in descriptors {
+        let size = size(d).map_err(|r| refused(manifest_digest, r))?;
+        if size > limits.max_layer_bytes {
+            return Err(refused(
+                &d.digest,
+                format!(
+                    "layer of {size} bytes, more than the limit of {} (unpack limit max_layer_bytes)",
+                    limits.max_layer_bytes
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether an image manifest (its config descriptor and `artifactType`) is
+/// an OCI artifact rather than a container image, and then its type: as
+/// CRI-O tells them, an artifact has an `artifactType`, or a config whose
+/// media type is not an image config's (OCI, docker, or none); its type is
+/// the `artifactType`, else that media type (image-spec 1.1's guidance).
+/// The empty config (`application/vnd.oci.empty.v1+json`) is an artifact's.
+pub fn artifact_type(config: &Descriptor, artifact_type: Option<&str>) -> Option<String> {
+    if let Some(t) = artifact_type.filter(|t| !t.is_empty()) {
+        return Some(t.to_string());
+    }
+    match config.media_type.as_str() {
+        "" | image::OCI_CONFIG | image::DOCKER_CONFIG => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// Whether an artifact's layer of `media_type` is a tar, unpacked as an
+/// image's layer is; any other becomes one file.
+pub fn is_tar_layer(media_type: &str) -> bool {
+    TAR_LAYERS.contains(&media_type)
+}
+
+/// The snapshot of an artifact's tar layer `digest` (its content depends on
+/// that blob alone; never an image's chain id).
+fn tar_snapshot(digest: &str) -> String {
+    sha256_digest(format!("berth artifact tar v1\n{digest}").as_bytes())
+}
+
+/// The snapshot of an artifact's files: each path and the blob it is, in
+/// path order (the files' mode, 0444, is in the version).
+fn files_snapshot(files: &BTreeMap<&str, &str>) -> String {
+    let mut text = String::from("berth artifact files v1\n");
+    for (path, digest) in files {
+        text.push_str(path);
+        text.push('\n');
+        text.push_str(digest);
+        text.push('\n');
+    }
+    sha256_digest(text.as_bytes())
+}
+
+/// Checks the path a file of an artifact gets: relative, made of names (no
+/// empty one, no `.` or `..`) of at most 255 bytes, at most
+/// [`MAX_FILE_PATH`] bytes in all, with no NUL or other control character.
+pub fn check_file_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("is empty".into());
+    }
+    if path.len() > MAX_FILE_PATH {
+        return Err(format!("is longer than {MAX_FILE_PATH} bytes"));
+    }
+    if path.starts_with('/') {
+        return Err("is absolute".into());
+    }
+    if path.chars().any(char::is_control) {
+        return Err("has a control character".into());
+    }
+    for name in path.split('/') {
+        match name {
+            "" => return Err("has an empty name (a trailing or doubled /)".into()),
+            "." | ".." => return Err(format!("has a {name:?} component")),
+            n if n.len() > MAX_FILE_NAME => {
+                return Err(format!("has a name longer than {MAX_FILE_NAME} bytes"))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The path of the file an artifact's layer `d` becomes: its title
+/// annotation (else the model-spec's file path), checked.
+fn file_path(d: &Descriptor) -> Result<&str, String> {
+    let title = [ANNOTATION_TITLE, ANNOTATION_MODEL_FILEPATH]
+        .iter()
+        .find_map(|a| d.annotations.get(*a).filter(|t| !t.is_empty()))
+        .ok_or_else(|| {
+            format!(
+                "layer of media type {:?} has no {ANNOTATION_TITLE} annotation: \
+                 the file it would become has no name",
+                d.media_type
+            )
+        })?;
+    check_file_path(title).map_err(|r| format!("title {title:?} {r}"))?;
+    Ok(title)
+}
+
+/// The layers of an OCI artifact from its manifest (digest
+/// `manifest_digest`) alone, checked before any blob is fetched: every
+/// digest a sha256 one, sizes not negative, no tar layer twice, and every
+/// other layer named by a valid title no other file has (nor a directory
+/// of another file: `a` and `a/b`). Tar layers (see [`is_tar_layer`]) come
+/// first, in manifest order, each its own snapshot; then the others, all
+/// in one snapshot of files ([`Layer::file`] their paths; the empty
+/// descriptor, which an artifact without content carries, makes no file
+/// and needs no title). The diff id of each is its blob's digest.
+pub fn artifact_layers(
+    manifest_digest: &str,
+    descriptors: &[Descriptor],
+) -> Result<Vec<Layer>, Refused> {
+    let mut tars: Vec<(&Descriptor, u64)> = Vec::new();
+    let mut tar_digests = BTreeSet::new();
+    let mut files: Vec<(&Descriptor, u64, Option<&str>)> = Vec::new();
+    // Each file's path, and the blob it is.
+    let mut paths: BTreeMap<&str, &str> = BTreeMap::new();
+    for d in descriptors {
+        check_digest(&d.digest).map_err(|r| refused(&d.digest, r))?;
+        let size = size(d).map_err(|r| refused(manifest_digest, r))?;
+        if is_tar_layer(&d.media_type) {
+            if !tar_digests.insert(d.digest.as_str()) {
+                return Err(refused(&d.digest, "the same tar layer twice"));
+            }
+            tars.push((d, size));
+        } else if d.media_type == image::OCI_EMPTY {
+            files.push((d, size, None));
+        } else {
+            let path = file_path(d).map_err(|r| refused(&d.digest, r))?;
+            if paths.insert(path, &d.digest).is_some() {
+                return Err(refused(
+                    &d.digest,
+                    format!("title {path:?}: two layers have it"),
+                ));
+            }
+            files.push((d, size, Some(path)));
+        }
+    }
+    // A file may not also be a directory of another.
+    for (path, digest) in &paths {
+        for (i, _) in path.match_indices('/') {
+            if paths.contains_key(&path[..i]) {
+                return Err(refused(
+                    digest,
+                    format!("title {path:?}: {:?} is another layer's file", &path[..i]),
+                ));
+            }
+        }
+    }
+    let files_key = files_snapshot(&paths);
+    let layer = |d: &Descriptor, size: u64, chain_id: String, file: Option<&str>| Layer {
+        digest: d.digest.clone(),
+        media_type: d.media_type.clone(),
+        size,
+        diff_id: d.digest.clone(),
+        chain_id,
+        file: file.map(str::to_string),
+    };
+    let mut layers: Vec<Layer> = tars
+        .into_iter()
+        .map(|(d, size)| layer(d, size, tar_snapshot(&d.digest), None))
+        .collect();
+    layers.extend(
+        files
+            .into_iter()
+            .map(|(d, size, path)| layer(d, size, files_key.clone(), path)),
+    );
     Ok(layers)
 }
 
@@ -151,6 +371,12 @@ pub fn image_record(bytes: &[u8]) -> Result<Image, String> {
     }
     for d in &image.manifests {
         check_digest(d).map_err(|r| format!("manifest: {r}"))?;
+    }
+    if let Some(a) = &image.artifact {
+        check_digest(&a.config).map_err(|r| format!("artifact config: {r}"))?;
+    }
+    for path in image.layers.iter().filter_map(|l| l.file.as_deref()) {
+        check_file_path(path).map_err(|r| format!("layer file {path:?} {r}"))?;
     }
     Ok(image)
 }
@@ -197,6 +423,7 @@ mod tests {
         let ManifestKind::Image {
             config: c,
             layers: descs,
+            ..
         } = m
         else {
             panic!("not an image manifest")
@@ -271,9 +498,11 @@ mod tests {
                 size: 1,
                 diff_id: d(3),
                 chain_id: d(3),
+                file: None,
             }],
             manifests: vec![d(4)],
             generation: 1,
+            artifact: None,
         };
         let good = serde_json::to_vec_pretty(&image).unwrap();
         assert_eq!(image_record(&good).unwrap(), image);
@@ -288,5 +517,233 @@ mod tests {
         let mut bad = image;
         bad.manifests.push("sha256:".into());
         assert!(image_record(&serde_json::to_vec(&bad).unwrap()).is_err());
+    }
+
+    fn layer_desc(media_type: &str, n: u8, title: Option<&str>) -> Descriptor {
+        Descriptor {
+            media_type: media_type.into(),
+            digest: d(n),
+            size: 10,
+            platform: None,
+            annotations: title
+                .map(|t| [(ANNOTATION_TITLE.to_string(), t.to_string())].into())
+                .unwrap_or_default(),
+        }
+    }
+
+    const BIN: &str = "application/octet-stream";
+    const GZ: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+    #[test]
+    fn artifacts_are_told_from_images_as_cri_o_tells_them() {
+        let config = |media_type: &str| Descriptor {
+            media_type: media_type.into(),
+            ..layer_desc("", 1, None)
+        };
+        for image_config in [
+            "",
+            "application/vnd.oci.image.config.v1+json",
+            "application/vnd.docker.container.image.v1+json",
+        ] {
+            assert_eq!(artifact_type(&config(image_config), None), None);
+            assert_eq!(artifact_type(&config(image_config), Some("")), None);
+        }
+        let custom = config("application/vnd.lab.model.config.v1+json");
+        assert_eq!(
+            artifact_type(&custom, None).as_deref(),
+            Some("application/vnd.lab.model.config.v1+json")
+        );
+        // artifactType wins, even over an image config.
+        for c in [&custom, &config("application/vnd.oci.image.config.v1+json")] {
+            assert_eq!(
+                artifact_type(c, Some("application/vnd.lab.model.v1")).as_deref(),
+                Some("application/vnd.lab.model.v1")
+            );
+        }
+        assert_eq!(
+            artifact_type(&config("application/vnd.oci.empty.v1+json"), None).as_deref(),
+            Some("application/vnd.oci.empty.v1+json")
+        );
+        // The manifest says so too: `artifactType` is read.
+        let m = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json",
+                "artifactType":"application/vnd.lab.model.v1",
+                "config":{{"mediaType":"application/vnd.oci.empty.v1+json","digest":"{}","size":2}},
+                "layers":[{{"mediaType":"{BIN}","digest":"{}","size":3,
+                            "annotations":{{"org.opencontainers.image.title":"model.bin"}}}}]}}"#,
+            d(1),
+            d(2)
+        );
+        let ManifestKind::Image {
+            config,
+            layers,
+            artifact_type: t,
+        } = manifest(m.as_bytes()).unwrap()
+        else {
+            panic!("not an image manifest")
+        };
+        assert_eq!(t.as_deref(), Some("application/vnd.lab.model.v1"));
+        assert_eq!(layers[0].annotations[ANNOTATION_TITLE], "model.bin");
+        assert!(artifact_type(&config, t.as_deref()).is_some());
+    }
+
+    #[test]
+    fn an_artifacts_tars_come_first_and_its_files_share_one_snapshot() {
+        let layers = artifact_layers(
+            "man",
+            &[
+                layer_desc(BIN, 1, Some("model.bin")),
+                layer_desc(GZ, 2, Some("ignored for a tar")),
+                layer_desc("text/plain", 3, Some("tok/vocab.txt")),
+                layer_desc(BIN, 1, Some("copy.bin")),
+            ],
+        )
+        .unwrap();
+        let digests: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
+        assert_eq!(digests, [d(2), d(1), d(3), d(1)]);
+        let files: Vec<Option<&str>> = layers.iter().map(|l| l.file.as_deref()).collect();
+        assert_eq!(
+            files,
+            [
+                None,
+                Some("model.bin"),
+                Some("tok/vocab.txt"),
+                Some("copy.bin")
+            ]
+        );
+        // Snapshot names: sha256 digests, never an image's chain id.
+        for l in &layers {
+            check_digest(&l.chain_id).unwrap();
+            assert_eq!(l.diff_id, l.digest);
+            assert_ne!(l.chain_id, l.digest);
+        }
+        assert_ne!(layers[0].chain_id, layers[1].chain_id);
+        assert!(layers[1..].iter().all(|l| l.chain_id == layers[1].chain_id));
+        // The same files in another order: the same snapshot; another name: another.
+        let again = artifact_layers(
+            "man",
+            &[
+                layer_desc(BIN, 1, Some("copy.bin")),
+                layer_desc("text/plain", 3, Some("tok/vocab.txt")),
+                layer_desc(BIN, 1, Some("model.bin")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(again[0].chain_id, layers[1].chain_id);
+        let renamed = artifact_layers("man", &[layer_desc(BIN, 1, Some("other.bin"))]).unwrap();
+        assert_ne!(renamed[0].chain_id, layers[1].chain_id);
+        // The empty descriptor makes no file and needs no title.
+        let empty = artifact_layers(
+            "man",
+            &[layer_desc("application/vnd.oci.empty.v1+json", 4, None)],
+        )
+        .unwrap();
+        assert_eq!(empty[0].file, None);
+    }
+
+    #[test]
+    fn bad_titles_are_refused_naming_the_layer() {
+        let long_name = "n".repeat(256);
+        let long_path = ["d"; 2049].join("/");
+        for (title, why) in [
+            (None, "has no org.opencontainers.image.title"),
+            (Some(""), "has no org.opencontainers.image.title"),
+            (Some("/etc/passwd"), "is absolute"),
+            (Some("../escape"), "\"..\""),
+            (Some("a/../../escape"), "\"..\""),
+            (Some("./a"), "\".\""),
+            (Some("a//b"), "empty name"),
+            (Some("dir/"), "empty name"),
+            (Some("a\nb"), "control character"),
+            (Some("a\0b"), "control character"),
+            (Some(long_name.as_str()), "longer than 255"),
+            (Some(long_path.as_str()), "longer than 4096"),
+        ] {
+            let e = artifact_layers("man", &[layer_desc(BIN, 7, title)]).unwrap_err();
+            assert_eq!(e.digest, d(7), "{title:?}");
+            assert!(e.reason.contains(why), "{title:?}: {e}");
+        }
+        // Two files of one name, a file that is another's directory.
+        for pair in [["model.bin", "model.bin"], ["a", "a/b"], ["a/b/c", "a/b"]] {
+            let e = artifact_layers(
+                "man",
+                &[
+                    layer_desc(BIN, 1, Some(pair[0])),
+                    layer_desc(BIN, 2, Some(pair[1])),
+                ],
+            )
+            .unwrap_err();
+            assert!(e.reason.contains("title"), "{pair:?}: {e}");
+        }
+        // The model-spec's file path stands in for a missing title.
+        let mut spec = layer_desc(BIN, 1, None);
+        spec.annotations.insert(
+            ANNOTATION_MODEL_FILEPATH.into(),
+            "weights/model.safetensors".into(),
+        );
+        let layers = artifact_layers("man", &[spec]).unwrap();
+        assert_eq!(layers[0].file.as_deref(), Some("weights/model.safetensors"));
+        // A tar layer twice, a bad digest, a negative size.
+        let e = artifact_layers("man", &[layer_desc(GZ, 1, None), layer_desc(GZ, 1, None)])
+            .unwrap_err();
+        assert!(e.reason.contains("twice"), "{e}");
+        let mut bad = layer_desc(BIN, 1, Some("a"));
+        bad.digest = "sha256:../../x".into();
+        assert_eq!(
+            artifact_layers("man", &[bad]).unwrap_err().digest,
+            "sha256:../../x"
+        );
+        let mut negative = layer_desc(BIN, 1, Some("a"));
+        negative.size = -1;
+        let e = artifact_layers("man", &[negative]).unwrap_err();
+        assert_eq!(e.digest, "man");
+    }
+
+    #[test]
+    fn layer_lists_beyond_the_limits_are_refused() {
+        let limits = UnpackLimits::default();
+        let many: Vec<Descriptor> = (0..1000).map(|_| layer_desc(GZ, 1, None)).collect();
+        check_layer_list("man", &many[..128], &limits).unwrap();
+        let e = check_layer_list("man", &many, &limits).unwrap_err();
+        assert_eq!(e.digest, "man");
+        assert!(
+            e.reason.contains("1000 layers") && e.reason.contains("max_layers"),
+            "{e}"
+        );
+        let mut big = layer_desc(BIN, 3, Some("big"));
+        big.size = (64 << 30) + 1;
+        let e = check_layer_list("man", &[big], &limits).unwrap_err();
+        assert_eq!(e.digest, d(3));
+        assert!(e.reason.contains("max_layer_bytes"), "{e}");
+    }
+
+    #[test]
+    fn artifact_records_with_path_like_files_are_refused() {
+        let mut image = Image {
+            id: d(1),
+            repo_tags: vec![],
+            repo_digests: vec![],
+            size: 1,
+            uid: None,
+            username: String::new(),
+            pinned: false,
+            config: Default::default(),
+            layers: artifact_layers("man", &[layer_desc(BIN, 2, Some("model.bin"))]).unwrap(),
+            manifests: vec![d(1)],
+            generation: 1,
+            artifact: Some(image::Artifact {
+                artifact_type: "application/vnd.lab.model.v1".into(),
+                config: d(3),
+            }),
+        };
+        let good = serde_json::to_vec(&image).unwrap();
+        assert_eq!(image_record(&good).unwrap(), image);
+        image.layers[0].file = Some("../../etc/shadow".into());
+        let e = image_record(&serde_json::to_vec(&image).unwrap()).unwrap_err();
+        assert!(e.contains("layer file"), "{e}");
+        image.layers[0].file = Some("model.bin".into());
+        image.artifact.as_mut().unwrap().config = "sha256:x".into();
+        let e = image_record(&serde_json::to_vec(&image).unwrap()).unwrap_err();
+        assert!(e.contains("artifact config"), "{e}");
     }
 }

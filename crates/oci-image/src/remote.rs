@@ -55,6 +55,8 @@ pub(crate) struct Resolved {
     pub manifest_digest: String,
     pub config: Descriptor,
     pub layers: Vec<Descriptor>,
+    /// The platform manifest's `artifactType`, if any.
+    pub artifact_type: Option<String>,
 }
 
 /// The names `auths` keys of a docker `config.json` may use for `spec`.
@@ -228,8 +230,12 @@ impl Remote {
             .await?;
         let mut documents = vec![(top_digest.clone(), top.clone())];
         let kind = self.parse(&top_digest, &top)?;
-        let (manifest_digest, config, layers) = match kind {
-            ManifestKind::Image { config, layers } => (top_digest.clone(), config, layers),
+        let (manifest_digest, config, layers, artifact_type) = match kind {
+            ManifestKind::Image {
+                config,
+                layers,
+                artifact_type,
+            } => (top_digest.clone(), config, layers, artifact_type),
             ManifestKind::Index(manifests) => {
                 let arch = parse::host_arch();
                 let entry =
@@ -270,7 +276,11 @@ impl Remote {
                 let kind = self.parse(&digest, &bytes)?;
                 documents.push((digest.clone(), bytes));
                 match kind {
-                    ManifestKind::Image { config, layers } => (digest, config, layers),
+                    ManifestKind::Image {
+                        config,
+                        layers,
+                        artifact_type,
+                    } => (digest, config, layers, artifact_type),
                     ManifestKind::Index(_) => {
                         return Err(Error::bad(
                             &self.reference,
@@ -287,6 +297,7 @@ impl Remote {
             manifest_digest,
             config,
             layers,
+            artifact_type,
         })
     }
 

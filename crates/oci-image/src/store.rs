@@ -31,6 +31,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::artifact;
 use crate::auth::Auth;
 use crate::client::ClientCache;
 use crate::config::RegistryConfig;
@@ -361,10 +362,10 @@ impl ImageStore {
     /// The overlay lowerdirs of `image`, top layer first (overlayfs order).
     pub fn lowerdirs(&self, image: &Image) -> Vec<PathBuf> {
         image
-            .layers
+            .chain_ids()
             .iter()
             .rev()
-            .map(|l| self.inner.paths.snapshot_fs(&l.chain_id))
+            .map(|c| self.inner.paths.snapshot_fs(c))
             .collect()
     }
 
@@ -653,6 +654,7 @@ impl Inner {
         for image in self.snapshot().iter() {
             keep.insert(image.id.clone());
             keep.extend(image.manifests.iter().cloned());
+            keep.extend(image.artifact.iter().map(|a| a.config.clone()));
             for layer in &image.layers {
                 keep.insert(layer.digest.clone());
                 keep.insert(layer.chain_id.clone());
@@ -772,8 +774,26 @@ impl Inner {
         )
         .await?;
         let bad = |digest: &str, reason: String| Error::bad(&name, digest, reason);
+        let refused = |r: parse::Refused| bad(&r.digest, r.reason);
         let check = |digest: &str| reference::check_digest(digest).map_err(|r| bad(digest, r));
         check(&resolved.config.digest)?;
+        // Before any blob is fetched: the layer count and sizes, and an
+        // artifact's whole layer list (titles included).
+        parse::check_layer_list(
+            &resolved.manifest_digest,
+            &resolved.layers,
+            &self.cfg.unpack,
+        )
+        .map_err(refused)?;
+        let artifact_type =
+            parse::artifact_type(&resolved.config, resolved.artifact_type.as_deref());
+        let artifact_layers = match artifact_type {
+            Some(_) => Some(
+                parse::artifact_layers(&resolved.manifest_digest, &resolved.layers)
+                    .map_err(refused)?,
+            ),
+            None => None,
+        };
         let manifest_digests: Vec<String> =
             resolved.documents.iter().map(|(d, _)| d.clone()).collect();
         let _manifest_lease = self.lease(manifest_digests.clone());
@@ -793,41 +813,63 @@ impl Inner {
                 &progress,
             )
             .await?;
-        let config =
-            parse::config(&config_bytes).map_err(|reason| bad(&config_desc.digest, reason))?;
+        // An artifact's config is kept as it is, never parsed.
+        let (config, layers) = match artifact_layers {
+            Some(layers) => (None, layers),
+            None => {
+                let config = parse::config(&config_bytes)
+                    .map_err(|reason| bad(&config_desc.digest, reason))?;
+                let layers = parse::layers(
+                    &config,
+                    &config_desc.digest,
+                    &resolved.manifest_digest,
+                    &resolved.layers,
+                )
+                .map_err(refused)?;
+                (Some(config), layers)
+            }
+        };
         let config_path = self.paths.blob(&config_desc.digest);
         content::store_blob(&self.paths, &config_desc.digest, &config_bytes)
             .map_err(|e| Error::io("store blob", &config_path, e))?;
 
-        let layers = parse::layers(
-            &config,
-            &config_desc.digest,
-            &resolved.manifest_digest,
-            &resolved.layers,
-        )
-        .map_err(|r| bad(&r.digest, r.reason))?;
         let mut keys: Vec<String> = layers.iter().map(|l| l.digest.clone()).collect();
         keys.extend(layers.iter().map(|l| l.chain_id.clone()));
         let _layer_lease = self.lease(keys);
+        let id = match artifact_type {
+            Some(_) => resolved.manifest_digest.clone(),
+            None => config_desc.digest.clone(),
+        };
         reporter.resolved(
             ResolvedImage {
                 reference: name.clone(),
                 digest: resolved.top_digest.clone(),
-                id: config_desc.digest.clone(),
+                id: id.clone(),
             },
             layers.iter().map(|l| (l.digest.clone(), l.size)).collect(),
         );
 
+        // An artifact's files: their blobs are fetched only when the
+        // snapshot of all of them is not there yet (leased above).
+        let files = artifact_type
+            .as_ref()
+            .and_then(|_| artifact::files_of(&layers));
+        let files_present = files
+            .as_ref()
+            .is_some_and(|(key, _)| self.paths.snapshot(key).is_dir());
         let downloads = Semaphore::new(self.cfg.max_concurrent_downloads);
         let unpacks = Semaphore::new(max_unpacks(self.cfg.max_concurrent_downloads));
+        let this = &self;
         let jobs = layers.iter().enumerate().map(|(index, l)| {
+            let is_file = artifact_type.is_some() && !parse::is_tar_layer(&l.media_type);
             let job = LayerJob {
                 reference: name.clone(),
                 digest: l.digest.clone(),
                 size: l.size,
-                diff_id: l.diff_id.clone(),
+                diff_id: artifact_type.is_none().then(|| l.diff_id.clone()),
                 chain_id: l.chain_id.clone(),
                 same_owner: self.same_owner,
+                file: is_file,
             };
             let ctx = LayerCtx {
                 remote: &remote,
@@ -837,14 +879,26 @@ impl Inner {
                 unpacks: &unpacks,
                 report: LayerReport { reporter, index },
             };
-            self.ensure_layer(ctx, job)
+            let present = is_file && files_present;
+            async move {
+                if present {
+                    ctx.report.state(LayerState::AlreadyPresent);
+                    return Ok(());
+                }
+                this.ensure_layer(ctx, job).await
+            }
         });
         futures_util::future::try_join_all(jobs).await?;
+        if let Some((key, files)) = files {
+            self.ensure_files(key, files).await?;
+        }
 
-        let user = config.image_config();
+        let user = config
+            .as_ref()
+            .map(|c| c.image_config())
+            .unwrap_or_default();
         let (uid, username) = image::split_user(&user.user);
         let size = config_bytes.len() as u64 + layers.iter().map(|l| l.size).sum::<u64>();
-        let id = config_desc.digest.clone();
         let tag = reference.tagged();
         let repo_digest = reference.with_digest(&resolved.top_digest);
         let fresh = Image {
@@ -859,6 +913,10 @@ impl Inner {
             layers,
             manifests: Vec::new(),
             generation: 0,
+            artifact: artifact_type.map(|artifact_type| image::Artifact {
+                artifact_type,
+                config: config_desc.digest.clone(),
+            }),
         };
         let inner = self.clone();
         let registration = Registration {
@@ -953,9 +1011,14 @@ impl Inner {
             unpacks,
             report,
         } = ctx;
-        let lock = self.key_lock(&job.chain_id);
+        // What the layer makes: a snapshot, or (an artifact's file) a blob.
+        let (key, made) = match job.file {
+            false => (&job.chain_id, self.paths.snapshot(&job.chain_id)),
+            true => (&job.digest, self.paths.blob(&job.digest)),
+        };
+        let lock = self.key_lock(key);
         let _guard = lock.lock().await;
-        if self.paths.snapshot(&job.chain_id).is_dir() {
+        if made.exists() {
             report.state(LayerState::AlreadyPresent);
             return Ok(());
         }
@@ -1050,7 +1113,9 @@ impl Inner {
         download?;
         let usage = unpacked?;
         tracing::debug!(image = %job.reference, layer = %job.digest, from = %host, bytes = received, seconds = format!("{:.2}", started.elapsed().as_secs_f64()), bytes_per_sec = rate(received, started), "layer downloaded and unpacked");
-        self.disk().usage.insert(job.chain_id, usage);
+        if !job.file {
+            self.disk().usage.insert(job.chain_id, usage);
+        }
         report.state(LayerState::Pulled);
         Ok(())
     }
@@ -1133,6 +1198,7 @@ mod tests {
             layers: vec![],
             manifests: vec![],
             generation: 0,
+            artifact: None,
         }
     }
 
@@ -1325,6 +1391,7 @@ mod tests {
             layers: vec![],
             manifests: vec![],
             generation: 1,
+            artifact: None,
         };
         let record = paths.images.join(format!("{}.json", "a".repeat(64)));
         std::fs::write(&record, serde_json::to_vec(&image).unwrap()).unwrap();

@@ -89,19 +89,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Bytes that do not compress (xorshift).
-fn noise(len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Pushes a one-layer image of `tar` as `repo:latest`; returns the layer's digest.
 async fn push(reg: &Registry, repo: &str, tar: Vec<u8>) -> (String, usize) {
     let layer = images::layer(tar, OCI_GZIP);
@@ -189,7 +176,7 @@ async fn a_stalled_download_stops_its_busy_unpacker() {
     let (_, blob_len) = push(
         &reg,
         "berth-test/sparse-slow",
-        images::sparse_tar("zeros", 60 << 30, &noise(2 << 20)),
+        images::sparse_tar("zeros", 60 << 30, &support::noise(0, 2 << 20)),
     )
     .await;
     assert!(blob_len > 1 << 20);

@@ -21,22 +21,9 @@ const LAYERS: usize = 4;
 /// Per layer: through the slow proxy, well over a second.
 const LAYER_BYTES: usize = 1 << 20;
 
-/// Bytes that do not compress (xorshift from `seed`).
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// Layer `i` of the test image: `layer-<i>.bin`, [`LAYER_BYTES`] of noise.
 fn noise_layer(i: usize) -> images::Layer {
-    let data = noise(i as u64, LAYER_BYTES);
+    let data = support::noise(i as u64, LAYER_BYTES);
     let path = format!("layer-{i}.bin");
     images::layer(
         images::tar_of(&[Entry::File(&path, 0o644, 0, &data)]),
@@ -130,7 +117,10 @@ async fn pull(dir: &Path, image: &str, downloads: usize) -> (Duration, usize) {
     assert_eq!(pulled.layers.len(), LAYERS);
     for (i, dir) in store.lowerdirs(&pulled).iter().rev().enumerate() {
         let file = dir.join(format!("layer-{i}.bin"));
-        assert_eq!(std::fs::read(&file).unwrap(), noise(i as u64, LAYER_BYTES));
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            support::noise(i as u64, LAYER_BYTES)
+        );
     }
     (took, most)
 }
@@ -192,7 +182,7 @@ async fn a_layer_that_unpacks_slowly_frees_its_download_slot() {
     );
     assert_eq!(
         std::fs::read(lower[0].join("layer-1.bin")).unwrap(),
-        noise(1, LAYER_BYTES)
+        support::noise(1, LAYER_BYTES)
     );
 }
 

@@ -127,27 +127,35 @@ impl Fake {
     }
 
     pub fn add_image(&self, name: &str, id: &str) {
-        let image = berth_oci_image::Image {
-            id: id.into(),
-            repo_tags: vec![format!("docker.io/library/{name}:latest")],
-            repo_digests: Vec::new(),
+        let mut image = image_named(name, id);
+        image.config.cmd = vec!["/bin/sh".into()];
+        self.put_image(name, image);
+    }
+
+    /// An OCI artifact `name` (id `id`), as the store records one: one
+    /// snapshot of files.
+    pub fn add_artifact(&self, name: &str, id: &str) {
+        let mut image = image_named(name, id);
+        image.layers = vec![berth_oci_image::Layer {
+            digest: "sha256:blob".into(),
+            media_type: "application/octet-stream".into(),
             size: 1,
-            uid: None,
-            username: String::new(),
-            pinned: false,
-            config: berth_oci_image::ImageConfig {
-                cmd: vec!["/bin/sh".into()],
-                ..Default::default()
-            },
-            layers: Vec::new(),
-            manifests: Vec::new(),
-            generation: 0,
-        };
-        self.images
-            .lock()
-            .unwrap()
-            .insert(name.to_string(), image.clone());
-        self.images.lock().unwrap().insert(id.to_string(), image);
+            diff_id: "sha256:blob".into(),
+            chain_id: format!("{id}-files"),
+            file: Some("model.bin".into()),
+        }];
+        image.manifests = vec![id.into()];
+        image.artifact = Some(berth_oci_image::Artifact {
+            artifact_type: "application/vnd.lab.model.v1".into(),
+            config: "sha256:config".into(),
+        });
+        self.put_image(name, image);
+    }
+
+    fn put_image(&self, name: &str, image: berth_oci_image::Image) {
+        let mut images = self.images.lock().unwrap();
+        images.insert(name.to_string(), image.clone());
+        images.insert(image.id.clone(), image);
     }
 
     /// Makes every later call of `step` fail.
@@ -227,5 +235,23 @@ impl Fake {
         if let Some(c) = self.world.lock().unwrap().runtime.get_mut(id) {
             c.shim_alive = false;
         }
+    }
+}
+
+/// An image `name` (id `id`) with nothing in it.
+fn image_named(name: &str, id: &str) -> berth_oci_image::Image {
+    berth_oci_image::Image {
+        id: id.into(),
+        repo_tags: vec![format!("docker.io/library/{name}:latest")],
+        repo_digests: Vec::new(),
+        size: 1,
+        uid: None,
+        username: String::new(),
+        pinned: false,
+        config: Default::default(),
+        layers: Vec::new(),
+        manifests: Vec::new(),
+        generation: 0,
+        artifact: None,
     }
 }

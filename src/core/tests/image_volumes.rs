@@ -82,3 +82,70 @@ async fn image_ref_wins_over_what_the_name_resolves_to_now() {
     assert!(e.to_string().contains("sha256:cccc"), "{e}");
     assert_eq!(r.core.containers.list().len(), 1);
 }
+
+#[tokio::test]
+async fn an_artifact_named_as_the_container_image_is_refused_before_anything_is_made() {
+    let r = rig();
+    r.fake.add_artifact("model", "sha256:aaaa");
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let mut req = container(&pod_id, "app");
+    req.config.image = Some(v1::ImageSpec {
+        image: "model".into(),
+        ..Default::default()
+    });
+    let e = r.core.create_container(req).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("OCI artifact") && msg.contains("application/vnd.lab.model.v1"),
+        "{msg}"
+    );
+    assert!(r.core.containers.list().is_empty());
+    assert_eq!(r.fake.count("files.mount_rootfs"), 0);
+}
+
+#[tokio::test]
+async fn an_artifact_volume_records_its_snapshot_and_is_mounted_once_for_two_mounts() {
+    let r = rig();
+    r.fake.add_artifact("model", "sha256:aaaa");
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let mut req = with_volume(&pod_id, "model", "", true);
+    let mut again = req.config.mounts[0].clone();
+    again.container_path = "/again".into();
+    req.config.mounts.push(again);
+    let id = r.core.create_container(req).await.unwrap();
+    assert_eq!(recorded_ref(&r, &id), "sha256:aaaa");
+    let c = r.core.containers.get(&id).unwrap();
+    // GC keeps the artifact's snapshot while the container lives.
+    assert!(
+        c.meta
+            .volume_snapshots
+            .contains(&"sha256:aaaa-files".to_string()),
+        "{:?}",
+        c.meta.volume_snapshots
+    );
+    assert_eq!(r.fake.count("files.mount_image_volume"), 1);
+}
+
+#[tokio::test]
+async fn removing_a_container_whose_volume_image_is_gone_collects_its_snapshots() {
+    let r = rig();
+    r.fake.add_artifact("model", "sha256:aaaa");
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    let keep = r
+        .core
+        .create_container(with_volume(&pod_id, "model", "", true))
+        .await
+        .unwrap();
+    let mut req = with_volume(&pod_id, "model", "", true);
+    req.config.metadata.as_mut().unwrap().name = "other".into();
+    let gone = r.core.create_container(req).await.unwrap();
+    // Its image stays: no collection for a container whose images all are.
+    r.core.remove_container(&keep).await.unwrap();
+    assert_eq!(r.fake.count("images.gc"), 0);
+    // RemoveImage of the volume's artifact while the container lives.
+    r.fake.images.lock().unwrap().clear();
+    r.fake.add_image("busybox", "sha256:1111");
+    r.core.remove_container(&gone).await.unwrap();
+    assert_eq!(r.fake.count("images.gc"), 1);
+}

@@ -26,6 +26,10 @@ pub struct UnpackLimits {
     /// Most entries (files, directories, links, …) in one layer.
     /// Default 2 Mi (2,097,152).
     pub max_entries: u64,
+    /// Most layers of one image or artifact, checked on its manifest before
+    /// any blob is fetched. Default 128 (docker builds at most 127; an
+    /// overlay stacks at most 500).
+    pub max_layers: u64,
     /// Most bytes of headers in front of one entry: its PAX records, GNU
     /// long name and link name, and GNU sparse map, which the tar reader
     /// holds in memory. Default 1 MiB.
@@ -44,6 +48,7 @@ impl Default for UnpackLimits {
         UnpackLimits {
             max_layer_bytes: 64 << 30,
             max_entries: 2 << 20,
+            max_layers: 128,
             max_entry_header_bytes: 1 << 20,
             min_free_bytes: 1 << 30,
         }
@@ -53,8 +58,10 @@ impl Default for UnpackLimits {
 impl UnpackLimits {
     /// Refuses bounds that would refuse every layer.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.max_layer_bytes == 0 || self.max_entries == 0 {
-            return Err("unpack limits max_layer_bytes and max_entries must be above 0".into());
+        if self.max_layer_bytes == 0 || self.max_entries == 0 || self.max_layers == 0 {
+            return Err(
+                "unpack limits max_layer_bytes, max_entries and max_layers must be above 0".into(),
+            );
         }
         if self.max_entry_header_bytes < 64 << 10 {
             return Err(format!(

@@ -355,6 +355,55 @@ impl Pusher {
         Ok((d, manifest))
     }
 
+    /// Pushes an OCI artifact: its config (media type, bytes) and layers
+    /// (media type, bytes, title annotation), with `artifact_type` when
+    /// given; returns (manifest digest, manifest bytes).
+    pub async fn artifact(
+        &self,
+        repo: &str,
+        tag: &str,
+        artifact_type: Option<&str>,
+        config: (&str, &[u8]),
+        layers: &[(&str, &[u8], Option<&str>)],
+    ) -> Result<(String, Vec<u8>), String> {
+        let config_desc = self.blob(repo, config.0, config.1).await?;
+        let mut layer_descs = Vec::new();
+        for (media_type, bytes, title) in layers {
+            let mut desc = self.blob(repo, media_type, bytes).await?;
+            if let Some(t) = title {
+                desc["annotations"] = json!({"org.opencontainers.image.title": t});
+            }
+            layer_descs.push(desc);
+        }
+        let mut manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": config_desc,
+            "layers": layer_descs,
+        });
+        if let Some(t) = artifact_type {
+            manifest["artifactType"] = json!(t);
+        }
+        let manifest = serde_json::to_vec(&manifest).expect("json");
+        let d = self.manifest(repo, tag, OCI_MANIFEST, &manifest).await?;
+        Ok((d, manifest))
+    }
+
+    /// Deletes blob `digest` of `repo` (the registry must allow deletes):
+    /// manifests still naming it name a missing blob.
+    pub async fn delete_blob(&self, repo: &str, digest: &str) -> Result<(), String> {
+        let url = format!("{}/v2/{repo}/blobs/{digest}", self.base);
+        let res = self
+            .req(reqwest::Method::DELETE, &url)
+            .send()
+            .await
+            .map_err(|e| format!("DELETE {url}: {e}"))?;
+        if res.status() != reqwest::StatusCode::ACCEPTED {
+            return Err(format!("DELETE {url}: {}", res.status()));
+        }
+        Ok(())
+    }
+
     /// Puts `manifest` with its layer sizes changed by `delta` (a lying manifest).
     pub async fn lying_image(
         &self,

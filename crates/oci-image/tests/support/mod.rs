@@ -390,6 +390,20 @@ impl Drop for Proxy {
     }
 }
 
+/// Bytes that do not compress (xorshift from `seed`): a stand-in for a
+/// layer's or a model's content.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Names in a directory (empty when it does not exist).
 pub fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)

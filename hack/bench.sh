@@ -435,6 +435,8 @@ if ((nri)); then
   printf '[nri]\nenable = true\nsocket_path = "%s"\nplugin_path = "%s"\nplugin_config_path = "%s"\n' \
     "$nri_dir/nri/nri.sock" "$nri_dir/nri/plugins" "$nri_dir/nri/conf.d" \
     >"$nri_dir/config.d/80-bench-nri.toml"
+  nri_metrics=$(free_port)
+  printf '[metrics]\naddress = "%s"\n' "$nri_metrics" >"$nri_dir/config.d/90-bench-metrics.toml"
   cp "$out/release/berth-nri-test-plugin" "$nri_dir/nri/plugins/10-noop"
   "$berth" --config "$nri_dir/config.toml" </dev/null >/dev/null 2>"$nri_dir/berth.log" &
   nri_pid=$!
@@ -447,7 +449,7 @@ if ((nri)); then
   nri_json=${json%.json}-nri.json
   nri_args=(run --target "$nri_target" --target "$berth_target" --only lifecycle --difference
     --image "$addr/berth-test/busybox:latest" --prepull "$pause_image" --runc "$RUNC"
-    --json "$nri_json")
+    --json "$nri_json" --metrics "berth-nri=$nri_metrics" --metrics "berth=$metrics_addr")
   ((quick)) && nri_args+=(--quick)
   log "running berth-bench: NRI (berth-nri against berth)"
   "$bench" "${nri_args[@]}" "${extra[@]}" | tee "$work/nri-table.md"

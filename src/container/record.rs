@@ -45,6 +45,10 @@ pub struct ContainerMeta {
     /// (nothing else in it ever changes): `server::encode::listed_container`.
     #[serde(skip)]
     pub listed: OnceLock<std::sync::Arc<cri_api::prepacked::Entry>>,
+    /// Its `ContainerStatus`, encoded, with the status and the image's repo
+    /// digest it was encoded from: `server::encode::Statuses`.
+    #[serde(skip)]
+    pub status_memo: crate::objects::Memo<(ContainerStatus, Option<String>), Vec<u8>>,
 }
 
 impl ContainerMeta {
@@ -66,7 +70,7 @@ pub enum ContainerState {
 }
 
 /// What changes over the container's life.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContainerStatus {
     pub state: ContainerState,
     pub pid: Option<u32>,

@@ -162,6 +162,7 @@ impl Core {
             created_at: now_nanos(),
             decoded: config.into(),
             listed: Default::default(),
+            status_memo: Default::default(),
         };
         Ok((meta, info))
     }

@@ -86,6 +86,7 @@ impl Core {
             facts: Some(facts),
             decoded: config.into(),
             listed: Default::default(),
+            status_memo: Default::default(),
             derived: Default::default(),
         };
         // A pod without a pause runs no runtime yet: a handler whose binary

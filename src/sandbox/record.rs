@@ -37,6 +37,11 @@ pub struct SandboxMeta {
     /// (nothing else in it ever changes): `server::encode::listed_sandbox`.
     #[serde(skip)]
     pub listed: OnceLock<std::sync::Arc<cri_api::prepacked::Entry>>,
+    /// Its `PodSandboxStatus`, encoded, with the state and IPs it was
+    /// encoded from (nothing else of the status is in it):
+    /// `server::encode::Statuses`.
+    #[serde(skip)]
+    pub status_memo: crate::objects::Memo<(SandboxState, Vec<String>), Vec<u8>>,
     /// The facts derived from `config`, for records without `facts`.
     #[serde(skip)]
     pub derived: OnceLock<PodFacts>,

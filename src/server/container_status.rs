@@ -1,37 +1,68 @@
-//! RuntimeService.ContainerStatus.
+//! RuntimeService.ContainerStatus: on the socket from the container's
+//! status encoded once per change (`container_status_packed`, see
+//! `relist.rs`); as a message for the generated service trait.
 
 use std::collections::HashMap;
 
-use cri_api::v1;
+use cri_api::{prepacked, v1};
 
 use super::Cri;
+use crate::container::Container;
 use crate::error::Error;
 use crate::objects::StoreExt;
 
 impl Cri {
+    /// The answer as the socket sends it: the status's kept encoding (see
+    /// `encode::Statuses::container_encoded`), and the verbose info.
+    pub async fn container_status_packed(
+        &self,
+        req: v1::ContainerStatusRequest,
+    ) -> Result<prepacked::Encoded, Error> {
+        let container = self.core.containers.lookup(&req.container_id)?;
+        let kept = self.statuses.container_encoded(&container);
+        let mut answer = prepacked::Encoded {
+            bytes: Vec::with_capacity(kept.1.len() + 4),
+        };
+        answer.put_message(1, &kept.1);
+        if req.verbose {
+            answer.put_fields(&v1::ContainerStatusResponse {
+                status: None,
+                info: self.container_info(&container),
+            });
+        }
+        Ok(answer)
+    }
+
+    /// The same answer as a message, encoded now (the generated service
+    /// trait's method; not on the socket's path).
     pub async fn container_status(
         &self,
         req: v1::ContainerStatusRequest,
     ) -> Result<v1::ContainerStatusResponse, Error> {
         let container = self.core.containers.lookup(&req.container_id)?;
         let status = self.encode_container_status(&container);
-        let mut info = HashMap::new();
-        if req.verbose {
-            let current = container.status();
-            let details = serde_json::json!({
-                "id": container.meta.id,
-                "name": container.meta.name,
-                "sandboxID": container.meta.sandbox_id,
-                "pid": current.pid,
-                "runtime": container.meta.runtime,
-                "bundle": self.core.layout.container_dirs(&container.meta.id).bundle,
-                "state": format!("{:?}", current.state),
-            });
-            info.insert("info".to_string(), details.to_string());
-        }
+        let info = match req.verbose {
+            true => self.container_info(&container),
+            false => HashMap::new(),
+        };
         Ok(v1::ContainerStatusResponse {
             status: Some(status),
             info,
         })
+    }
+
+    /// The verbose info of a container.
+    fn container_info(&self, container: &Container) -> HashMap<String, String> {
+        let current = container.status();
+        let details = serde_json::json!({
+            "id": container.meta.id,
+            "name": container.meta.name,
+            "sandboxID": container.meta.sandbox_id,
+            "pid": current.pid,
+            "runtime": container.meta.runtime,
+            "bundle": self.core.layout.container_dirs(&container.meta.id).bundle,
+            "state": format!("{:?}", current.state),
+        });
+        HashMap::from([("info".to_string(), details.to_string())])
     }
 }

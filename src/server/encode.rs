@@ -222,16 +222,66 @@ pub struct Statuses {
     pub images: Arc<berth_oci_image::ImageStore>,
 }
 
+/// A container's `ContainerStatus` encoded, and the status and repo digest
+/// it was encoded from.
+pub type EncodedContainerStatus = Arc<((ContainerStatus, Option<String>), Vec<u8>)>;
+
+/// A sandbox's `PodSandboxStatus` encoded, and the state and IPs it was
+/// encoded from.
+pub type EncodedSandboxStatus = Arc<((SandboxState, Vec<String>), Vec<u8>)>;
+
 impl Statuses {
+    /// The first repo digest of image `image_id` as the store has it now.
+    fn repo_digest(&self, image_id: &str) -> Option<String> {
+        self.images
+            .with(image_id, |i| i.repo_digests.first().cloned())
+            .flatten()
+    }
+
     /// The CRI status of a container, its image's repo digest looked up now.
     pub fn container(&self, container: &Container) -> v1::ContainerStatus {
-        let repo_digest = self
-            .images
-            .with(&container.meta.image_id, |i| {
-                i.repo_digests.first().cloned()
-            })
-            .flatten();
+        let repo_digest = self.repo_digest(&container.meta.image_id);
         container_status(&container.meta, &container.status(), repo_digest)
+    }
+
+    /// [`Statuses::container`], encoded: kept with the container and
+    /// encoded again only once its status or its image's repo digest has
+    /// changed (the status calls kubelet makes all the time then cost a
+    /// comparison, not a copy of every label, annotation and mount).
+    pub fn container_encoded(&self, container: &Container) -> EncodedContainerStatus {
+        let image_id = &container.meta.image_id;
+        container.meta.status_memo.get(
+            |(status, digest)| {
+                // The image gone: no digest.
+                let same_digest = self
+                    .images
+                    .with(image_id, |i| {
+                        i.repo_digests.first().map(String::as_str) == digest.as_deref()
+                    })
+                    .unwrap_or(digest.is_none());
+                same_digest && container.with_status(|s| s == status)
+            },
+            || {
+                let (status, digest) = (container.status(), self.repo_digest(image_id));
+                let bytes =
+                    container_status(&container.meta, &status, digest.clone()).encode_to_vec();
+                ((status, digest), bytes)
+            },
+        )
+    }
+
+    /// A sandbox's `PodSandboxStatus`, encoded: kept with the sandbox and
+    /// encoded again only once its state or IPs (all of its status that is
+    /// in it) have changed.
+    pub fn pod_encoded(&self, sandbox: &crate::sandbox::Sandbox) -> EncodedSandboxStatus {
+        sandbox.meta.status_memo.get(
+            |(state, ips)| sandbox.with_status(|s| s.state == *state && s.ips == *ips),
+            || {
+                let status = sandbox.status();
+                let bytes = sandbox_status(&sandbox.meta, &status).encode_to_vec();
+                ((status.state, status.ips), bytes)
+            },
+        )
     }
 
     /// The statuses of a sandbox's containers, oldest first.
@@ -293,6 +343,7 @@ mod tests {
             created_at: 7,
             decoded: Default::default(),
             listed: Default::default(),
+            status_memo: Default::default(),
         }
     }
 

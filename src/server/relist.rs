@@ -1,10 +1,14 @@
-//! kubelet's relist on the socket: ListContainers and ListPodSandbox are
-//! served here, before the generated RuntimeService, with the wire twins of
-//! their answers (`cri_api::prepacked`) whose entries are cached bytes
-//! (`list_containers.rs`, `list_pod_sandbox.rs`). Every other method goes
-//! to the generated service. Both calls go through the instrument layer as
-//! every RPC does (the gate, the deadline, the log line, the metrics, a
-//! panic as Internal) and keep the message size limits.
+//! The calls kubelet makes all the time, on the socket: its relist
+//! (ListContainers and ListPodSandbox) and the status calls
+//! (ContainerStatus, PodSandboxStatus) are served here, before the
+//! generated RuntimeService, with the wire twins of their answers
+//! (`cri_api::prepacked`) made of cached bytes: the list entries
+//! (`list_containers.rs`, `list_pod_sandbox.rs`) and the statuses
+//! (`container_status.rs`, `pod_sandbox_status.rs`), each encoded once per
+//! change. Every other method goes to the generated service. These calls go
+//! through the instrument layer as every RPC does (the gate, the deadline,
+//! the log line, the metrics, a panic as Internal) and keep the message
+//! size limits.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,7 +16,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use cri_api::v1;
 use hyper::http;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -24,6 +27,8 @@ use super::{deadline, Cri};
 
 const LIST_CONTAINERS: &str = "/runtime.v1.RuntimeService/ListContainers";
 const LIST_POD_SANDBOX: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
+const CONTAINER_STATUS: &str = "/runtime.v1.RuntimeService/ContainerStatus";
+const POD_SANDBOX_STATUS: &str = "/runtime.v1.RuntimeService/PodSandboxStatus";
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -59,30 +64,38 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let cri = self.cri.clone();
         match req.uri().path() {
-            LIST_CONTAINERS => {
-                let method: Packed<v1::ListContainersRequest, _> = Packed {
-                    cri: self.cri.clone(),
-                    rpc: "ListContainers",
-                    answer: |cri, req| {
-                        Box::pin(async move { cri.list_containers_packed(req).await })
-                    },
-                };
-                Box::pin(async move { Ok(grpc().unary(method, req).await) })
-            }
-            LIST_POD_SANDBOX => {
-                let method: Packed<v1::ListPodSandboxRequest, _> = Packed {
-                    cri: self.cri.clone(),
-                    rpc: "ListPodSandbox",
-                    answer: |cri, req| {
-                        Box::pin(async move { cri.list_pod_sandbox_packed(req).await })
-                    },
-                };
-                Box::pin(async move { Ok(grpc().unary(method, req).await) })
-            }
+            LIST_CONTAINERS => serve(cri, "ListContainers", req, |cri, r| {
+                Box::pin(async move { cri.list_containers_packed(r).await })
+            }),
+            LIST_POD_SANDBOX => serve(cri, "ListPodSandbox", req, |cri, r| {
+                Box::pin(async move { cri.list_pod_sandbox_packed(r).await })
+            }),
+            CONTAINER_STATUS => serve(cri, "ContainerStatus", req, |cri, r| {
+                Box::pin(async move { cri.container_status_packed(r).await })
+            }),
+            POD_SANDBOX_STATUS => serve(cri, "PodSandboxStatus", req, |cri, r| {
+                Box::pin(async move { cri.pod_sandbox_status_packed(r).await })
+            }),
             _ => Box::pin(self.inner.call(req)),
         }
     }
+}
+
+/// Serves `req` as the call `rpc` with the core's `answer` (see [`Packed`]).
+fn serve<Req, Resp>(
+    cri: Arc<Cri>,
+    rpc: &'static str,
+    req: http::Request<Body>,
+    answer: fn(Arc<Cri>, Req) -> BoxFuture<Result<Resp, crate::error::Error>>,
+) -> BoxFuture<Result<http::Response<Body>, Infallible>>
+where
+    Req: prost::Message + Default + RequestIds + Send + 'static,
+    Resp: prost::Message + Send + 'static,
+{
+    let method = Packed { cri, rpc, answer };
+    Box::pin(async move { Ok(grpc().unary(method, req).await) })
 }
 
 /// The gRPC server side of one call, with the services' message limits.
@@ -127,7 +140,7 @@ where
 mod tests {
     use std::collections::HashMap;
 
-    use cri_api::prepacked;
+    use cri_api::{prepacked, v1};
 
     use prost::Message;
 
@@ -188,6 +201,7 @@ mod tests {
             created_at: 1_700_000_000_000_000_000 + (n / 3) as i64,
             decoded: Default::default(),
             listed: Default::default(),
+            status_memo: Default::default(),
         }
     }
 
@@ -221,6 +235,7 @@ mod tests {
             facts: None,
             decoded: Default::default(),
             listed: Default::default(),
+            status_memo: Default::default(),
             derived: Default::default(),
         }
     }
@@ -408,5 +423,116 @@ mod tests {
         drop(store);
         let (store, _) = SandboxStore::open(dir.path()).unwrap();
         assert_sandboxes_identical(&store, "after a restart");
+    }
+
+    /// The status answers from kept encodings are byte for byte the
+    /// answers encoded now, after every kind of change of the container
+    /// and of its pod (ContainerStatus, PodSandboxStatus's pod and
+    /// containers).
+    #[tokio::test]
+    async fn kept_status_encodings_are_the_uncached_bytes_after_every_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let (containers, _) = ContainerStore::open(&dir.path().join("c")).unwrap();
+        let (sandboxes, _) = SandboxStore::open(&dir.path().join("s")).unwrap();
+        let images = berth_oci_image::ImageStore::open(&dir.path().join("i"), Default::default())
+            .await
+            .unwrap();
+        let statuses = encode::Statuses {
+            sandboxes: Arc::new(sandboxes),
+            containers: Arc::new(containers),
+            images: Arc::new(images),
+        };
+        let pod = statuses
+            .sandboxes
+            .create(sandbox_meta(1), SandboxStatus::default())
+            .unwrap();
+        let mut made = Vec::new();
+        for n in 0..3 {
+            let mut meta = container_meta(n);
+            meta.sandbox_id = pod.meta.id.clone();
+            let status = ContainerStatus {
+                state: ContainerState::Created,
+                ..Default::default()
+            };
+            made.push(statuses.containers.create(meta, status).unwrap());
+        }
+        let same = |when: &str| {
+            for c in &made {
+                let kept = statuses.container_encoded(c);
+                assert_eq!(kept.1, statuses.container(c).encode_to_vec(), "{when}");
+            }
+            let kept = statuses.pod_encoded(&pod);
+            let status = encode::sandbox_status(&pod.meta, &pod.status());
+            assert_eq!(kept.1, status.encode_to_vec(), "{when}");
+        };
+        same("created");
+        same("asked again (kept)");
+        made[0]
+            .update_volatile(|s| s.state = ContainerState::Running)
+            .unwrap();
+        made[1]
+            .update(|s| {
+                s.state = ContainerState::Exited;
+                s.exit_code = 137;
+                s.reason = "OOMKilled".into();
+                s.message = "killed".into();
+                s.finished_at = 42;
+            })
+            .unwrap();
+        made[2]
+            .update(|s| {
+                s.resources = v1::LinuxContainerResources {
+                    cpu_shares: 512,
+                    ..Default::default()
+                }
+                .encode_to_vec();
+                s.user = Some(crate::container::RunAs {
+                    uid: 7,
+                    gid: 8,
+                    groups: vec![9],
+                });
+            })
+            .unwrap();
+        pod.update(|s| {
+            s.state = SandboxState::Ready;
+            s.ips = vec!["10.0.0.2".into(), "fd00::2".into()];
+        })
+        .unwrap();
+        same("after the changes");
+        pod.update(|s| s.state = SandboxState::NotReady).unwrap();
+        same("pod not ready");
+    }
+
+    #[test]
+    fn a_memo_is_made_again_only_when_its_key_changes() {
+        let memo: crate::objects::Memo<u32, String> = Default::default();
+        let mut made = 0;
+        let mut get = |key: u32| {
+            memo.get(
+                |k| *k == key,
+                || {
+                    made += 1;
+                    (key, format!("v{key}"))
+                },
+            )
+            .1
+            .clone()
+        };
+        assert_eq!(get(1), "v1");
+        assert_eq!(get(1), "v1");
+        assert_eq!(get(2), "v2");
+        assert_eq!(get(2), "v2");
+        assert_eq!(get(1), "v1");
+        assert_eq!(made, 3);
+        let copy = memo.clone();
+        let mut again = false;
+        copy.get(
+            |_| true,
+            || {
+                again = true;
+                (0, String::new())
+            },
+        );
+        assert!(again, "a clone starts empty");
     }
 }

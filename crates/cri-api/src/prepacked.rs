@@ -151,3 +151,55 @@ prepacked_list!(
     ListPodSandboxResponse,
     items: v1::PodSandbox
 );
+
+/// A whole answer encoded ahead of time (a status call's, whose parts a
+/// server keeps encoded): its encoding is `bytes`. Servers send it; a
+/// client decodes the generated type (decoding this keeps nothing).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Encoded {
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Encoded({} bytes)", self.bytes.len())
+    }
+}
+
+impl Encoded {
+    /// Appends `message` (bytes already encoded) as field `tag`.
+    pub fn put_message(&mut self, tag: u32, message: &[u8]) {
+        encoding::encode_key(tag, WireType::LengthDelimited, &mut self.bytes);
+        encoding::encode_varint(message.len() as u64, &mut self.bytes);
+        self.bytes.extend_from_slice(message);
+    }
+
+    /// Appends the fields of `message`, encoded now.
+    pub fn put_fields(&mut self, message: &impl Message) {
+        message.encode_raw(&mut self.bytes);
+    }
+}
+
+impl Message for Encoded {
+    fn encode_raw(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&self.bytes);
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        encoding::skip_field(wire_type, tag, buf, ctx)
+    }
+
+    fn encoded_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+    }
+}

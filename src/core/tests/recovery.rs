@@ -20,6 +20,7 @@ fn leave_what_a_crash_leaves(core: &Core, fake: &Fake, [ready, dead, running, lo
             facts: None,
             decoded: Default::default(),
             listed: Default::default(),
+            status_memo: Default::default(),
             derived: Default::default(),
         },
         Default::default(),

@@ -25,7 +25,7 @@ mod sandbox_run;
 mod sandbox_stop;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 

@@ -535,4 +535,151 @@ mod tests {
         );
         assert!(again, "a clone starts empty");
     }
+
+    /// What the status calls kubelet makes all the time cost inside berth,
+    /// as the socket serves them (through the instrument layer, with the
+    /// daemon's kind of subscriber), on a core with fake mechanisms: a pod
+    /// with two running containers. Run by hand, it prints figures.
+    /// `cargo test --release --bin berth relist::tests::status_calls_cost -- --ignored --nocapture`
+    #[tokio::test(flavor = "current_thread")]
+    #[ignore = "a measurement, run by hand"]
+    async fn status_calls_cost() {
+        use crate::core::{ContainerRequest, SandboxRequest};
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_writer(std::io::sink)
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::config::Config {
+            root: dir.path().join("root"),
+            state: dir.path().join("state"),
+            ..Default::default()
+        };
+        let layout = crate::layout::Layout::new(&config.root, &config.state);
+        let stores = crate::core::Stores::open(&layout).unwrap();
+        let fake = crate::core::fake::Fake::new();
+        // An image id as the store's are (the fake's own is short).
+        let image_id = format!("sha256:{}", "ab".repeat(32));
+        fake.add_image("registry.example/app:1.2.3", &image_id);
+        let options = berth_spec::SpecOptions {
+            oom_score_adj_floor: Some(-1000),
+            all_capabilities: Some(Vec::new()),
+            ..Default::default()
+        };
+        let core = crate::core::Core::new(
+            config,
+            layout,
+            stores,
+            crate::core::fake::Fake::mechanisms(&fake),
+            options,
+        );
+        let images =
+            berth_oci_image::ImageStore::open(&dir.path().join("images"), Default::default())
+                .await
+                .unwrap();
+        let cri = Cri::new(
+            core.clone(),
+            berth_cni::Cni::new(Default::default()),
+            Arc::new(images),
+            Arc::new(super::super::events::Events::new()),
+        );
+        cri.gate.open();
+        let pod_config = v1::PodSandboxConfig {
+            metadata: Some(v1::PodSandboxMetadata {
+                name: "web".into(),
+                namespace: "default".into(),
+                uid: "0f5c7a3e-8d1b-4b2a-9c6e-2f7d3a1b5c9e".into(),
+                attempt: 0,
+            }),
+            labels: labels(3, "label"),
+            annotations: labels(4, "annotation"),
+            ..Default::default()
+        };
+        let pod = core
+            .run_pod_sandbox(SandboxRequest {
+                config: pod_config,
+                runtime_handler: String::new(),
+            })
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for name in ["app", "sidecar"] {
+            let mut config =
+                v1::ContainerConfig::decode(container_meta(3).config.as_slice()).unwrap();
+            config.metadata = Some(v1::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            });
+            config.image = Some(v1::ImageSpec {
+                image: "registry.example/app:1.2.3".into(),
+                ..Default::default()
+            });
+            let id = core
+                .create_container(ContainerRequest {
+                    sandbox_id: pod.clone(),
+                    config,
+                })
+                .await
+                .unwrap();
+            core.start_container(&id).await.unwrap();
+            ids.push(id);
+        }
+        const N: u32 = 100_000;
+        async fn time<F: std::future::Future<Output = ()>>(what: &str, mut f: impl FnMut() -> F) {
+            for _ in 0..N / 10 {
+                f().await;
+            }
+            let started = std::time::Instant::now();
+            for _ in 0..N {
+                f().await;
+            }
+            let ns = started.elapsed().as_nanos() as f64 / f64::from(N);
+            println!("{what}: {ns:.0} ns per call");
+        }
+        let (c, p) = (ids[0].clone(), pod.clone());
+        time("ContainerStatus", || {
+            let (cri, c) = (cri.clone(), c.clone());
+            async move {
+                let req = v1::ContainerStatusRequest {
+                    container_id: c,
+                    verbose: false,
+                };
+                let ids = req.ids();
+                let c = cri.clone();
+                let body = async move { c.container_status_packed(req).await };
+                instrument::call(&cri.gate, "ContainerStatus", ids, None, body)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        time("PodSandboxStatus (two containers)", || {
+            let (cri, p) = (cri.clone(), p.clone());
+            async move {
+                let req = v1::PodSandboxStatusRequest {
+                    pod_sandbox_id: p,
+                    verbose: false,
+                };
+                let ids = req.ids();
+                let c = cri.clone();
+                let body = async move { c.pod_sandbox_status_packed(req).await };
+                instrument::call(&cri.gate, "PodSandboxStatus", ids, None, body)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        time("ContainerStatus, the unpacked message", || {
+            let (cri, c) = (cri.clone(), c.clone());
+            async move {
+                let req = v1::ContainerStatusRequest {
+                    container_id: c,
+                    verbose: false,
+                };
+                cri.container_status(req).await.unwrap();
+            }
+        })
+        .await;
+    }
 }

@@ -47,14 +47,24 @@ fn mounts_below(dir: &Path) -> Vec<PathBuf> {
 /// Unmounts everything at or below `dir`, then removes it; never removes
 /// through a mount that could not be undone.
 pub(super) fn remove_mounted_tree(id: &str, dir: &Path) -> Result<(), Error> {
-    for point in mounts_below(dir) {
-        berth_idmap::unmount(&point)
-            .map_err(|e| Error::io(id, "unmounting", &point)(std::io::Error::other(e)))?;
+    // Absent: nothing can be mounted below it, and the whole mount table
+    // is not read and parsed (twice) for nothing: most pods and containers
+    // have no userns tree, and RemoveContainer waited for that.
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(());
     }
-    if let Some(left) = mounts_below(dir).first() {
-        return Err(Error::io(id, "unmounting", left)(std::io::Error::other(
-            "still mounted",
-        )));
+    let points = mounts_below(dir);
+    for point in &points {
+        berth_idmap::unmount(point)
+            .map_err(|e| Error::io(id, "unmounting", point)(std::io::Error::other(e)))?;
+    }
+    // Looked at again only when something was unmounted.
+    if !points.is_empty() {
+        if let Some(left) = mounts_below(dir).first() {
+            return Err(Error::io(id, "unmounting", left)(std::io::Error::other(
+                "still mounted",
+            )));
+        }
     }
     remove_tree(id, dir)
 }

@@ -23,6 +23,7 @@
 //!   from NRI at scrape time.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -224,6 +225,21 @@ fn code_name(code: tonic::Code) -> &'static str {
 /// then neither hashes its labels nor clones the series (twice) each time.
 static OK_SERIES: LazyLock<RwLock<HashMap<&'static str, (IntCounter, Histogram)>>> =
     LazyLock::new(RwLock::default);
+
+/// CRI calls that may change state (every one but the read-only calls
+/// kubelet polls with) started since the start.
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a call that may change state, as it starts.
+pub fn change_started() {
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many calls that may change state have started (the daemon's idle
+/// trimmer tells by it that a burst of them has stopped).
+pub fn changes() -> u64 {
+    CHANGES.load(Ordering::Relaxed)
+}
 
 /// Counts one finished CRI call.
 pub fn rpc_done(method: &'static str, code: tonic::Code, elapsed: Duration) {

@@ -57,6 +57,58 @@ fn tune_malloc() {
     }
 }
 
+/// How often the idle trimmer looks at the count of calls that change state.
+const TRIM_TICK: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// When to give freed memory back: after a tick that saw calls that change
+/// state (pod and container life cycles, pulls, execs: what allocates),
+/// the first tick that sees none, however many read-only calls (kubelet's
+/// relists and status polls) it saw. The heap a burst of calls grew (two arenas, each
+/// keeping up to the trim threshold at its top and whatever is free below
+/// its top chunk) is freed but stays resident until glibc is asked;
+/// `malloc_trim` returns every free page of every arena, so that an idle
+/// daemon's RSS is what it holds, not the high-water mark of its last
+/// burst. Once per burst, not per tick: an idle daemon does nothing.
+#[derive(Debug, Default)]
+struct IdleTrim {
+    calls: u64,
+    busy: bool,
+}
+
+impl IdleTrim {
+    /// Whether to trim now, `calls` being the count of changing calls so far.
+    fn tick(&mut self, calls: u64) -> bool {
+        if calls != self.calls {
+            self.calls = calls;
+            self.busy = true;
+            return false;
+        }
+        std::mem::take(&mut self.busy)
+    }
+}
+
+/// Trims the heap once a burst of changes has stopped ([`IdleTrim`]). On the worker
+/// itself: `malloc_trim` makes no I/O (madvise calls over a few MiB of
+/// heap, well under a millisecond), and a blocking thread started for it
+/// would outlive it by ten seconds.
+async fn trim_when_idle() {
+    let mut trim = IdleTrim::default();
+    let mut tick = tokio::time::interval(TRIM_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        if trim.tick(crate::counters::changes()) {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            {
+                let started = std::time::Instant::now();
+                // SAFETY: malloc_trim only returns free pages to the system.
+                let released = unsafe { libc::malloc_trim(0) };
+                tracing::debug!(released, took = ?started.elapsed(), "changes stopped: trimmed the heap");
+            }
+        }
+    }
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(config: Config) -> anyhow::Result<()> {
     // Before anything is made: not the umask of whatever started berth.
@@ -144,6 +196,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
     cri.start_nri().await;
     cri.gate.open();
     cri.start_stats_sampler();
+    tokio::spawn(trim_when_idle());
     if let Some(listener) = metrics_listener {
         let address = listener.local_addr().context("metrics endpoint address")?;
         tracing::info!(%address, "serving Prometheus metrics on /metrics");
@@ -260,6 +313,23 @@ fn remove_socket(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heap_is_trimmed_once_after_calls_stop() {
+        let mut trim = IdleTrim::default();
+        // Idle from the start: nothing to give back.
+        assert!(!trim.tick(0));
+        assert!(!trim.tick(0));
+        // Calls on two ticks, then none: one trim, then nothing.
+        assert!(!trim.tick(5));
+        assert!(!trim.tick(9));
+        assert!(trim.tick(9));
+        assert!(!trim.tick(9));
+        assert!(!trim.tick(9));
+        // Another burst.
+        assert!(!trim.tick(10));
+        assert!(trim.tick(10));
+    }
 
     #[test]
     fn malloc_settings_leave_what_the_operator_set() {

@@ -201,6 +201,8 @@ async fn kubelet_like_churn_grows_no_memory_and_leaves_nothing() {
     .unwrap();
     let csv = std::fs::read_to_string(dir.join("churn.csv")).unwrap_or_default();
     eprintln!("endurance: samples:\n{csv}");
+    let trims = daemon.stderr().matches("trimmed the heap").count();
+    eprintln!("endurance: the daemon trimmed its heap {trims} times");
     assert_eq!(
         summary["failures"], 0,
         "calls not answered: {}",

@@ -181,6 +181,7 @@ where
             };
             return answer(rpc, started, result, ids.as_ref());
         }
+        crate::counters::change_started();
         // Own task: dropping this future (client cancelled) does not drop
         // the body, which can see its client go (core::caller).
         let (caller, body) = crate::core::caller::track(body);

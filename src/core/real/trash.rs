@@ -5,6 +5,9 @@
 //! directory after RemoveContainer answers. What the call waits for is the
 //! renames, not an `rm -rf`.
 //!
+//! The removal waits a little ([`DELAY`]): it would slow the very call it
+//! is taken off (the same journal commit, the same two CPUs).
+//!
 //! The name a tree is moved to is a hidden sibling, `.removing-NAME-N`: no
 //! record is named so, so a start after a crash (or a removal that failed)
 //! sweeps it as an orphan, unmounting whatever is below it first, as it
@@ -17,6 +20,11 @@ use crate::error::Error;
 
 /// The prefix of a tree moved aside to be removed.
 pub const PREFIX: &str = ".removing-";
+
+/// How long a tree waits aside before it is emptied: past the call that
+/// discarded it, whose record deletion's fsync would otherwise commit the
+/// removal's unlinks with it, and take a CPU from it.
+const DELAY: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Moves `path` aside to a hidden sibling and removes it there on a
 /// blocking thread of its own (`remove` is what empties it: it unmounts
@@ -41,8 +49,13 @@ pub fn discard(
         return remove(id, &aside);
     };
     let id = id.to_string();
-    runtime.spawn_blocking(move || {
-        if let Err(e) = remove(&id, &aside) {
+    runtime.spawn(async move {
+        tokio::time::sleep(DELAY).await;
+        let removed = tokio::task::spawn_blocking(move || {
+            remove(&id, &aside).map_err(|e| (id, aside, e))
+        })
+        .await;
+        if let Ok(Err((id, aside, e))) = removed {
             tracing::warn!(%id, path = %aside.display(), error = %e, "removing a discarded tree (the next start sweeps it)");
         }
     });

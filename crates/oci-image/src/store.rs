@@ -428,6 +428,16 @@ pub(crate) fn find<'a>(images: &'a Images, query: &str) -> Option<&'a Arc<Image>
             return images.get(query);
         }
     }
+    // A stored tag as it is (kubelet asks by the name the pod spec gives,
+    // often the full one): the stored tags are normalized, and a normalized
+    // name parses to itself, so this finds what the parse below would,
+    // without parsing.
+    if let Some(found) = images
+        .values()
+        .find(|i| i.repo_tags.iter().any(|t| t == query))
+    {
+        return Some(found);
+    }
     if let Ok(r) = Reference::parse(query) {
         let found = match r.digest() {
             Some(d) => {
@@ -1199,6 +1209,33 @@ mod tests {
             manifests: vec![],
             generation: 0,
             artifact: None,
+        }
+    }
+
+    #[test]
+    fn a_stored_tag_as_it_is_finds_what_its_parse_finds() {
+        let images = Images(Arc::new(
+            [
+                image(1, "docker.io/library/busybox:latest"),
+                image(2, "127.0.0.1:5000/pause:3.10"),
+                image(3, "docker.io/library/busybox:1.36"),
+            ]
+            .into_iter()
+            .map(|i| (i.id.clone(), Arc::new(i)))
+            .collect(),
+        ));
+        let id = |q: &str| find(&images, q).map(|i| i.id[7..9].to_string());
+        for (query, want) in [
+            // As stored: the exact match.
+            ("docker.io/library/busybox:latest", Some("01")),
+            ("127.0.0.1:5000/pause:3.10", Some("02")),
+            // Not as stored: through the parse, the same images.
+            ("busybox", Some("01")),
+            ("library/busybox:1.36", Some("03")),
+            ("busybox:1.37", None),
+            ("sha256:02", Some("02")),
+        ] {
+            assert_eq!(id(query).as_deref(), want, "{query}");
         }
     }
 

@@ -231,6 +231,48 @@ async fn an_artifact_volume_is_read_only_and_survives_a_restart_and_a_remove_ima
     );
 }
 
+/// An artifact of 100 tar layers (a snapshot each: 100 lowerdirs of some
+/// 100 bytes, more than the page of options a mount takes) mounts as an
+/// image volume and shows every layer's file; before, the mount got its
+/// options cut short and CreateContainer failed (ENOENT).
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn an_artifact_of_a_hundred_tar_layers_mounts_whole() {
+    require_root!();
+    let reg = registry();
+    let tars: Vec<Vec<u8>> = (0..100)
+        .map(|n| artifacts::tar_of(&[(&format!("l{n:03}"), n.to_string().as_bytes())]))
+        .collect();
+    let layers: Vec<artifacts::Layer<'_>> = tars
+        .iter()
+        .map(|t| (artifacts::TAR, &t[..], None))
+        .collect();
+    let repo = "berth-test/artifact-layers:v1";
+    artifacts::push(&reg.addr, repo, Some(MODEL_TYPE), (EMPTY, b"{}"), &layers);
+    let name = format!("{}/{repo}", reg.addr);
+
+    let net = TestNet::new();
+    let daemon = daemon_with(&net, "").await;
+    let cri = daemon.cri().await;
+    cri.pull(&name).await.unwrap();
+    cri.pull(&reg.busybox()).await.unwrap();
+    let pod_config = pod_config("many-layers");
+    let pod = cri.run_pod(&pod_config).await.unwrap();
+    let mut config = container("reader", &["sleep", "1000"]);
+    config.mounts = vec![artifact_mount("/layers", &name, "")];
+    let id = cri
+        .create_container(&pod, &pod_config, config)
+        .await
+        .unwrap();
+    start(&daemon, &id).await;
+    let listed = run(&daemon, &id, &["ls", "/layers"]).await;
+    let listed = String::from_utf8_lossy(&listed);
+    let want: Vec<String> = (0..100).map(|n| format!("l{n:03}")).collect();
+    assert_eq!(listed.lines().collect::<Vec<_>>(), want);
+    assert_eq!(run(&daemon, &id, &["cat", "/layers/l000"]).await, b"0");
+    assert_eq!(run(&daemon, &id, &["cat", "/layers/l099"]).await, b"99");
+}
+
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn bad_artifacts_are_refused_and_leave_nothing() {

@@ -161,28 +161,13 @@ fn overlay_of_idmapped(
             berth_idmap::bind(layer, &view, fd.as_fd(), false).map_err(|e| {
                 Error::io(id, "idmapping the layer", layer)(std::io::Error::other(e))
             })?;
-            lower.push(view.display().to_string());
+            lower.push(view);
         }
-        let (data, flags) = match upper {
-            Some((upper, work)) => (
-                format!(
-                    "lowerdir={},upperdir={},workdir={}",
-                    lower.join(":"),
-                    upper.display(),
-                    work.display()
-                ),
-                MsFlags::empty(),
-            ),
-            None => (format!("lowerdir={}", lower.join(":")), MsFlags::MS_RDONLY),
-        };
-        mount(
-            Some("overlay"),
+        crate::container::rootfs::mount_overlay(target, &lower, upper).map_err(Error::io(
+            id,
+            "mounting an overlay on",
             target,
-            Some("overlay"),
-            flags,
-            Some(data.as_str()),
-        )
-        .map_err(|e| Error::io(id, "mounting an overlay on", target)(e.into()))
+        ))
     })();
     let cleanup = remove_mounted_tree(id, staging);
     result.and(cleanup)

@@ -117,6 +117,22 @@ impl Drop for Sandbox {
         for dir in self.shared_mount_points() {
             let _ = nix::mount::umount2(dir.as_str(), nix::mount::MntFlags::MNT_DETACH);
         }
+        // And whatever else is mounted below it: a test that ends (or
+        // fails) with pods left, or kills the daemon, leaves their shm,
+        // rootfs and image volume mounts, which would outlive the test
+        // (and the temp dir's removal would fail on them), deepest first.
+        let below = format!("{}/", self.dir.path().display());
+        let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| p.starts_with(&below))
+            .map(str::to_string)
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in points {
+            let _ = nix::mount::umount2(point.as_str(), nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 //! second — driven by `berth-bench churn` (the driver `hack/endurance.sh`
 //! runs for 5,000 life cycles) against a daemon of the harness on a
 //! network of the test's own, under a memory cgroup: 60 life cycles of
-//! warm-up, then 160 measured. Asserts that every call was answered, that
-//! the daemon's RSS grew at most 768 KiB from the baseline (after the
+//! warm-up, then 320 measured. Asserts that every call was answered, that
+//! the daemon's RSS grew at most 1536 KiB from the baseline (after the
 //! warm-up) to the end, that its open fds and threads
 //! came back to the baseline, and that nothing is left: no pod, container,
 //! shim, mount, netns, record, IPAM lease, pod cgroup or temp file. Before
@@ -23,10 +23,15 @@ use common::{registry, Daemon, Sandbox};
 
 /// Life cycles before the baseline, and measured after it.
 const WARMUP: &str = "60";
-const CYCLES: &str = "160";
-/// The RSS bound (KiB) from the baseline to the end: 5 KiB per life cycle,
-/// where the leak of #28 was ~7.
-const MAX_GROWTH_KIB: u64 = 768;
+const CYCLES: &str = "320";
+/// The RSS bound (KiB) from the baseline to the end: 4.8 KiB per life
+/// cycle, where the leak of #28 was ~6 (996 KiB over 160 cycles, so about
+/// 2 MiB over these 320). Without a leak the growth is a high-water mark,
+/// not a slope: 50–900 KiB measured (the peak of concurrent threads under
+/// the machine's load, and what the allocator keeps of it), whatever the
+/// length; 160 cycles and 768 KiB left no margin between the two (872 KiB
+/// on CI and 896 in a full run here, without a leak).
+const MAX_GROWTH_KIB: u64 = 1536;
 /// The pods' cgroup parent (its own, so that leftovers are this test's).
 const CGROUP_PARENT: &str = "berth-test-endurance";
 /// The whole churn, at most.

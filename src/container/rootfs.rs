@@ -149,10 +149,11 @@ pub fn mount_overlay<P: AsRef<Path>>(
         .iter()
         .map(|p| p.as_ref().display().to_string())
         .collect();
+    let max = max_mount_data();
     let mut data = overlay_data(&named, upper);
     // Held until the mount has resolved them.
     let mut fds = Vec::new();
-    if data.len() > max_mount_data() {
+    if data.len() > max {
         for dir in lowerdirs {
             let dir = dir.as_ref();
             let fd = nix::fcntl::open(
@@ -171,13 +172,12 @@ pub fn mount_overlay<P: AsRef<Path>>(
             .map(|fd| format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .collect();
         data = overlay_data(&by_fd, upper);
-        if data.len() > max_mount_data() {
+        if data.len() > max {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "{} layers: an overlay of them does not fit in the {} bytes of options a mount takes",
-                    lowerdirs.len(),
-                    max_mount_data()
+                    "{} layers: an overlay of them does not fit in the {max} bytes of options a mount takes",
+                    lowerdirs.len()
                 ),
             ));
         }

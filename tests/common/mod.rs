@@ -113,26 +113,24 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        // Undone so the temp dir can go.
-        for dir in self.shared_mount_points() {
-            let _ = nix::mount::umount2(dir.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
-        // And whatever else is mounted below it: a test that ends (or
-        // fails) with pods left, or kills the daemon, leaves their shm,
-        // rootfs and image volume mounts, which would outlive the test
-        // (and the temp dir's removal would fail on them), deepest first.
-        let below = format!("{}/", self.dir.path().display());
-        let mut points: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|p| p.starts_with(&below))
-            .map(str::to_string)
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
-        for point in points {
-            let _ = nix::mount::umount2(point.as_str(), nix::mount::MntFlags::MNT_DETACH);
-        }
+        // Undone so the temp dir can go: its shared netns and podns dirs,
+        // and whatever else is mounted below it (a test that ends, or
+        // fails, with pods left, or kills the daemon, leaves their shm,
+        // rootfs and image volume mounts, which would outlive the test).
+        unmount_below(self.dir.path());
+    }
+}
+
+/// Unmounts (lazily) every mount point at or below `dir`, deepest first.
+pub fn unmount_below(dir: &Path) {
+    let text = std::fs::read_to_string(berth_mountinfo::SELF).unwrap_or_default();
+    let mut points: Vec<PathBuf> = berth_mountinfo::mounts(&text)
+        .map(|m| m.mount_point)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for point in points {
+        let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
 }
 

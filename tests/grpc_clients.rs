@@ -160,6 +160,64 @@ async fn grpcio_calls_version_and_status_with_its_default_authority() {
     assert!(status.status.is_some());
 }
 
+/// kubelet's relist from grpcio: the two list answers (sent by berth as
+/// whole kept messages, not through tonic's encoder) read by gRPC C-core,
+/// before and after a change, the same as tonic reads them.
+#[tokio::test]
+#[ignore = "needs python3 with grpcio (pip installs it): hack/test.sh runs it (--include-ignored)"]
+async fn grpcio_reads_the_relist_answers() {
+    let python = python_with_grpcio();
+    let daemon = Daemon::start("").await;
+    let cri = daemon.cri().await;
+    let mut pods = Vec::new();
+    for n in 0..3 {
+        let mut config = common::pods::pod_config(&format!("relist-{n}"));
+        let linux = config.linux.as_mut().unwrap();
+        let ns = linux.security_context.as_mut().unwrap();
+        ns.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+        pods.push(cri.run_pod(&config).await.expect("RunPodSandbox"));
+    }
+    let relist = |expect_ready: usize| {
+        let (python, socket) = (python, daemon.sandbox.socket());
+        async move {
+            let (ok, out, err) = tokio::task::spawn_blocking(move || {
+                grpcio_calls(
+                    python,
+                    &socket,
+                    &["ListPodSandbox", "ListContainers", "ListPodSandbox"],
+                )
+            })
+            .await
+            .unwrap();
+            assert!(ok, "grpcio lists failed:\n{out}\n{err}");
+            let lines: Vec<&str> = out.lines().collect();
+            assert_eq!(lines.len(), 3, "{out}");
+            assert_eq!(lines[0], lines[2], "a kept answer, read again");
+            assert_eq!(lines[1], "ListContainers ok items=0 ", "{out}");
+            assert!(lines[0].starts_with("ListPodSandbox ok items=3 "), "{out}");
+            // SANDBOX_READY is 0 (not written), SANDBOX_NOTREADY 1.
+            assert_eq!(lines[0].matches(":0").count(), expect_ready, "{out}");
+            lines[0].to_string()
+        }
+    };
+    let before = relist(3).await;
+    for id in &pods {
+        assert!(before.contains(&id[..12]), "{before}");
+    }
+    cri.stop_pod(&pods[1]).await.expect("StopPodSandbox");
+    let after = relist(2).await;
+    assert!(after.contains(&format!("{}:1", &pods[1][..12])), "{after}");
+    let tonic = cri
+        .list_pods(None)
+        .await
+        .expect("ListPodSandbox over tonic");
+    assert_eq!(tonic.len(), 3);
+    for id in &pods {
+        cri.stop_pod(id).await.unwrap();
+        cri.remove_pod(id).await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn tonic_clients_work_through_the_rewriting() {
     let daemon = Daemon::start("").await;

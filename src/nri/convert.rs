@@ -2,8 +2,8 @@
 //! CRI's (for the core's update path).
 
 use cri_api::v1;
+use oci_spec::runtime::Spec;
 use protobuf::MessageField;
-use serde_json::Value;
 
 use berth_nri::api;
 
@@ -50,30 +50,23 @@ pub struct SpecView {
 }
 
 impl SpecView {
-    /// The view of an OCI spec (as JSON).
-    pub fn of(spec: &Value) -> SpecView {
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|s| s.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+    /// The view of an OCI spec, read from its typed fields (no JSON).
+    pub fn of(spec: &Spec) -> SpecView {
+        let process = spec.process().as_ref();
+        let strings = |v: Option<&Vec<String>>| v.cloned().unwrap_or_default();
         let mut linux = api::LinuxContainer::new();
-        linux.resources = MessageField::some(resources_of(&spec["linux"]["resources"]));
-        linux.cgroups_path = spec["linux"]["cgroupsPath"]
-            .as_str()
-            .unwrap_or_default()
-            .into();
+        let spec_linux = spec.linux().as_ref();
+        linux.resources = MessageField::some(resources_of(
+            spec_linux.and_then(|l| l.resources().as_ref()),
+        ));
+        linux.cgroups_path = spec_linux
+            .and_then(|l| l.cgroups_path().as_ref())
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         SpecView {
-            args: strings(&spec["process"]["args"]),
-            env: strings(&spec["process"]["env"]),
-            mounts: spec["mounts"]
-                .as_array()
-                .map(|mounts| mounts.iter().map(mount).collect())
-                .unwrap_or_default(),
+            args: strings(process.and_then(|p| p.args().as_ref())),
+            env: strings(process.and_then(|p| p.env().as_ref())),
+            mounts: spec.mounts().iter().flatten().map(mount).collect(),
             linux,
         }
     }
@@ -115,67 +108,55 @@ pub fn container(container: &Container, spec: Option<&SpecView>) -> api::Contain
     c
 }
 
-fn mount(m: &Value) -> api::Mount {
-    let s = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+fn mount(m: &oci_spec::runtime::Mount) -> api::Mount {
     api::Mount {
-        destination: s("destination"),
-        type_: s("type"),
-        source: s("source"),
-        options: m["options"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|o| o.as_str().map(String::from))
-                    .collect()
-            })
+        destination: m.destination().display().to_string(),
+        type_: m.typ().clone().unwrap_or_default(),
+        source: m
+            .source()
+            .as_ref()
+            .map(|s| s.display().to_string())
             .unwrap_or_default(),
+        options: m.options().clone().unwrap_or_default(),
         ..Default::default()
     }
 }
 
-fn opt_i64(v: &Value) -> MessageField<api::OptionalInt64> {
-    v.as_i64()
-        .map(|value| {
-            MessageField::some(api::OptionalInt64 {
-                value,
-                ..Default::default()
-            })
-        })
-        .unwrap_or_default()
+fn opt_i64(v: Option<i64>) -> MessageField<api::OptionalInt64> {
+    MessageField::from_option(v.map(|value| api::OptionalInt64 {
+        value,
+        ..Default::default()
+    }))
 }
 
-fn opt_u64(v: &Value) -> MessageField<api::OptionalUInt64> {
-    v.as_u64()
-        .map(|value| {
-            MessageField::some(api::OptionalUInt64 {
-                value,
-                ..Default::default()
-            })
-        })
-        .unwrap_or_default()
+fn opt_u64(v: Option<u64>) -> MessageField<api::OptionalUInt64> {
+    MessageField::from_option(v.map(|value| api::OptionalUInt64 {
+        value,
+        ..Default::default()
+    }))
 }
 
-/// OCI `linux.resources` (as JSON) as NRI's resources.
-fn resources_of(r: &Value) -> api::LinuxResources {
+/// OCI `linux.resources` as NRI's resources.
+fn resources_of(r: Option<&oci_spec::runtime::LinuxResources>) -> api::LinuxResources {
     let mut out = api::LinuxResources::new();
-    let (mem, cpu) = (&r["memory"], &r["cpu"]);
+    let (mem, cpu) = (
+        r.and_then(|r| r.memory().as_ref()),
+        r.and_then(|r| r.cpu().as_ref()),
+    );
     let mut m = api::LinuxMemory::new();
-    m.limit = opt_i64(&mem["limit"]);
-    m.reservation = opt_i64(&mem["reservation"]);
-    m.swap = opt_i64(&mem["swap"]);
+    m.limit = opt_i64(mem.and_then(|m| m.limit()));
+    m.reservation = opt_i64(mem.and_then(|m| m.reservation()));
+    m.swap = opt_i64(mem.and_then(|m| m.swap()));
     out.memory = MessageField::some(m);
     let mut c = api::LinuxCPU::new();
-    c.shares = opt_u64(&cpu["shares"]);
-    c.quota = opt_i64(&cpu["quota"]);
-    c.period = opt_u64(&cpu["period"]);
-    c.cpus = cpu["cpus"].as_str().unwrap_or_default().into();
-    c.mems = cpu["mems"].as_str().unwrap_or_default().into();
+    c.shares = opt_u64(cpu.and_then(|c| c.shares()));
+    c.quota = opt_i64(cpu.and_then(|c| c.quota()));
+    c.period = opt_u64(cpu.and_then(|c| c.period()));
+    c.cpus = cpu.and_then(|c| c.cpus().clone()).unwrap_or_default();
+    c.mems = cpu.and_then(|c| c.mems().clone()).unwrap_or_default();
     out.cpu = MessageField::some(c);
-    if let Some(u) = r["unified"].as_object() {
-        for (k, v) in u {
-            out.unified
-                .insert(k.clone(), v.as_str().unwrap_or_default().into());
-        }
+    if let Some(u) = r.and_then(|r| r.unified().as_ref()) {
+        out.unified = u.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     }
     out
 }
@@ -333,6 +314,79 @@ pub fn refusal(plugin: &str, id: &str, fields: &[api::Field]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The view reads a spec's typed fields as the JSON did: what is set
+    /// shows, what is unset stays unset (an absent limit is no limit).
+    #[test]
+    fn a_spec_view_shows_what_the_spec_sets_and_nothing_else() {
+        let spec: Spec = serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2",
+            "process": {"args": ["sh", "-c", "true"], "env": ["A=1", "B=2"], "cwd": "/",
+                        "user": {"uid": 0, "gid": 0}},
+            "root": {"path": "rootfs"},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/data", "type": "bind", "source": "/srv/d",
+                 "options": ["rbind", "ro"]}
+            ],
+            "linux": {
+                "cgroupsPath": "/kubepods/pod1/c1",
+                "resources": {
+                    "memory": {"limit": 1048576},
+                    "cpu": {"shares": 512, "quota": 5000, "cpus": "0-1"},
+                    "unified": {"memory.high": "900000"}
+                }
+            }
+        }))
+        .unwrap();
+        let view = SpecView::of(&spec);
+        assert_eq!(view.args, ["sh", "-c", "true"]);
+        assert_eq!(view.env, ["A=1", "B=2"]);
+        let mounts: Vec<_> = view
+            .mounts
+            .iter()
+            .map(|m| {
+                (
+                    &m.destination[..],
+                    &m.type_[..],
+                    &m.source[..],
+                    m.options.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("/proc", "proc", "proc", vec![]),
+                (
+                    "/data",
+                    "bind",
+                    "/srv/d",
+                    vec!["rbind".to_string(), "ro".into()]
+                )
+            ]
+        );
+        assert_eq!(view.linux.cgroups_path, "/kubepods/pod1/c1");
+        let r = view.linux.resources.as_ref().unwrap();
+        assert_eq!(r.memory.limit.value, 1048576);
+        assert!(r.memory.reservation.is_none() && r.memory.swap.is_none());
+        assert_eq!((r.cpu.shares.value, r.cpu.quota.value), (512, 5000));
+        assert!(r.cpu.period.is_none());
+        assert_eq!((&r.cpu.cpus[..], &r.cpu.mems[..]), ("0-1", ""));
+        assert_eq!(
+            r.unified.get("memory.high").map(String::as_str),
+            Some("900000")
+        );
+
+        let bare: Spec = serde_json::from_value(serde_json::json!({
+            "ociVersion": "1.0.2", "root": {"path": "rootfs"}
+        }))
+        .unwrap();
+        let view = SpecView::of(&bare);
+        assert!(view.args.is_empty() && view.env.is_empty() && view.mounts.is_empty());
+        let r = view.linux.resources.as_ref().unwrap();
+        assert!(r.memory.limit.is_none() && r.cpu.shares.is_none() && r.unified.is_empty());
+    }
 
     #[test]
     fn fields_cri_resources_cannot_carry_are_named() {

@@ -22,7 +22,7 @@ pub struct NriHost {
 /// What NRI shows of a container's spec, when its bundle has one.
 pub fn read_spec(core: &Core, id: &str) -> Option<convert::SpecView> {
     let text = std::fs::read(core.layout.container_dirs(id).spec()).ok()?;
-    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    let spec: oci_spec::runtime::Spec = serde_json::from_slice(&text).ok()?;
     Some(convert::SpecView::of(&spec))
 }
 

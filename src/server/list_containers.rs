@@ -2,8 +2,10 @@
 //!
 //! The answer is assembled from entries encoded once per container
 //! (`encode::listed_container`: everything but the state, which is written
-//! as it is at each call) into one buffer: no message is built and no
-//! allocation is made per container (`relist.rs` serves it). ListContainerStats and
+//! as it is at each call) into one buffer, the whole gRPC message: no
+//! message is built and no allocation is made per container. The
+//! unfiltered answer (kubelet's relist) is kept until a container changes
+//! (`relist.rs` serves it as it is). ListContainerStats and
 //! StreamContainers select the same containers in the same order
 //! ([`Cri::select_containers`]); so does [`Cri::list_containers`], the
 //! same answer as messages.
@@ -11,6 +13,7 @@
 use std::sync::Arc;
 
 use cri_api::{prepacked, v1};
+use prost::bytes::Bytes;
 
 use super::list_pod_sandbox::labels_match;
 use super::{encode, Cri};
@@ -18,15 +21,20 @@ use crate::container::{Container, ContainerState};
 use crate::error::Error;
 
 impl Cri {
-    /// The answer, its entries cached bytes (what the socket serves).
-    pub async fn list_containers_packed(
+    /// The answer as the socket sends it, one gRPC message made of the
+    /// entries' cached bytes (`relist.rs`). The answer to an empty filter,
+    /// kubelet's relist, is kept until a container changes.
+    pub async fn list_containers_wire(
         &self,
         req: v1::ListContainersRequest,
-    ) -> Result<prepacked::ListContainersResponse, Error> {
-        let selected = self.select_containers(&req.filter.unwrap_or_default());
-        Ok(prepacked::ListContainersResponse {
-            containers: Vec::new(),
-            encoded: pack_containers(&selected),
+    ) -> Result<Bytes, Error> {
+        let filter = req.filter.unwrap_or_default();
+        if filter != v1::ContainerFilter::default() {
+            return containers_message(&self.select_containers(&filter));
+        }
+        let store = &self.core.containers;
+        self.kept_lists.containers.get(store.changes(), || {
+            containers_message(&self.select_containers(&filter))
         })
     }
 
@@ -96,12 +104,16 @@ impl Cri {
     }
 }
 
-/// The `containers` field of a ListContainersResponse holding `selected`,
-/// encoded: one buffer of the exact size, the cached entries copied in.
-pub fn pack_containers(selected: &[(Arc<Container>, ContainerState)]) -> Vec<u8> {
+/// The ListContainersResponse holding `selected` as one gRPC message.
+pub(super) fn containers_message(
+    selected: &[(Arc<Container>, ContainerState)],
+) -> Result<Bytes, Error> {
     let entries = selected.iter().map(|(c, s)| {
         let state = encode::container_state(*s) as i32;
         (encode::listed_container(&c.meta), state)
     });
-    prepacked::pack(entries, encode::CONTAINER_STATE_KEY)
+    super::relist::framed(prepacked::pack_grpc_message(
+        entries,
+        encode::CONTAINER_STATE_KEY,
+    ))
 }

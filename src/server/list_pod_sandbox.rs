@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cri_api::{prepacked, v1};
+use prost::bytes::Bytes;
 
 use super::{encode, Cri};
 use crate::error::Error;
@@ -19,15 +20,20 @@ pub fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String,
 }
 
 impl Cri {
-    /// The answer, its entries cached bytes (what the socket serves).
-    pub async fn list_pod_sandbox_packed(
+    /// The answer as the socket sends it (see
+    /// [`Cri::list_containers_wire`]): the answer to no filter or an empty
+    /// one, kubelet's relist, is kept until a pod changes.
+    pub async fn list_pod_sandbox_wire(
         &self,
         req: v1::ListPodSandboxRequest,
-    ) -> Result<prepacked::ListPodSandboxResponse, Error> {
-        let selected = self.select_sandboxes(&req.filter.unwrap_or_default());
-        Ok(prepacked::ListPodSandboxResponse {
-            items: Vec::new(),
-            encoded: pack_sandboxes(&selected),
+    ) -> Result<Bytes, Error> {
+        let filter = req.filter.unwrap_or_default();
+        if filter != v1::PodSandboxFilter::default() {
+            return sandboxes_message(&self.select_sandboxes(&filter));
+        }
+        let store = &self.core.sandboxes;
+        self.kept_lists.sandboxes.get(store.changes(), || {
+            sandboxes_message(&self.select_sandboxes(&filter))
         })
     }
 
@@ -89,12 +95,14 @@ impl Cri {
     }
 }
 
-/// The `items` field of a ListPodSandboxResponse holding `selected`,
-/// encoded: one buffer of the exact size, the cached entries copied in.
-pub fn pack_sandboxes(selected: &[(Arc<Sandbox>, SandboxState)]) -> Vec<u8> {
+/// The ListPodSandboxResponse holding `selected` as one gRPC message.
+pub(super) fn sandboxes_message(selected: &[(Arc<Sandbox>, SandboxState)]) -> Result<Bytes, Error> {
     let entries = selected.iter().map(|(p, s)| {
         let state = encode::sandbox_state(*s) as i32;
         (encode::listed_sandbox(&p.meta), state)
     });
-    prepacked::pack(entries, encode::SANDBOX_STATE_KEY)
+    super::relist::framed(prepacked::pack_grpc_message(
+        entries,
+        encode::SANDBOX_STATE_KEY,
+    ))
 }

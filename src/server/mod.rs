@@ -82,6 +82,8 @@ pub struct Cri {
     pub streaming: std::sync::OnceLock<berth_streaming::StreamingServer>,
     /// NRI, when enabled ([`Cri::start_nri`]).
     pub nri: Option<Arc<crate::nri::NriPlugins>>,
+    /// kubelet's relist answers, kept while nothing changes (`relist.rs`).
+    kept_lists: relist::KeptLists,
 }
 
 impl Cri {
@@ -109,6 +111,7 @@ impl Cri {
             stats: stats::Collector::new(),
             streaming: std::sync::OnceLock::new(),
             nri: None,
+            kept_lists: Default::default(),
         })
     }
 

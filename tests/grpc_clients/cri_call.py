@@ -2,7 +2,9 @@
 (gRPC C-core), as a new user would: `unix:` target, default authority, no
 generated stubs (the messages are encoded by hand).
 
-Usage: python3 cri_call.py SOCKET METHOD...   (METHOD: Version or Status)
+Usage: python3 cri_call.py SOCKET METHOD...
+(METHOD: Version, Status, ListPodSandbox or ListContainers; the lists
+unfiltered)
 Prints one line per call: `METHOD ok FIELD=VALUE ...` or `METHOD error CODE DETAILS`.
 Exit status 0 when every call succeeded.
 """
@@ -63,6 +65,15 @@ def describe(method, response):
                 c = fields(cond)
                 conditions.append("%s=%s" % (c[1][0].decode(), bool(c.get(2, [0])[0])))
         return " ".join(conditions)
+    if method in ("ListPodSandbox", "ListContainers"):
+        # 1 repeated PodSandbox / Container: 1 id, state (3 in a PodSandbox,
+        # 6 in a Container; a default 0 is not written)
+        state = 3 if method == "ListPodSandbox" else 6
+        items = []
+        for item in f.get(1, []):
+            i = fields(item)
+            items.append("%s:%d" % (i[1][0].decode()[:12], i.get(state, [0])[0]))
+        return "items=%d %s" % (len(items), " ".join(sorted(items)))
     raise ValueError(method)
 
 

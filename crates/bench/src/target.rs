@@ -82,6 +82,50 @@ pub struct Target {
     pub version: String,
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
+    channel: Channel,
+}
+
+/// A request encoded by prost, the answer kept as the bytes it came in
+/// ([`Target::relist_split`]: the transport timed without the decode).
+#[derive(Default)]
+struct RawAnswer<Req>(std::marker::PhantomData<Req>);
+
+impl<Req: prost::Message + Send + 'static> tonic::codec::Codec for RawAnswer<Req> {
+    type Encode = Req;
+    type Decode = tonic::codegen::Bytes;
+    type Encoder = RawAnswer<Req>;
+    type Decoder = RawAnswer<Req>;
+    fn encoder(&mut self) -> Self::Encoder {
+        RawAnswer(std::marker::PhantomData)
+    }
+    fn decoder(&mut self) -> Self::Decoder {
+        RawAnswer(std::marker::PhantomData)
+    }
+}
+
+impl<Req: prost::Message> tonic::codec::Encoder for RawAnswer<Req> {
+    type Item = Req;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Req,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        item.encode(dst)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl<Req> tonic::codec::Decoder for RawAnswer<Req> {
+    type Item = tonic::codegen::Bytes;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<tonic::codegen::Bytes>, tonic::Status> {
+        use prost::bytes::Buf;
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
 }
 
 /// A gRPC channel over the unix socket at `path`.
@@ -135,7 +179,8 @@ impl Target {
             pid,
             version: String::new(),
             runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            images: ImageServiceClient::new(channel.clone()),
+            channel,
             spec,
         };
         // A daemon may open its socket before it answers (containerd's CRI
@@ -281,6 +326,48 @@ impl Target {
         )
         .await?;
         Ok((pods.encoded_len(), containers.encoded_len()))
+    }
+
+    /// The relist again, its answers taken as bytes: how long they took
+    /// to come (both calls), and how long decoding them then takes.
+    pub async fn relist_split(&self) -> Result<(Duration, Duration)> {
+        use prost::Message;
+        let start = std::time::Instant::now();
+        let pods = self
+            .raw(
+                "/runtime.v1.RuntimeService/ListPodSandbox",
+                v1::ListPodSandboxRequest { filter: None },
+            )
+            .await?;
+        let containers = self
+            .raw(
+                "/runtime.v1.RuntimeService/ListContainers",
+                v1::ListContainersRequest { filter: None },
+            )
+            .await?;
+        let transport = start.elapsed();
+        let start = std::time::Instant::now();
+        v1::ListPodSandboxResponse::decode(pods)?;
+        v1::ListContainersResponse::decode(containers)?;
+        Ok((transport, start.elapsed()))
+    }
+
+    /// One unary call of `path`, its answer as the bytes it came in.
+    async fn raw<Req: prost::Message + Send + Default + 'static>(
+        &self,
+        path: &'static str,
+        req: Req,
+    ) -> Result<tonic::codegen::Bytes> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let call = async {
+            grpc.ready()
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+            grpc.unary(tonic::Request::new(req), path, RawAnswer::<Req>::default())
+                .await
+        };
+        bounded(path, CALL_TIMEOUT, call).await
     }
 
     pub async fn list_pods(&self, labels: &[(&str, &str)]) -> Result<Vec<v1::PodSandbox>> {

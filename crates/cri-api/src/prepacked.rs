@@ -25,12 +25,35 @@ pub struct Entry {
     split: usize,
 }
 
-/// The `encoded` bytes of a list answer holding `entries` (each with its
-/// state; `state_key` the key of the entries' state field): one buffer of
-/// the exact size, the entries copied in.
-pub fn pack<'a>(entries: impl Iterator<Item = (&'a Entry, i32)> + Clone, state_key: u8) -> Vec<u8> {
-    let len = entries.clone().map(|(e, state)| e.list_len(state)).sum();
-    let mut out = Vec::with_capacity(len);
+/// Length of the prefix of a message in gRPC over HTTP/2: a flag byte
+/// (0: not compressed), then the message's length (u32, big-endian).
+pub const GRPC_PREFIX_LEN: usize = 5;
+
+/// A list answer holding `entries` (each with its state; `state_key` the
+/// key of the entries' state field) as one gRPC message, its
+/// [`GRPC_PREFIX_LEN`] prefix first: what a server sends as the body of
+/// the answer, as it is. One buffer of the exact size, the entries copied
+/// in. `None` when the answer is longer than a gRPC message can say.
+pub fn pack_grpc_message<'a>(
+    entries: impl Iterator<Item = (&'a Entry, i32)> + Clone,
+    state_key: u8,
+) -> Option<Vec<u8>> {
+    let mut out = pack_after(GRPC_PREFIX_LEN, entries, state_key);
+    let len = u32::try_from(out.len() - GRPC_PREFIX_LEN).ok()?;
+    out[1..GRPC_PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
+    Some(out)
+}
+
+/// The entries as the repeated field 1 of a message, after `room` zero
+/// bytes, in one buffer of the exact size.
+fn pack_after<'a>(
+    room: usize,
+    entries: impl Iterator<Item = (&'a Entry, i32)> + Clone,
+    state_key: u8,
+) -> Vec<u8> {
+    let len: usize = entries.clone().map(|(e, state)| e.list_len(state)).sum();
+    let mut out = Vec::with_capacity(room + len);
+    out.resize(room, 0);
     for (e, state) in entries {
         e.write(state_key, state, &mut out);
     }

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::de::DeserializeOwned;
@@ -47,6 +47,8 @@ pub struct Object<M, S> {
     /// Set once the record is deleted: updates are refused from then on,
     /// so a deleted record never comes back on disk.
     deleted: AtomicBool,
+    /// The store's count of changes ([`Store::changes`]).
+    changes: Arc<AtomicU64>,
 }
 
 impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
@@ -78,7 +80,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
         durability: Durability,
         change: impl FnOnce(&mut S),
     ) -> Result<S, RecordError> {
-        self.status.update(
+        let updated = self.status.update(
             |status| {
                 change(status);
                 Ok(())
@@ -96,7 +98,12 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Object<M, S> {
                     durability,
                 )
             },
-        )
+        );
+        if updated.is_ok() {
+            // After the new status is visible (see [`Store::changes`]).
+            self.changes.fetch_add(1, Ordering::Release);
+        }
+        updated
     }
 }
 
@@ -127,6 +134,9 @@ pub struct Store<M, S> {
     index: IdIndex,
     /// Ids of the objects of each group.
     groups: RwLock<HashMap<String, BTreeSet<String>>>,
+    /// Counts the changes of what is stored: each object added or deleted,
+    /// each status update, counted once it is visible.
+    changes: Arc<AtomicU64>,
 }
 
 impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
@@ -141,6 +151,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             names: Registrar::default(),
             index: IdIndex::default(),
             groups: RwLock::default(),
+            changes: Arc::default(),
         };
         let mut broken = Vec::new();
         for loaded in store.records.load_all()? {
@@ -215,6 +226,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             records: self.records.clone(),
             lifecycle: Arc::new(tokio::sync::Mutex::new(())),
             deleted: AtomicBool::new(false),
+            changes: self.changes.clone(),
         });
         // Nobody else can know the object yet: the lock is free.
         let guard = object
@@ -235,7 +247,17 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, object.clone());
+        self.changes.fetch_add(1, Ordering::Release);
         (object, guard)
+    }
+
+    /// How many changes the store has seen (objects added or deleted,
+    /// statuses updated). Each is counted after it is visible, so what was
+    /// read after this count was taken is at least as new as the count: a
+    /// view made then and kept with the count is current while the count
+    /// stays the same.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// The object whose id is, or uniquely starts with, `id`.
@@ -295,6 +317,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             }
         }
         self.names.release_if(object.meta.name(), id);
+        self.changes.fetch_add(1, Ordering::Release);
         Ok(())
     }
 }
@@ -415,6 +438,28 @@ mod tests {
         ));
         let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
         assert!(store.list().is_empty());
+    }
+
+    /// Every visible change moves the count, and nothing else does.
+    #[test]
+    fn changes_count_what_is_added_updated_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+        let at = |n| assert_eq!(store.changes(), n);
+        at(0);
+        let obj = store.create(meta("id1", "a"), 0).unwrap();
+        at(1);
+        obj.update(|s| *s = 1).unwrap();
+        obj.update_volatile(|s| *s = 2).unwrap();
+        at(3);
+        let _ = (store.list(), store.get("id1"), obj.status());
+        at(3);
+        store.delete(&obj).unwrap();
+        at(4);
+        assert!(obj.update(|s| *s = 3).is_err());
+        at(4);
+        let (store, _) = Store::<M, u32>::open(dir.path()).unwrap();
+        assert_eq!(store.changes(), 0, "nothing loaded");
     }
 
     #[test]

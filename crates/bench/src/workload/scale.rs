@@ -27,6 +27,8 @@ struct ListTimes {
     pods: Vec<Vec<Duration>>,
     /// Both, back to back (kubelet's relist).
     relists: Vec<Vec<Duration>>,
+    /// The relist's answers as bytes (transport), and their decode.
+    split: Vec<Vec<(Duration, Duration)>>,
     /// Bytes of the largest answer of a relist.
     largest: Vec<Option<f64>>,
 }
@@ -204,6 +206,7 @@ async fn time_lists(
         containers: vec![Vec::new(); n],
         pods: vec![Vec::new(); n],
         relists: vec![Vec::new(); n],
+        split: vec![Vec::new(); n],
         largest: vec![None; n],
     };
     for i in 0..iterations {
@@ -232,6 +235,10 @@ async fn time_lists(
                     *largest = Some(largest.unwrap_or(0.0f64).max(big));
                 }
                 Err(e) => report.error(t.name(), "relist", &e),
+            }
+            match t.relist_split().await {
+                Ok(split) => times.split[ti].push(split),
+                Err(e) => report.error(t.name(), "relist (bytes)", &e),
             }
         }
     }
@@ -289,6 +296,30 @@ fn report_lists(times: &ListTimes, at: &str, report: &mut Report) {
             values,
         );
     }
+    for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+        let values = times
+            .split
+            .iter()
+            .map(|v| stat_ms(&v.iter().map(|s| s.0).collect::<Vec<_>>(), p))
+            .collect();
+        report.add(
+            "scale",
+            &format!("relist, answers not decoded (their transport), {at}, {stat}"),
+            "ms",
+            values,
+        );
+    }
+    let values = times
+        .split
+        .iter()
+        .map(|v| stat_ms(&v.iter().map(|s| s.1).collect::<Vec<_>>(), 50.0))
+        .collect();
+    report.add(
+        "scale",
+        &format!("relist, the client's decode of its answers, {at}, median"),
+        "ms",
+        values,
+    );
     report.add(
         "scale",
         &format!("largest list answer, {at}"),

@@ -31,7 +31,10 @@
 #   --no-nri   skip the NRI table: the life cycle on a second berth with one
 #              no-op NRI plugin (berth-nri-test-plugin, pre-installed,
 #              subscribed to every event) against berth without one,
-#              interleaved, with the difference (what the plugin costs)
+#              interleaved, with the difference (what the plugin costs);
+#              300 life cycles (a difference of ~1 ms between two medians
+#              of ~75 ms needs them on 2 cores) unless --quick or
+#              -- --iterations N says otherwise
 #   --readme   write the run's tables into README.md, between the lines
 #              `<!-- bench.sh --readme: begin -->` and `<!-- bench.sh
 #              --readme: end -->` (what is between them is replaced): the
@@ -451,6 +454,9 @@ if ((nri)); then
     --image "$addr/berth-test/busybox:latest" --prepull "$pause_image" --runc "$RUNC"
     --json "$nri_json" --metrics "berth-nri=$nri_metrics" --metrics "berth=$metrics_addr")
   ((quick)) && nri_args+=(--quick)
+  if ((!quick)) && [[ " ${extra[*]} " != *--iterations* ]]; then
+    nri_args+=(--iterations 300)
+  fi
   log "running berth-bench: NRI (berth-nri against berth)"
   "$bench" "${nri_args[@]}" "${extra[@]}" | tee "$work/nri-table.md"
   log "NRI JSON: $nri_json"

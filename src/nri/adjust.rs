@@ -27,6 +27,11 @@ pub fn apply(
     owners: &api::OwningPlugins,
     cdi_dirs: &[PathBuf],
 ) -> Result<(), Error> {
+    // Nothing asked: the spec stays as it is, without its round trip
+    // through JSON (0.13 ms).
+    if *adjust == api::ContainerAdjustment::default() {
+        return Ok(());
+    }
     let owners = Owners(owners.clone());
     let refuse = |field: Field, why: String| {
         let plugin = owner(&owners, id, field);
@@ -375,6 +380,19 @@ mod tests {
             "linux": {"namespaces": [{"type": "pid"}, {"type": "network", "path": "/run/netns/x"}]}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn an_empty_adjustment_leaves_the_spec_as_it_is() {
+        let mut s = spec();
+        let adjust = api::ContainerAdjustment::new();
+        apply("c1", &mut s, &adjust, &Default::default(), &[]).unwrap();
+        assert_eq!(s, spec());
+        // One field set is not empty: it is applied.
+        let mut adjust = api::ContainerAdjustment::new();
+        adjust.annotations.insert("k".into(), "v".into());
+        apply("c1", &mut s, &adjust, &Default::default(), &[]).unwrap();
+        assert_eq!(s.annotations().as_ref().unwrap().get("k").unwrap(), "v");
     }
 
     #[test]

@@ -232,12 +232,18 @@ impl Plugins for NriPlugins {
         if !nri.wants_create() {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let view = convert::SpecView::of(spec);
-        let c = convert::container(container, Some(&view));
-        let result = nri
-            .create_container(&convert::pod(pod), &c)
-            .await
-            .map_err(failed)?;
+        let (p, c) = (
+            convert::pod(pod),
+            convert::container(container, Some(&view)),
+        );
+        crate::counters::step_done("nri.create_container.convert", started.elapsed());
+        let result =
+            crate::counters::timed("nri.create_container.plugins", nri.create_container(&p, &c))
+                .await
+                .map_err(failed)?;
+        let started = std::time::Instant::now();
         adjust::apply(
             &container.meta.id,
             spec,
@@ -245,6 +251,7 @@ impl Plugins for NriPlugins {
             &result.owners,
             &self.cdi_dirs,
         )?;
+        crate::counters::step_done("nri.create_container.adjust", started.elapsed());
         let id = &container.meta.id;
         self.apply_now("CreateContainer", id, result.updates, result.evict)
             .await;

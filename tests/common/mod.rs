@@ -124,12 +124,7 @@ impl Drop for Sandbox {
 /// Unmounts (lazily) every mount point at or below `dir`, deepest first.
 pub fn unmount_below(dir: &Path) {
     let text = std::fs::read_to_string(berth_mountinfo::SELF).unwrap_or_default();
-    let mut points: Vec<PathBuf> = berth_mountinfo::mounts(&text)
-        .map(|m| m.mount_point)
-        .filter(|p| p.starts_with(dir))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for point in points {
+    for point in berth_mountinfo::points_below(&text, dir) {
         let _ = nix::mount::umount2(&point, nix::mount::MntFlags::MNT_DETACH);
     }
 }

@@ -89,6 +89,18 @@ pub fn read(file: impl AsRef<Path>) -> io::Result<Vec<Mount>> {
     Ok(parse(&std::fs::read_to_string(file)?))
 }
 
+/// The mount points of a mountinfo text at or below `dir`, deepest first
+/// (the order they can be unmounted in); a point with mounts stacked on it
+/// comes once for each.
+pub fn points_below(text: &str, dir: &Path) -> Vec<PathBuf> {
+    let mut points: Vec<PathBuf> = mounts(text)
+        .map(|m| m.mount_point)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points
+}
+
 /// The mount `path` lies on: the deepest mount point above it and, of
 /// mounts stacked on one point, the last.
 pub fn mount_of<'a>(mounts: &'a [Mount], path: &Path) -> Option<&'a Mount> {
@@ -159,6 +171,24 @@ not a mountinfo line
         assert!(mounts[5].has_super_option("memory"));
         assert!(!mounts[5].has_super_option("mem"));
         assert_eq!(mounts[5].root, "/kubepods");
+    }
+
+    #[test]
+    fn points_below_a_dir_come_deepest_first_once_per_mount() {
+        let text = "\
+1 0 0:1 / /a rw - tmpfs t rw
+2 1 0:2 / /a/b rw - tmpfs t rw
+3 2 0:3 / /a/b/c rw - tmpfs t rw
+4 1 0:4 / /a/b rw - tmpfs t rw
+5 0 0:5 / /ab rw - tmpfs t rw
+";
+        let below = points_below(text, Path::new("/a/b"));
+        assert_eq!(
+            below,
+            [Path::new("/a/b/c"), Path::new("/a/b"), Path::new("/a/b")]
+        );
+        assert_eq!(points_below(text, Path::new("/a")).len(), 4, "not /ab");
+        assert!(points_below(text, Path::new("/x")).is_empty());
     }
 
     #[test]

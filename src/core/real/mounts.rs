@@ -35,11 +35,7 @@ pub(super) fn private_to(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> 
 /// The mount points at or below `dir`, deepest first.
 fn mounts_below(dir: &Path) -> Vec<PathBuf> {
     let text = std::fs::read_to_string(berth_mountinfo::SELF).unwrap_or_default();
-    let mut points: Vec<PathBuf> = berth_mountinfo::mounts(&text)
-        .map(|m| m.mount_point)
-        .filter(|p| p.starts_with(dir))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    let mut points = berth_mountinfo::points_below(&text, dir);
     points.dedup();
     points
 }

@@ -27,7 +27,6 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::cgroup::OomCounter;
 use crate::crilog::format_timestamp;
 use crate::options::ShimOptions;
 use crate::protocol::{
@@ -40,7 +39,7 @@ use crate::ShimPaths;
 
 use self::io::{ContainerIo, StdinSink};
 use self::reaper::{Reaper, Subscription};
-use self::setup::setup;
+use self::setup::{setup, OomWatch};
 
 /// How long the exit monitor waits for the output to reach EOF before it
 /// records the exit anyway (a process outside the container's PID namespace
@@ -269,7 +268,8 @@ impl Shim {
 
     /// Waits for the container's init and records how it ended: exit file
     /// first, then everyone waiting is told.
-    fn monitor(&self, init: Subscription, oom: Option<(OomCounter, u64)>) {
+    fn monitor(&self, init: Subscription, oom: OomWatch) {
+        let oom = oom.resolve(&self.opts, self.pid);
         let exit = loop {
             if let Some(exit) = init.wait(None) {
                 break exit;

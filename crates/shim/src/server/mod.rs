@@ -269,7 +269,6 @@ impl Shim {
     /// Waits for the container's init and records how it ended: exit file
     /// first, then everyone waiting is told.
     fn monitor(&self, init: Subscription, oom: OomWatch) {
-        let oom = oom.resolve(&self.opts, self.pid);
         let exit = loop {
             if let Some(exit) = init.wait(None) {
                 break exit;
@@ -285,6 +284,9 @@ impl Shim {
             }
         }
         self.io.wait_copiers(OUTPUT_DRAIN);
+        // The container's cgroup stays until the runtime deletes it, after
+        // the exit is recorded.
+        let oom = oom.resolve(&self.opts, self.pid);
         let oom_killed = oom.is_some_and(|(counter, base)| match counter.read() {
             Ok(n) => n > base,
             Err(e) => {

@@ -283,10 +283,13 @@ pub(super) enum OomWatch {
     /// Found before the container runs (created now, started later), with
     /// its value then.
     Found(Option<(OomCounter, u64)>),
-    /// Run at once: found by the exit monitor ([`OomWatch::resolve`]), off
-    /// the start's path. Finding it reads the whole mount table, which
-    /// costs every mount of the host (3.6 ms with 500 containers' overlays
-    /// on the 2-core test VM), and the container's cgroup, new, starts at 0.
+    /// Run at once: found from the spec's cgroup by the exit monitor once
+    /// the container has exited ([`OomWatch::resolve`]), off the start's
+    /// path: finding it reads the whole mount table, which costs every
+    /// mount of the host (3.6 ms with 500 containers' overlays on the
+    /// 2-core test VM). The cgroup is new, so its count before is 0, and
+    /// it stays until the runtime deletes the container, after the exit
+    /// is recorded.
     Later,
 }
 

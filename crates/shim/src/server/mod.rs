@@ -275,7 +275,9 @@ impl Shim {
             }
         };
         drop(init);
-        if shares_pid_namespace(&self.opts.bundle) {
+        // The bundle's spec, read once for both questions below.
+        let spec = bundle_spec(&self.opts.bundle);
+        if spec.as_ref().is_some_and(shares_pid_namespace) {
             // No PID namespace of its own: the init's death does not end the
             // rest, which would hold the pipes and live on. End them, as
             // containerd does (`kill --all` signals the whole cgroup).
@@ -286,7 +288,7 @@ impl Shim {
         self.io.wait_copiers(OUTPUT_DRAIN);
         // The container's cgroup stays until the runtime deletes it, after
         // the exit is recorded.
-        let oom = oom.resolve(&self.opts, self.pid);
+        let oom = oom.resolve(spec.as_ref());
         let oom_killed = oom.is_some_and(|(counter, base)| match counter.read() {
             Ok(n) => n > base,
             Err(e) => {
@@ -600,15 +602,16 @@ impl StdinSink for AttachSink<'_> {
     }
 }
 
-/// Whether the bundle's container joins an existing PID namespace (the
-/// pod's, another container's, or the host's) instead of making its own.
-fn shares_pid_namespace(bundle: &std::path::Path) -> bool {
-    let Ok(text) = std::fs::read(bundle.join("config.json")) else {
-        return false;
-    };
-    let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&text) else {
-        return false;
-    };
+/// The bundle's spec (`config.json`), as JSON.
+fn bundle_spec(bundle: &std::path::Path) -> Option<serde_json::Value> {
+    let text = std::fs::read(bundle.join("config.json")).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Whether a bundle's container (its `spec`) joins an existing PID
+/// namespace (the pod's, another container's, or the host's) instead of
+/// making its own.
+fn shares_pid_namespace(spec: &serde_json::Value) -> bool {
     let Some(namespaces) = spec["linux"]["namespaces"].as_array() else {
         return true;
     };

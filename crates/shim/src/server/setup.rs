@@ -96,7 +96,7 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
     let oom = if opts.run_detached {
         OomWatch::Later
     } else {
-        OomWatch::Found(oom_counter(&opts, pid))
+        OomWatch::before_start(pid)
     };
 
     undo.armed = false;
@@ -294,38 +294,44 @@ pub(super) enum OomWatch {
 }
 
 impl OomWatch {
-    /// The counter and its value before the container ran.
-    pub(super) fn resolve(self, opts: &ShimOptions, pid: u32) -> Option<(OomCounter, u64)> {
+    /// Before a created container is started: the counter of the cgroup
+    /// its process is in, and its value then, to tell a later OOM kill
+    /// apart.
+    pub(super) fn before_start(pid: u32) -> OomWatch {
+        let counter = found(OomCounter::for_pid(pid), format_args!("pid {pid}"));
+        OomWatch::Found(counter.and_then(|c| c.read().ok().map(|base| (c, base))))
+    }
+
+    /// The counter and its value before the container ran. Found later,
+    /// it is the cgroup of the bundle's `spec` only: the exited init's pid
+    /// may be another process's by then.
+    pub(super) fn resolve(self, spec: Option<&serde_json::Value>) -> Option<(OomCounter, u64)> {
         match self {
             OomWatch::Found(found) => found,
-            OomWatch::Later => oom_counter(opts, pid),
+            OomWatch::Later => {
+                let cgroups_path = spec.and_then(|s| s["linux"]["cgroupsPath"].as_str());
+                let Some(path) = cgroups_path else {
+                    log(format_args!(
+                        "no linux.cgroupsPath in the spec: no OOM kill counter"
+                    ));
+                    return None;
+                };
+                found(OomCounter::for_cgroups_path(path), path).map(|c| (c, 0))
+            }
         }
     }
 }
 
-/// The OOM kill counter of the container's memory cgroup and its value
-/// before the container runs (`None`: none found, logged).
-fn oom_counter(opts: &ShimOptions, pid: u32) -> Option<(OomCounter, u64)> {
-    // The counter before the container runs, to tell a later OOM kill apart.
-    // Run at once, the process may already be gone (or OOM-killed): its
-    // cgroup is found from the spec, and it is new, so the base is 0.
-    let counter = if opts.run_detached {
-        match spec_cgroups_path(&opts.bundle).map(|p| OomCounter::for_cgroups_path(&p)) {
-            Some(Ok(Some(counter))) => Ok(Some(counter)),
-            _ => OomCounter::for_pid(pid),
-        }
-    } else {
-        OomCounter::for_pid(pid)
-    };
-    match counter {
-        Ok(Some(counter)) if opts.run_detached => Some((counter, 0)),
-        Ok(Some(counter)) => counter.read().ok().map(|base| (counter, base)),
-        Ok(None) => None,
-        Err(e) => {
-            log(format_args!("no memory cgroup for pid {pid}: {e}"));
-            None
-        }
-    }
+/// The counter found for `of`, if any (`None`: none found, or why not,
+/// logged).
+fn found(
+    counter: std::io::Result<Option<OomCounter>>,
+    of: impl std::fmt::Display,
+) -> Option<OomCounter> {
+    counter.unwrap_or_else(|e| {
+        log(format_args!("no memory cgroup for {of}: {e}"));
+        None
+    })
 }
 
 /// Starts the thread that waits for the container's init and records its
@@ -341,13 +347,6 @@ fn start_monitor(shim: &Arc<Shim>, init: Subscription, oom: OomWatch) -> Result<
             internal("starting the exit monitor", e)
         })?;
     Ok(())
-}
-
-/// `linux.cgroupsPath` of the bundle's spec.
-fn spec_cgroups_path(bundle: &Path) -> Option<String> {
-    let text = std::fs::read(bundle.join("config.json")).ok()?;
-    let spec: serde_json::Value = serde_json::from_slice(&text).ok()?;
-    spec["linux"]["cgroupsPath"].as_str().map(str::to_string)
 }
 
 /// stdin from /dev/null, stderr to `shim.log`, working directory `/`.

@@ -29,13 +29,12 @@ impl Cri {
         req: v1::ListContainersRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
+        let make = || containers_message(&self.select_containers(&filter));
         if filter != v1::ContainerFilter::default() {
-            return containers_message(&self.select_containers(&filter));
+            return make();
         }
-        let store = &self.core.containers;
-        self.kept_lists.containers.get(store.changes(), || {
-            containers_message(&self.select_containers(&filter))
-        })
+        let changes = self.core.containers.changes();
+        self.kept_lists.containers.get(changes, make)
     }
 
     /// The same answer as messages, encoded now (the generated service

@@ -28,13 +28,12 @@ impl Cri {
         req: v1::ListPodSandboxRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
+        let make = || sandboxes_message(&self.select_sandboxes(&filter));
         if filter != v1::PodSandboxFilter::default() {
-            return sandboxes_message(&self.select_sandboxes(&filter));
+            return make();
         }
-        let store = &self.core.sandboxes;
-        self.kept_lists.sandboxes.get(store.changes(), || {
-            sandboxes_message(&self.select_sandboxes(&filter))
-        })
+        let changes = self.core.sandboxes.changes();
+        self.kept_lists.sandboxes.get(changes, make)
     }
 
     /// The same answer as messages, encoded now (the generated service

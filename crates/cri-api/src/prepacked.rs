@@ -1,11 +1,10 @@
-//! Wire twins of the two list answers of kubelet's relist,
-//! `ListContainersResponse` and `ListPodSandboxResponse`: besides the
-//! generated field (`containers`, `items`) they carry `encoded`, entries a
-//! server encoded ahead of time, sent after the field's own entries as the
-//! same repeated field. On the wire they are the generated messages (a
-//! client decodes them with the generated types, or with these, which fill
-//! the field). [`Entry`] is one such entry, kept by a server with its
-//! object.
+//! Answers a server encodes ahead of time: [`Entry`], one entry of the two
+//! list answers of kubelet's relist (`ListContainersResponse`,
+//! `ListPodSandboxResponse`), kept by a server with its object, and packed
+//! into the whole gRPC message of an answer ([`pack_grpc_message`]); and
+//! [`Encoded`], a status call's answer made of parts kept encoded. On the
+//! wire they are the generated messages: a client decodes them with the
+//! generated types.
 //!
 //! Wire-level code only: the bytes are the protobuf encoding prost writes
 //! for the same message (the server's tests compare them byte for byte).
@@ -13,8 +12,6 @@
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::{DecodeError, Message};
-
-use crate::v1;
 
 /// One list entry (a `Container` or a `PodSandbox`) encoded ahead of time
 /// but for its state, the one field of the entry that changes: `head` holds
@@ -38,26 +35,15 @@ pub fn pack_grpc_message<'a>(
     entries: impl Iterator<Item = (&'a Entry, i32)> + Clone,
     state_key: u8,
 ) -> Option<Vec<u8>> {
-    let mut out = pack_after(GRPC_PREFIX_LEN, entries, state_key);
-    let len = u32::try_from(out.len() - GRPC_PREFIX_LEN).ok()?;
-    out[1..GRPC_PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
-    Some(out)
-}
-
-/// The entries as the repeated field 1 of a message, after `room` zero
-/// bytes, in one buffer of the exact size.
-fn pack_after<'a>(
-    room: usize,
-    entries: impl Iterator<Item = (&'a Entry, i32)> + Clone,
-    state_key: u8,
-) -> Vec<u8> {
     let len: usize = entries.clone().map(|(e, state)| e.list_len(state)).sum();
-    let mut out = Vec::with_capacity(room + len);
-    out.resize(room, 0);
+    let mut out = Vec::with_capacity(GRPC_PREFIX_LEN + len);
+    out.resize(GRPC_PREFIX_LEN, 0);
     for (e, state) in entries {
         e.write(state_key, state, &mut out);
     }
-    out
+    let len = u32::try_from(out.len() - GRPC_PREFIX_LEN).ok()?;
+    out[1..GRPC_PREFIX_LEN].copy_from_slice(&len.to_be_bytes());
+    Some(out)
 }
 
 impl Entry {
@@ -103,77 +89,6 @@ impl Entry {
         self.bytes.len() + state_len
     }
 }
-
-macro_rules! prepacked_list {
-    ($(#[$doc:meta])* $name:ident, $field:ident: $item:ty) => {
-        $(#[$doc])*
-        #[derive(Clone, PartialEq, Default)]
-        pub struct $name {
-            /// The entries as messages (what a client's decoding fills).
-            pub $field: Vec<$item>,
-            /// Entries already encoded as elements of field 1 (key and
-            /// length included), sent after those of the field above.
-            pub encoded: Vec<u8>,
-        }
-
-        impl std::fmt::Debug for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($name))
-                    .field(stringify!($field), &self.$field)
-                    .field("encoded", &format_args!("{} bytes", self.encoded.len()))
-                    .finish()
-            }
-        }
-
-        impl Message for $name {
-            fn encode_raw(&self, buf: &mut impl BufMut) {
-                for item in &self.$field {
-                    encoding::message::encode(1, item, buf);
-                }
-                buf.put_slice(&self.encoded);
-            }
-
-            fn merge_field(
-                &mut self,
-                tag: u32,
-                wire_type: WireType,
-                buf: &mut impl Buf,
-                ctx: DecodeContext,
-            ) -> Result<(), DecodeError> {
-                if tag == 1 {
-                    encoding::message::merge_repeated(wire_type, &mut self.$field, buf, ctx)
-                        .map_err(|mut e| {
-                            e.push(stringify!($name), stringify!($field));
-                            e
-                        })
-                } else {
-                    encoding::skip_field(wire_type, tag, buf, ctx)
-                }
-            }
-
-            fn encoded_len(&self) -> usize {
-                encoding::message::encoded_len_repeated(1, &self.$field) + self.encoded.len()
-            }
-
-            fn clear(&mut self) {
-                self.$field.clear();
-                self.encoded.clear();
-            }
-        }
-    };
-}
-
-prepacked_list!(
-    /// `runtime.v1.ListContainersResponse` (`repeated Container containers = 1`).
-    ListContainersResponse,
-    containers: v1::Container
-);
-
-prepacked_list!(
-    /// `runtime.v1.ListPodSandboxResponse` (`repeated PodSandbox items = 1`).
-    ListPodSandboxResponse,
-    items: v1::PodSandbox
-);
 
 /// A whole answer encoded ahead of time (a status call's, whose parts a
 /// server keeps encoded): its encoding is `bytes`. Servers send it; a

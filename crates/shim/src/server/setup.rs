@@ -285,11 +285,11 @@ pub(super) enum OomWatch {
     Found(Option<(OomCounter, u64)>),
     /// Run at once: found from the spec's cgroup by the exit monitor once
     /// the container has exited ([`OomWatch::resolve`]), off the start's
-    /// path: finding it reads the whole mount table, which costs every
-    /// mount of the host (3.6 ms with 500 containers' overlays on the
-    /// 2-core test VM). The cgroup is new, so its count before is 0, and
-    /// it stays until the runtime deletes the container, after the exit
-    /// is recorded.
+    /// path: where the hierarchy is not at its usual mount point, finding
+    /// it reads the whole mount table, which costs every mount of the
+    /// host (3.6 ms with 500 containers' overlays on the 2-core test VM).
+    /// The cgroup is new, so its count before is 0, and it stays until
+    /// the runtime deletes the container, after the exit is recorded.
     Later,
 }
 

@@ -196,6 +196,25 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
+# Waits, at most $1 s, until the machine is quiet: under 10 % of its CPU
+# time busy over 2 s (the kernel frees the network namespaces of hundreds of
+# pods for a while after they are removed). Says how busy it was.
+wait_quiet() {
+  local limit=$1 waited=0 busy=100 a b
+  while ((waited < limit)); do
+    read -ra a < <(head -1 /proc/stat)
+    sleep 2
+    read -ra b < <(head -1 /proc/stat)
+    local total=0 idle k
+    for k in 1 2 3 4 5 6 7 8; do total=$((total + b[k] - a[k])); done
+    idle=$((b[4] - a[4] + b[5] - a[5]))
+    ((total > 0)) && busy=$(((total - idle) * 100 / total))
+    waited=$((waited + 2))
+    ((busy < 10)) && break
+  done
+  log "machine ${busy}% busy after waiting ${waited} s for it to be quiet"
+}
+
 # Pids of processes whose executable is named $1 and whose command line holds $2.
 pids_of() {
   local exe=$1 needle=$2 p
@@ -429,6 +448,16 @@ if ((nri)); then
   # The same berth, its own dirs, socket and network, with NRI on its own
   # socket and one pre-installed no-op plugin (launched by berth, fd 3):
   # the life cycle on both, interleaved, and what the plugin adds.
+  # Only berth and berth-nri take part: the peers and berth-b (their pods
+  # removed by the run above) are stopped, and the table waits for the
+  # machine to go quiet.
+  for i in "${!ctrd_pids[@]}"; do
+    stop_pid "${ctrd_pids[$i]}"
+    ctrd_pids[i]=""
+  done
+  stop_pid "$b_pid"
+  b_pid=""
+  wait_quiet 120
   log "starting berth with a no-op NRI plugin"
   mkdir -p "$nri_dir/net.d" "$nri_dir/config.d" "$nri_dir/nri/plugins" "$nri_dir/nri/conf.d"
   fill hack/bench/cni.conflist.in "$nri_dir/net.d/10-${NRI_NET[0]}.conflist" \

@@ -28,6 +28,25 @@ pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank.clamp(1, n) - 1])
 }
 
+/// The median of `values` and a distribution-free 95 % interval for it:
+/// the order statistics the binomial distribution of "below the median"
+/// bounds (ranks n/2 ∓ 0.98·√n, the normal approximation, so for 20 values
+/// and more). `None` for fewer than 20 values.
+pub fn median_interval(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = values.len();
+    if n < 20 {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable_by(f64::total_cmp);
+    let half = n as f64 / 2.0;
+    let reach = 0.98 * (n as f64).sqrt();
+    // 1-based ranks j and k of the interval's ends.
+    let j = ((half - reach).floor() as usize).max(1);
+    let k = ((half + 1.0 + reach).ceil() as usize).min(n);
+    Some((percentile(&sorted, 50.0)?, sorted[j - 1], sorted[k - 1]))
+}
+
 /// Every series of `metric` (a histogram's `_count`, say) in `text` (the
 /// text exposition format): the value of its label `label`, and its value.
 pub fn series_by_label(text: &str, metric: &str, label: &str) -> Vec<(String, f64)> {
@@ -343,6 +362,17 @@ impl Report {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_medians_interval_is_the_binomial_ranks() {
+        assert_eq!(super::median_interval(&[1.0; 19]), None);
+        // 1..=100 shuffled: ranks 40 and 61 (the tables' 95 % ranks).
+        let values: Vec<f64> = (0..100).map(|i| ((i * 37) % 100 + 1) as f64).collect();
+        assert_eq!(super::median_interval(&values), Some((50.5, 40.0, 61.0)));
+        // 300 values: ranks 133 and 168.
+        let values: Vec<f64> = (1..=300).rev().map(f64::from).collect();
+        assert_eq!(super::median_interval(&values), Some((150.5, 133.0, 168.0)));
+    }
+
     #[test]
     fn series_are_found_by_label() {
         let page = "# TYPE berth_step_duration_seconds histogram\n\

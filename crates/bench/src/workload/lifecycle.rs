@@ -10,7 +10,7 @@ use cri_api::v1;
 
 use super::{order, remove_pod, stat_ms, Settings, Workload, STOP_TIMEOUT_SECS};
 use crate::floor::FloorRounds;
-use crate::report::{series_by_label, Report};
+use crate::report::{median_interval, series_by_label, Report};
 use crate::target::Target;
 
 /// The names of the timed life-cycle steps, in the order they run.
@@ -87,6 +87,8 @@ impl Workload {
         let mut samples = vec![vec![Vec::new(); LIFECYCLE_STEPS.len()]; n];
         let mut totals = vec![Vec::new(); n];
         let mut failures = vec![0usize; n];
+        // Each kept round's pod + container start, per target (None: failed).
+        let mut starts_by_round = vec![Vec::new(); n];
         let before = self.scrape_all(targets).await;
         for i in 0..s.warmup + s.iterations {
             for ti in order(i, n + usize::from(floor.is_some())) {
@@ -95,7 +97,12 @@ impl Workload {
                     continue;
                 }
                 let t = &targets[ti];
-                match self.lifecycle_once(t, &format!("lc-{i}")).await {
+                let once = self.lifecycle_once(t, &format!("lc-{i}")).await;
+                if i >= s.warmup {
+                    let start = once.as_ref().ok().map(|d| d[..3].iter().sum::<Duration>());
+                    starts_by_round[ti].push(start);
+                }
+                match once {
                     Ok(d) if i >= s.warmup => {
                         for (k, v) in d.iter().enumerate() {
                             samples[ti][k].push(*v);
@@ -139,6 +146,7 @@ impl Workload {
                 values,
             );
         }
+        paired_starts(&starts_by_round, report);
         steps_profile(&before, &after, s.warmup + s.iterations, report);
         for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
             let values = (0..n).map(|ti| stat_ms(&totals[ti], p)).collect();
@@ -160,6 +168,43 @@ impl Workload {
             }
         }
         floor
+    }
+}
+
+/// The first runtime's pod + container start against each other's in the
+/// same round (`starts[target][round]`): the median of the rounds'
+/// differences and its 95 % interval, under each other runtime's column.
+/// Paired, so what moves the machine between rounds moves both: the NRI
+/// table's figure of what one plugin adds.
+fn paired_starts(starts: &[Vec<Option<Duration>>], report: &mut Report) {
+    let Some(first) = starts.first() else {
+        return;
+    };
+    let intervals: Vec<Option<(f64, f64, f64)>> = std::iter::once(None)
+        .chain(starts.iter().skip(1).map(|other| {
+            let diffs: Vec<f64> = first
+                .iter()
+                .zip(other)
+                .filter_map(|(a, b)| Some(a.as_ref()?.as_secs_f64() - b.as_ref()?.as_secs_f64()))
+                .map(|d| d * 1e3)
+                .collect();
+            median_interval(&diffs)
+        }))
+        .collect();
+    if starts.len() < 2 || intervals.iter().all(Option::is_none) {
+        return;
+    }
+    let figure = "pod + container start, first runtime − this one in the same round";
+    for (what, pick) in [
+        ("median of the rounds", 0),
+        ("95 % interval of that median, low", 1),
+        ("95 % interval of that median, high", 2),
+    ] {
+        let values = intervals
+            .iter()
+            .map(|i| i.map(|(m, lo, hi)| [m, lo, hi][pick]))
+            .collect();
+        report.add_partial("lifecycle", &format!("{figure}, {what}"), "ms", values);
     }
 }
 
@@ -248,5 +293,35 @@ fn steps_profile(
             "ms",
             mean,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_starts_skip_rounds_either_failed() {
+        let ms = |v: u64| Some(Duration::from_millis(v));
+        // The first is 2 ms slower in each round, whatever the round's level;
+        // round 0 failed on the second, round 1 on the first.
+        let first: Vec<_> = (0..40)
+            .map(|r| if r == 1 { None } else { ms(50 + r * 3 + 2) })
+            .collect();
+        let second: Vec<_> = (0..40)
+            .map(|r| if r == 0 { None } else { ms(50 + r * 3) })
+            .collect();
+        let mut report = Report::default();
+        paired_starts(&[first, second], &mut report);
+        assert_eq!(report.rows.len(), 3);
+        for row in &report.rows {
+            assert_eq!(row.values[0], None);
+            let v = row.values[1].unwrap();
+            assert!((v - 2.0).abs() < 1e-9, "{}: {v}", row.figure);
+        }
+        // One runtime alone: no rows.
+        let mut report = Report::default();
+        paired_starts(&[vec![ms(1); 40]], &mut report);
+        assert!(report.rows.is_empty());
     }
 }

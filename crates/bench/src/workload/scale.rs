@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 
 use super::density::Grown;
 use super::fields::{container_field_bytes, sandbox_field_bytes};
@@ -55,6 +57,11 @@ impl Workload {
         let at = format!("{want} containers in {running} pods");
         server_side_lists(&before, &after, &at, report);
         report_lists(&times, &at, report);
+        if targets.len() > 1 {
+            let alone =
+                time_relists_alone(targets, broken, round, 3 * s.list_iterations, report).await;
+            report_relists_alone(&alone, &at, report);
+        }
         if round + 1 == s.scales.len() {
             self.answer_fields(targets, broken, want, running, report)
                 .await;
@@ -243,6 +250,112 @@ async fn time_lists(
         }
     }
     times
+}
+
+/// How long the other runtimes' processes are left stopped before a
+/// runtime's relists are timed alone (the stops and the last wake-ups settle).
+const ALONE_SETTLE: Duration = Duration::from_millis(500);
+
+/// A runtime's processes: its daemon and its shims.
+fn processes(t: &Target) -> Vec<i32> {
+    let mut pids = vec![t.pid];
+    if let Some(exe) = &t.spec.shim_exe {
+        pids.extend(memory::find_processes(exe, t.spec.shim_match.as_deref()));
+    }
+    pids
+}
+
+/// Processes stopped with SIGSTOP, continued when this is dropped (also
+/// when the timing fails or panics).
+struct Stopped(Vec<i32>);
+
+impl Stopped {
+    fn all(pids: Vec<i32>) -> Stopped {
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+        Stopped(pids)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+        }
+    }
+}
+
+/// kubelet's relist on each runtime as a node has it, alone: the other
+/// runtimes' daemons and shims stopped while `iterations` relists (and as
+/// many of the transport alone) are timed on it, in the order of `round`.
+/// The other rows keep all runtimes running: their pods and shims share
+/// the machine, which a node with one runtime does not.
+async fn time_relists_alone(
+    targets: &[Target],
+    broken: &[bool],
+    round: usize,
+    iterations: usize,
+    report: &mut Report,
+) -> ListTimes {
+    let n = targets.len();
+    let mut times = ListTimes {
+        containers: vec![Vec::new(); n],
+        pods: vec![Vec::new(); n],
+        relists: vec![Vec::new(); n],
+        split: vec![Vec::new(); n],
+        largest: vec![None; n],
+    };
+    for ti in order(round, n) {
+        if broken[ti] {
+            continue;
+        }
+        let t = &targets[ti];
+        let others = targets
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| *k != ti)
+            .flat_map(|(_, o)| processes(o))
+            .collect();
+        let _stopped = Stopped::all(others);
+        tokio::time::sleep(ALONE_SETTLE).await;
+        for _ in 0..iterations {
+            let start = Instant::now();
+            match t.relist().await {
+                Ok(_) => times.relists[ti].push(start.elapsed()),
+                Err(e) => report.error(t.name(), "relist (alone)", &e),
+            }
+            match t.relist_split().await {
+                Ok(split) => times.split[ti].push(split),
+                Err(e) => report.error(t.name(), "relist (alone, bytes)", &e),
+            }
+        }
+    }
+    times
+}
+
+/// The rows of [`time_relists_alone`].
+fn report_relists_alone(times: &ListTimes, at: &str, report: &mut Report) {
+    for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+        let values = times.relists.iter().map(|v| stat_ms(v, p)).collect();
+        report.add(
+            "scale",
+            &format!("relist, {at}, the other runtimes stopped, {stat}"),
+            "ms",
+            values,
+        );
+        let values = times
+            .split
+            .iter()
+            .map(|v| stat_ms(&v.iter().map(|s| s.0).collect::<Vec<_>>(), p))
+            .collect();
+        report.add(
+            "scale",
+            &format!("relist's transport, {at}, the other runtimes stopped, {stat}"),
+            "ms",
+            values,
+        );
+    }
 }
 
 /// The server-side medians of the two list calls, from berth's RPC

@@ -67,12 +67,18 @@ impl SpecViews {
             }
         }
         let view = Arc::new(read()?);
-        let mut views = lock();
+        self.put(id, resources, view.clone());
+        Some(view)
+    }
+
+    /// Keeps `view` as container `id`'s while its record's resources are
+    /// `resources`.
+    fn put(&self, id: &str, resources: &[u8], view: Arc<convert::SpecView>) {
+        let mut views = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if views.len() >= MAX_SPEC_VIEWS {
             views.clear();
         }
-        views.insert(id.to_string(), (resources.to_vec(), view.clone()));
-        Some(view)
+        views.insert(id.to_string(), (resources.to_vec(), view));
     }
 
     fn forget(&self, id: &str) {
@@ -253,6 +259,10 @@ impl Plugins for NriPlugins {
         )?;
         crate::counters::step_done("nri.create_container.adjust", started.elapsed());
         let id = &container.meta.id;
+        // The spec as it is written to the bundle: PostCreate and the events
+        // after it show it without reading it back.
+        let adjusted = Arc::new(convert::SpecView::of(spec));
+        self.views.put(id, &container.status().resources, adjusted);
         self.apply_now("CreateContainer", id, result.updates, result.evict)
             .await;
         Ok(())
@@ -366,6 +376,19 @@ mod tests {
         // No spec (no bundle): nothing kept, asked again next time.
         assert!(views.get("c2", b"", || None).is_none());
         assert_eq!(views.len(), 1);
+    }
+
+    #[test]
+    fn a_view_kept_at_create_is_not_read_again() {
+        let views = SpecViews::default();
+        views.put("c1", b"", Arc::new(view("made")));
+        let read = || -> Option<convert::SpecView> { panic!("the bundle was read again") };
+        assert_eq!(views.get("c1", b"", read).unwrap().args, ["made"]);
+        // Once an update changed the resources, the bundle is read.
+        assert_eq!(
+            views.get("c1", b"r2", || Some(view("new"))).unwrap().args,
+            ["new"]
+        );
     }
 
     #[test]

@@ -35,6 +35,19 @@ struct ListTimes {
     largest: Vec<Option<f64>>,
 }
 
+impl ListTimes {
+    /// No times yet, for `n` targets.
+    fn empty(n: usize) -> ListTimes {
+        ListTimes {
+            containers: vec![Vec::new(); n],
+            pods: vec![Vec::new(); n],
+            relists: vec![Vec::new(); n],
+            split: vec![Vec::new(); n],
+            largest: vec![None; n],
+        }
+    }
+}
+
 impl Workload {
     /// One size of the scale job: every target brought to `want`
     /// containers, its list calls timed, and all of it reported.
@@ -209,13 +222,7 @@ async fn time_lists(
     report: &mut Report,
 ) -> ListTimes {
     let n = targets.len();
-    let mut times = ListTimes {
-        containers: vec![Vec::new(); n],
-        pods: vec![Vec::new(); n],
-        relists: vec![Vec::new(); n],
-        split: vec![Vec::new(); n],
-        largest: vec![None; n],
-    };
+    let mut times = ListTimes::empty(n);
     for i in 0..iterations {
         for ti in order(i, n) {
             if broken[ti] {
@@ -299,13 +306,7 @@ async fn time_relists_alone(
     report: &mut Report,
 ) -> ListTimes {
     let n = targets.len();
-    let mut times = ListTimes {
-        containers: vec![Vec::new(); n],
-        pods: vec![Vec::new(); n],
-        relists: vec![Vec::new(); n],
-        split: vec![Vec::new(); n],
-        largest: vec![None; n],
-    };
+    let mut times = ListTimes::empty(n);
     for ti in order(round, n) {
         if broken[ti] {
             continue;

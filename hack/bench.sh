@@ -196,14 +196,14 @@ stop_pid() {
   wait "$pid" 2>/dev/null || true
 }
 
-# Waits, at most $1 s, until the machine is quiet: under 10 % of its CPU
-# time busy over 2 s (the kernel frees the network namespaces of hundreds of
-# pods for a while after they are removed). Says how busy it was.
 # How many memory cgroups the kernel counts, dying ones included.
 memcgs() {
   awk '$1 == "memory" { print $3 }' /proc/cgroups
 }
 
+# Waits, at most $1 s, until the machine is quiet: under 10 % of its CPU
+# time busy over 2 s (the kernel frees the network namespaces of hundreds of
+# pods for a while after they are removed). Says how busy it was.
 wait_quiet() {
   local limit=$1 waited=0 busy=100 a b
   while ((waited < limit)); do

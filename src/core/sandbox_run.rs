@@ -130,6 +130,12 @@ impl Core {
     }
 
     /// Every step after the name is reserved; each registers its undo first.
+    ///
+    /// CNI ADD (the plugins' execs, most of the call) runs side by side with
+    /// what does not need the pod's network: its files, then its pinned
+    /// namespaces or its pause (which joins the netns, made before both).
+    /// Their undo is registered before either starts, so a failure of one
+    /// (or both) unwinds all of it.
     async fn build_sandbox(
         &self,
         undo: &mut Rollback,
@@ -153,31 +159,117 @@ impl Core {
             async move { objects::delete(core.sandboxes.clone(), &sandbox).await }
         });
 
-        // Network namespace and CNI.
-        let ips = match sandbox.meta.netns.clone() {
-            Some(path) => self.attach_network(undo, &sandbox, &path).await?,
+        let attachment = match sandbox.meta.netns.clone() {
+            Some(path) => Some(self.make_netns(undo, &sandbox, &path).await?),
             None => {
                 self.pin_host_network_userns(undo, &sandbox).await?;
-                Vec::new()
+                None
             }
         };
-        self.make_pod_files(undo, &sandbox).await?;
-        if sandbox.meta.facts().pinned {
-            return self.pin_namespaces(undo, &sandbox, ips).await;
-        }
-        self.start_pause(undo, &sandbox, &spec, runtime, ips).await
+        self.push_pod_setup_undo(undo, &sandbox, runtime);
+        let id = &sandbox.meta.id;
+        let network = async {
+            match &attachment {
+                Some(attachment) => timed("cni.add", self.mech.network.add(id, attachment)).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        let (ips, pause) = tokio::join!(network, self.set_up_pod(&sandbox, &spec, runtime));
+        let ips = match (ips, pause.as_ref()) {
+            (Err(e), Err(other)) => {
+                tracing::debug!(pod = %id, error = %other, "pod set-up failed beside CNI ADD");
+                return Err(e);
+            }
+            (ips, _) => ips?,
+        };
+        failpoint::hit("run_pod_sandbox:after_cni");
+        let pause = pause?;
+        failpoint::hit("run_pod_sandbox:after_pause");
+        self.run_pod_hook(undo, &sandbox).await?;
+        let shm = !sandbox.meta.facts().host_ipc;
+        let socket = pause
+            .is_some()
+            .then(|| berth_shim::ShimPaths::new(self.layout.shim_dir(id)).socket());
+        objects::save(&sandbox, move |s| {
+            s.state = SandboxState::Ready;
+            s.ips = ips;
+            s.shm_mounted = shm;
+            if let Some(pid) = pause {
+                s.pid = Some(pid);
+                s.shim_socket = socket;
+            }
+        })
+        .await?;
+        Ok(())
     }
 
-    /// Files shared by the pod's containers.
-    async fn make_pod_files(&self, undo: &mut Rollback, sandbox: &Sandbox) -> Result<(), Error> {
+    /// Registers the undo of [`Core::set_up_pod`]'s steps, before any of them
+    /// runs: the pod's files (and its userns tree), then its pinned
+    /// namespaces or its pause.
+    fn push_pod_setup_undo(&self, undo: &mut Rollback, sandbox: &Sandbox, runtime: &str) {
+        let id = &sandbox.meta.id;
+        let facts = sandbox.meta.facts();
+        undo.push(
+            "remove the sandbox files",
+            self.layout.sandbox_files(id),
+            |core, id, files| async move { core.mech.pod_files.remove_pod_files(&id, &files).await },
+        );
+        // A userns pod's processes cannot search berth's 0700 dirs: what
+        // they reach by path is bound into the pod's userns tree (the pause's
+        // rootfs too), undone with the tree.
+        if facts.userns.is_some() {
+            undo.push(
+                "remove the pod's userns tree",
+                self.layout.pod_userns(id).root,
+                |core, id, root| async move { core.mech.binds.remove_mounted_tree(&id, &root).await },
+            );
+        }
+        if facts.pinned {
+            undo.push(
+                "remove the pinned namespaces",
+                self.layout.pod_ns(id),
+                |core, id, dir| async move { core.mech.namespaces.unpin(&id, &dir).await },
+            );
+        } else {
+            undo.push(
+                "stop the pause process",
+                runtime.to_string(),
+                |core, id, runtime| async move { core.destroy_pause(&id, &runtime).await },
+            );
+        }
+    }
+
+    /// What a pod needs besides its network (undone as
+    /// [`Core::push_pod_setup_undo`] registered): its files, and either its
+    /// UTS and IPC namespaces pinned (side by side with the files: neither
+    /// needs the other) or its pause (after them: it mounts them). The
+    /// pause's pid, if it has one.
+    async fn set_up_pod(
+        &self,
+        sandbox: &Arc<Sandbox>,
+        spec: &oci_spec::runtime::Spec,
+        runtime: &str,
+    ) -> Result<Option<u32>, Error> {
+        let id = &sandbox.meta.id;
+        let facts = sandbox.meta.facts();
+        if facts.pinned {
+            let dir = self.layout.pod_ns(id);
+            let pin = timed("ns.pin", self.mech.namespaces.pin(id, &dir, facts.pins()));
+            let (files, pinned) = tokio::join!(self.make_pod_files(sandbox), pin);
+            files?;
+            pinned?;
+            return Ok(None);
+        }
+        self.make_pod_files(sandbox).await?;
+        self.start_pause(sandbox, spec, runtime).await.map(Some)
+    }
+
+    /// Files shared by the pod's containers (undone with the sandbox files
+    /// and the pod's userns tree).
+    async fn make_pod_files(&self, sandbox: &Sandbox) -> Result<(), Error> {
         let id = &sandbox.meta.id;
         let (config, facts) = (sandbox.meta.config(), sandbox.meta.facts());
         let files = self.layout.sandbox_files(id);
-        undo.push(
-            "remove the sandbox files",
-            files.clone(),
-            |core, id, files| async move { core.mech.pod_files.remove_pod_files(&id, &files).await },
-        );
         let content = PodFileContent {
             hostname: facts.hostname.clone(),
             host_network: facts.host_network,
@@ -189,19 +281,12 @@ impl Core {
             self.mech.pod_files.write_pod_files(id, &files, content),
         )
         .await?;
-        // A userns pod's processes cannot search berth's 0700 dirs: what
-        // they reach by path is bound into the pod's userns tree, the pod's
-        // files idmapped (so they show owned by root inside, and nothing is
-        // chowned).
+        // The pod's files idmapped into its userns tree (so they show owned
+        // by root inside, and nothing is chowned).
         if facts.userns.is_none() {
             return Ok(());
         }
         let tree = self.layout.pod_userns(id);
-        undo.push(
-            "remove the pod's userns tree",
-            tree.root.clone(),
-            |core, id, root| async move { core.mech.binds.remove_mounted_tree(&id, &root).await },
-        );
         self.mech
             .binds
             .idmapped_bind(id, &files.root, &tree.files(), &tree.ns())
@@ -215,24 +300,18 @@ impl Core {
         Ok(())
     }
 
-    /// The pause process, from its bundle; then the pod is ready.
+    /// The pause process, from its bundle (undone by stopping the pause);
+    /// its pid.
     async fn start_pause(
         &self,
-        undo: &mut Rollback,
         sandbox: &Arc<Sandbox>,
         spec: &oci_spec::runtime::Spec,
         runtime: &str,
-        ips: Vec<String>,
-    ) -> Result<(), Error> {
+    ) -> Result<u32, Error> {
         let id = &sandbox.meta.id;
         let facts = sandbox.meta.facts();
         let files = self.layout.sandbox_files(id);
         let shim_dir = self.layout.shim_dir(id);
-        undo.push(
-            "stop the pause process",
-            runtime.to_string(),
-            |core, id, runtime| async move { core.destroy_pause(&id, &runtime).await },
-        );
         timed(
             "pause.bundle",
             self.mech
@@ -254,61 +333,17 @@ impl Core {
         // One runtime exec: `run --detach`.
         opts.run_detached = true;
         let task = timed("pause.shim", self.mech.runtime.create(opts)).await?;
-        let pid = timed("pause.start", task.start()).await?;
-        failpoint::hit("run_pod_sandbox:after_pause");
-        self.run_pod_hook(undo, sandbox).await?;
-        let (socket, shm) = (
-            berth_shim::ShimPaths::new(&shim_dir).socket(),
-            !facts.host_ipc,
-        );
-        objects::save(sandbox, move |s| {
-            s.state = SandboxState::Ready;
-            s.ips = ips;
-            s.pid = Some(pid);
-            s.shim_socket = Some(socket);
-            s.shm_mounted = shm;
-        })
-        .await?;
-        Ok(())
+        timed("pause.start", task.start()).await
     }
 
-    /// A pod without a pause: its UTS and IPC namespaces pinned on files,
-    /// then it is ready.
-    async fn pin_namespaces(
-        &self,
-        undo: &mut Rollback,
-        sandbox: &Arc<Sandbox>,
-        ips: Vec<String>,
-    ) -> Result<(), Error> {
-        let id = &sandbox.meta.id;
-        let facts = sandbox.meta.facts();
-        let dir = self.layout.pod_ns(id);
-        undo.push(
-            "remove the pinned namespaces",
-            dir.clone(),
-            |core, id, dir| async move { core.mech.namespaces.unpin(&id, &dir).await },
-        );
-        timed("ns.pin", self.mech.namespaces.pin(id, &dir, facts.pins())).await?;
-        failpoint::hit("run_pod_sandbox:after_pause");
-        self.run_pod_hook(undo, sandbox).await?;
-        let shm = !facts.host_ipc;
-        objects::save(sandbox, move |s| {
-            s.state = SandboxState::Ready;
-            s.ips = ips;
-            s.shm_mounted = shm;
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// The pod's network namespace and its CNI attachment, each undo first;
-    /// the pod's IPs (recorded with the ready state).
-    async fn attach_network(
+    /// The pod's network namespace (its undo first), and its CNI attachment
+    /// with CNI DEL registered as its undo, for ADD to use.
+    async fn make_netns(
         &self,
         undo: &mut Rollback,
         sandbox: &Arc<Sandbox>,
         path: &Path,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<berth_cni::Attachment, Error> {
         let id = &sandbox.meta.id;
         let config = sandbox.meta.config();
         undo.push(
@@ -329,6 +364,8 @@ impl Core {
 
         let attachment = attachment(id, path, config);
         let args = (attachment.clone(), sandbox.clone());
+        // Recorded as attached when the record was made: a crash or a
+        // failure during ADD still DELs.
         undo.push(
             "CNI DEL",
             args,
@@ -338,11 +375,7 @@ impl Core {
                 Ok(())
             },
         );
-        // Recorded as attached when the record was made: a crash or a
-        // failure during ADD still DELs.
-        let ips = timed("cni.add", self.mech.network.add(id, &attachment)).await?;
-        failpoint::hit("run_pod_sandbox:after_cni");
-        Ok(ips)
+        Ok(attachment)
     }
 
     /// The user namespace of a pod in its own user namespace on the host's

@@ -177,6 +177,18 @@ async fn each_failing_step_leaves_nothing(steps: &[&str], request: impl Fn() -> 
     }
 }
 
+/// Waits (at most 10 s) until every step of `steps` has been called.
+async fn until_called(r: &Rig, steps: &[&str]) {
+    let called = async {
+        while !steps.iter().all(|s| r.fake.count(s) > 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), called)
+        .await
+        .unwrap_or_else(|_| panic!("{steps:?} not called in time: {:?}", r.fake.steps()));
+}
+
 /// A pod with kubelet's namespaces (pid CONTAINER): nothing needs a pause.
 fn kubelet_pod(name: &str) -> SandboxRequest {
     let mut req = pod(name);

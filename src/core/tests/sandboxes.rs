@@ -147,3 +147,37 @@ async fn bad_requests_leave_nothing() {
         r.fake.steps()
     );
 }
+
+#[tokio::test]
+async fn the_pods_files_and_pause_are_made_while_cni_add_runs() {
+    let r = rig();
+    r.fake
+        .delay("cni.add", std::time::Duration::from_secs(3600));
+    let core = r.core.clone();
+    let run = tokio::spawn(async move { core.run_pod_sandbox(pod("web")).await });
+    until_called(
+        &r,
+        &[
+            "files.pod",
+            "files.pause_bundle",
+            "runtime.create",
+            "task.start",
+        ],
+    )
+    .await;
+    assert!(!run.is_finished(), "ready before CNI ADD returned");
+    run.abort();
+}
+
+#[tokio::test]
+async fn cni_add_and_the_pods_set_up_failing_together_leave_nothing() {
+    let r = rig();
+    r.fake.fail("cni.add");
+    r.fake.fail("files.pod");
+    let e = r.core.run_pod_sandbox(pod("web")).await.unwrap_err();
+    assert!(e.to_string().contains("cni.add"), "{e}");
+    r.assert_empty();
+    r.fake.heal("cni.add");
+    r.fake.heal("files.pod");
+    r.core.run_pod_sandbox(pod("web")).await.unwrap();
+}

@@ -143,24 +143,71 @@ impl Core {
         spec: oci_spec::runtime::Spec,
         runtime: &str,
     ) -> Result<(), Error> {
-        // Persist before creating anything, so a crash leaves a record to clean up from.
+        // Persisted before anything that outlives a reboot is made (the CNI
+        // plugins' leases, files on disk), so a crash leaves a record to
+        // clean up from; the netns (gone with a reboot, and swept as an
+        // orphan after a crash that leaves it without a record) is made
+        // meanwhile. The record's undo is registered first (it runs last,
+        // and not when a later undo failed: see push_forget), and deletes
+        // the record once it is made.
         // Locked from the moment it is visible: a Stop or Remove racing this
         // call waits until it has finished or rolled back.
         // A pod with its own network is recorded as attached from the start:
         // a crash or a failure from here on runs CNI DEL (idempotent, also
         // before any ADD), and ADD needs no record write of its own.
+        let made = Arc::new(std::sync::OnceLock::<Arc<Sandbox>>::new());
+        undo.push_forget(
+            "delete the sandbox record",
+            made.clone(),
+            |core, _, made| async move {
+                match made.get() {
+                    Some(sandbox) => objects::delete(core.sandboxes.clone(), sandbox).await,
+                    None => Ok(()),
+                }
+            },
+        );
+        let (id, netns) = (meta.id.clone(), meta.netns.clone());
+        let userns = meta.facts().userns.map(|mapping| UsernsPin {
+            path: self.layout.pod_userns(&id).ns(),
+            mapping,
+        });
+        if let Some(path) = &netns {
+            undo.push(
+                "remove the network namespace",
+                path.clone(),
+                |core, id, path| async move { core.mech.namespaces.remove_netns(&id, &path).await },
+            );
+        }
         let status = SandboxStatus {
-            network_attached: meta.netns.is_some(),
+            network_attached: netns.is_some(),
             ..Default::default()
         };
-        let (sandbox, _lifecycle) = objects::create(self.sandboxes.clone(), meta, status).await?;
+        let record = objects::create(self.sandboxes.clone(), meta, status);
+        let netns_made = async {
+            match &netns {
+                Some(path) => {
+                    let create = self
+                        .mech
+                        .namespaces
+                        .create_netns(&id, path, userns.as_ref());
+                    timed("netns.create", create).await
+                }
+                None => Ok(()),
+            }
+        };
+        let (record, netns_made) = tokio::join!(record, netns_made);
+        if let (Err(_), Err(e)) = (&record, &netns_made) {
+            tracing::debug!(pod = %id, error = %e, "the netns failed beside the record");
+        }
+        let (sandbox, _lifecycle) = record?;
+        let _ = made.set(sandbox.clone());
         failpoint::hit("run_pod_sandbox:after_record");
-        undo.push_forget("delete the sandbox record", sandbox.clone(), |core, _, sandbox| {
-            async move { objects::delete(core.sandboxes.clone(), &sandbox).await }
-        });
-
-        let attachment = match sandbox.meta.netns.clone() {
-            Some(path) => Some(self.make_netns(undo, &sandbox, &path).await?),
+        netns_made?;
+        let attachment = match netns {
+            Some(path) => {
+                failpoint::hit("run_pod_sandbox:after_netns");
+                Some(self.push_cni_del(undo, &sandbox, &path))
+            }
             None => {
                 self.pin_host_network_userns(undo, &sandbox).await?;
                 None
@@ -175,13 +222,10 @@ impl Core {
             }
         };
         let (ips, pause) = tokio::join!(network, self.set_up_pod(&sandbox, &spec, runtime));
-        let ips = match (ips, pause.as_ref()) {
-            (Err(e), Err(other)) => {
-                tracing::debug!(pod = %id, error = %other, "pod set-up failed beside CNI ADD");
-                return Err(e);
-            }
-            (ips, _) => ips?,
-        };
+        if let (Err(_), Err(e)) = (&ips, &pause) {
+            tracing::debug!(pod = %id, error = %e, "the pod's set-up failed beside CNI ADD");
+        }
+        let ips = ips?;
         failpoint::hit("run_pod_sandbox:after_cni");
         let pause = pause?;
         failpoint::hit("run_pod_sandbox:after_pause");
@@ -336,33 +380,15 @@ impl Core {
         timed("pause.start", task.start()).await
     }
 
-    /// The pod's network namespace (its undo first), and its CNI attachment
-    /// with CNI DEL registered as its undo, for ADD to use.
-    async fn make_netns(
+    /// The pod's CNI attachment, with CNI DEL registered as its undo, for
+    /// ADD to use.
+    fn push_cni_del(
         &self,
         undo: &mut Rollback,
         sandbox: &Arc<Sandbox>,
         path: &Path,
-    ) -> Result<berth_cni::Attachment, Error> {
-        let id = &sandbox.meta.id;
-        let config = sandbox.meta.config();
-        undo.push(
-            "remove the network namespace",
-            path.to_path_buf(),
-            |core, id, path| async move { core.mech.namespaces.remove_netns(&id, &path).await },
-        );
-        let userns = sandbox.meta.facts().userns.map(|mapping| UsernsPin {
-            path: self.layout.pod_userns(id).ns(),
-            mapping,
-        });
-        timed(
-            "netns.create",
-            self.mech.namespaces.create_netns(id, path, userns.as_ref()),
-        )
-        .await?;
-        failpoint::hit("run_pod_sandbox:after_netns");
-
-        let attachment = attachment(id, path, config);
+    ) -> berth_cni::Attachment {
+        let attachment = attachment(&sandbox.meta.id, path, sandbox.meta.config());
         let args = (attachment.clone(), sandbox.clone());
         // Recorded as attached when the record was made: a crash or a
         // failure during ADD still DELs.
@@ -375,7 +401,7 @@ impl Core {
                 Ok(())
             },
         );
-        Ok(attachment)
+        attachment
     }
 
     /// The user namespace of a pod in its own user namespace on the host's

@@ -240,7 +240,10 @@ csv=$work/endurance.csv
 json=$work/endurance.json
 log "churn: $cycles life cycles (started $(date -u +%FT%TZ))"
 status=0
-RUST_BACKTRACE=0 "$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/$pid_opt" \
+# The shims of containers and pauses: their state dirs are below state/s/
+# (the daemon's standby shim names state/s itself, and is there at the end
+# as at the start).
+RUST_BACKTRACE=0 "$bench" churn --target "berth=$dir/berth.sock,shim=berth-shim,match=$dir/state/s/$pid_opt" \
   --image "$image" --cycles "$cycles" --cgroup-parent "/$CGROUP_PARENT" \
   --csv "$csv" --json "$json" --max-rss-growth-kib "$MAX_GROWTH_KIB" "${extra[@]}" >/dev/null ||
   status=1
@@ -262,7 +265,7 @@ for d in state/sandboxes state/containers root/sandboxes root/containers \
   root/records/sandboxes root/records/containers root/cni; do
   check_empty "files" "$dir/$d"
 done
-shims=$(pids_of berth-shim "$dir/")
+shims=$(pids_of berth-shim "$dir/state/s/")
 [[ -z $shims ]] || left+=("shims: $(echo $shims)")
 # Mounts under berth's dirs, but for the shared mount points the netns and
 # pinned namespace dirs are (as /run/netns is).

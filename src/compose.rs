@@ -60,10 +60,11 @@ fn mechanisms(
         mounts: Arc::new(real::Host),
         binds: Arc::new(real::Host),
         files: Arc::new(real::Host),
-        runtime: Arc::new(real::Shims {
-            layout: layout.clone(),
-            shim_binary: crate::core::shim_binary(config),
-        }),
+        runtime: Arc::new(real::Shims::new(
+            layout.clone(),
+            crate::core::shim_binary(config),
+            config.runtime.shim_standby,
+        )),
         images,
         events,
         plugins,

@@ -18,6 +18,10 @@ pub struct RuntimeConfig {
     pub handlers: BTreeMap<String, RuntimeHandler>,
     /// The berth-shim executable; empty: next to the berth binary, else in PATH.
     pub shim_binary: String,
+    /// Keep one shim started ahead ("standby"), which the next container
+    /// takes instead of starting its own: its start-up is off the
+    /// container's path. `false`: every shim is started when needed.
+    pub shim_standby: bool,
     /// Where CDI device specs are, lowest priority first.
     pub cdi_spec_dirs: Vec<PathBuf>,
     /// Run pods without a pause process where none is needed (their UTS and
@@ -71,6 +75,7 @@ impl Default for RuntimeConfig {
             cgroup_driver: CgroupDriver::Cgroupfs,
             handlers,
             shim_binary: String::new(),
+            shim_standby: true,
             cdi_spec_dirs: berth_spec::DEFAULT_CDI_SPEC_DIRS
                 .iter()
                 .map(PathBuf::from)

@@ -230,10 +230,16 @@ impl Rigged {
 }
 
 /// Processes (other than the daemon) whose command line names the daemon's
-/// sandbox dir: shims, pauses, runc, plugins.
+/// sandbox dir: shims, pauses, runc, plugins. The daemon's standby shim
+/// (not yet taken) is its own while it runs, not a stray one; once the
+/// daemon is gone, it is.
 pub fn stray_processes(daemon: &Daemon) -> Vec<String> {
     let dir = daemon.sandbox.dir.path().display().to_string();
     let own = daemon.child.id();
+    let daemon_alive = std::fs::read_to_string(format!("/proc/{own}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, r)| !r.starts_with('Z'))
+    });
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -246,6 +252,9 @@ pub fn stray_processes(daemon: &Daemon) -> Vec<String> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if daemon_alive && super::is_standby_shim(&cmdline) {
+            continue;
+        }
         if cmdline.contains(&dir) {
             // A zombie has an empty cmdline: never listed here.
             found.push(format!("{pid}: {cmdline}"));

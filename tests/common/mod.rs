@@ -318,6 +318,33 @@ fn spawn_logged(sandbox: &Sandbox, config: &Path, args: &[&str], umask: Option<u
     cmd.spawn().expect("spawn berth")
 }
 
+/// Whether a command line (arguments joined by spaces) is a standby shim's
+/// (`berth-shim --standby --state-root DIR`) not yet taken: one that was
+/// taken shows the options of its container instead.
+pub fn is_standby_shim(cmdline: &str) -> bool {
+    let mut args = cmdline.split(' ');
+    args.next().is_some_and(|a| a.ends_with("berth-shim")) && args.next() == Some("--standby")
+}
+
+/// The pids of standby shims (not yet taken) of the daemon whose sandbox
+/// dir is `dir`.
+pub fn standby_shims(dir: &Path) -> Vec<u32> {
+    let dir = dir.display().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            // A zombie has an empty cmdline: never listed here.
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            is_standby_shim(&cmdline) && cmdline.contains(&dir)
+        })
+        .collect()
+}
+
 /// Waits for a child to exit, panicking after `timeout`.
 /// Async, so the test's own runtime keeps serving its client connections meanwhile.
 pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {

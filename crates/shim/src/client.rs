@@ -295,10 +295,7 @@ impl ShimClient {
     pub async fn spawn(opts: &SpawnOptions) -> Result<ShimClient, Error> {
         let shim = &opts.shim;
         let id = shim.id.clone();
-        shim.validate().map_err(|message| Error::Invalid {
-            id: id.clone(),
-            message,
-        })?;
+        validate(shim)?;
         let paths = shim.paths();
         let io_err = |what: &'static str, path: &Path| {
             let (id, path) = (id.clone(), path.to_path_buf());
@@ -330,9 +327,7 @@ impl ShimClient {
             id: id.clone(),
             message: "the shim's stdout is not a pipe".into(),
         })?;
-        let timeout = opts
-            .start_timeout
-            .unwrap_or(shim.runtime_timeout + Duration::from_secs(10));
+        let timeout = start_timeout(shim, opts.start_timeout);
         let answer = tokio::time::timeout(timeout, read_frame(&mut stdout)).await;
         // The first process forks the shim and exits at once: reap it.
         let first = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
@@ -358,9 +353,20 @@ impl ShimClient {
                 ),
             });
         };
-        match decode_response(&id, kind, &payload)? {
+        ShimClient::created(shim, kind, &payload)
+    }
+
+    /// The client of the shim started with `shim` that answered `payload`
+    /// (a frame of `kind`), or the error it answered.
+    pub(crate) fn created(
+        shim: &ShimOptions,
+        kind: FrameKind,
+        payload: &[u8],
+    ) -> Result<ShimClient, Error> {
+        let paths = shim.paths();
+        match decode_response(&shim.id, kind, payload)? {
             Response::Created { pid, shim_pid } => Ok(ShimClient {
-                id,
+                id: shim.id.clone(),
                 socket: paths.socket(),
                 exit_file: paths.exit_file(),
                 shim_pid,
@@ -368,7 +374,7 @@ impl ShimClient {
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
                 started: shim.run_detached.then(|| Arc::new(AtomicBool::new(false))),
             }),
-            other => Err(unexpected(&id, other)),
+            other => Err(unexpected(&shim.id, other)),
         }
     }
 
@@ -686,6 +692,19 @@ impl ShimClient {
     }
 }
 
+/// `shim` checked as the shim will check it.
+pub(crate) fn validate(shim: &ShimOptions) -> Result<(), Error> {
+    shim.validate().map_err(|message| Error::Invalid {
+        id: shim.id.clone(),
+        message,
+    })
+}
+
+/// Bound on a shim's start-up answer: `given`, or the runtime timeout plus 10 s.
+pub(crate) fn start_timeout(shim: &ShimOptions, given: Option<Duration>) -> Duration {
+    given.unwrap_or(shim.runtime_timeout + Duration::from_secs(10))
+}
+
 fn decode_response(id: &str, kind: FrameKind, payload: &[u8]) -> Result<Response, Error> {
     match protocol::decode::<Response>(kind, payload) {
         Ok(Response::Error(source)) => Err(Error::Remote {
@@ -730,7 +749,7 @@ pub fn new_exec_id(prefix: &str) -> String {
 }
 
 /// The last lines of the shim's log, for an error message.
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
@@ -753,7 +772,7 @@ async fn write_frame<W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
-async fn read_frame<R: AsyncRead + Unpin>(
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
 ) -> std::io::Result<Option<(FrameKind, Vec<u8>)>> {
     let mut h = [0u8; 5];

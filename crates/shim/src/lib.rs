@@ -10,6 +10,8 @@
 //!
 //! - [`ShimClient`] (feature `client`, async): spawn a shim, reconnect to one
 //!   by its socket, and call it.
+//! - [`ShimLauncher`] (feature `client`): the daemon's way to start shims,
+//!   from a standby shim started ahead when one is ready.
 //! - [`runc::Runtime`]: the runtime CLI with timeouts and typed errors, for
 //!   the daemon too.
 //! - [`pause_binary`] / [`write_pause_rootfs`]: the built-in pause program.
@@ -21,6 +23,8 @@ mod client;
 pub mod crilog;
 mod error;
 mod exit_file;
+#[cfg(feature = "client")]
+mod launcher;
 mod options;
 mod pause;
 pub mod protocol;
@@ -37,6 +41,8 @@ pub use client::{
 pub use crilog::{LogError, LogTarget};
 pub use error::Error;
 pub use exit_file::{read_exit_file, write_exit_file};
-pub use options::{validate_id, ShimOptions, ShimPaths};
+#[cfg(feature = "client")]
+pub use launcher::{LaunchNotice, LaunchStats, ShimLauncher};
+pub use options::{args_frame, validate_id, ShimOptions, ShimPaths, MAX_OPTIONS_FRAME};
 pub use pause::{pause_binary, write_pause_rootfs, PAUSE_PATH};
 pub use protocol::{ContainerStatus, ExitInfo, RemoteError, ShimState};

@@ -1,8 +1,10 @@
-//! What one shim is started with ([`ShimOptions`], passed as its command line)
-//! and where its files live in its state directory ([`ShimPaths`]).
+//! What one shim is started with ([`ShimOptions`], passed as its command line,
+//! or to a standby shim as the same arguments in one frame on its stdin) and
+//! where its files live in its state directory ([`ShimPaths`]).
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::io::Read;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,6 +12,10 @@ use crate::crilog::LogTarget;
 
 /// Longest path a unix socket address holds (sun_path, minus the NUL).
 const MAX_SOCKET_PATH: usize = 107;
+
+/// Most bytes of arguments a standby shim accepts in its options frame
+/// ([`args_frame`]); a longer frame is refused unread.
+pub const MAX_OPTIONS_FRAME: usize = 64 * 1024;
 
 /// Everything one shim needs to create and look after one container.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +202,67 @@ impl ShimOptions {
     }
 }
 
+/// The frame that hands `args` (a shim's command line without the program
+/// name, as [`ShimOptions::to_args`] makes it) to a standby shim: the
+/// payload's length (4 bytes, big-endian), then each argument followed by a
+/// NUL. Refused: an argument holding a NUL (no command line can carry it),
+/// a payload over [`MAX_OPTIONS_FRAME`].
+pub fn args_frame(args: &[OsString]) -> Result<Vec<u8>, String> {
+    let len: usize = args.iter().map(|a| a.len() + 1).sum();
+    if len > MAX_OPTIONS_FRAME {
+        return Err(format!(
+            "options of {len} bytes are over the {MAX_OPTIONS_FRAME}-byte limit"
+        ));
+    }
+    let mut frame = Vec::with_capacity(4 + len);
+    frame.extend_from_slice(&(len as u32).to_be_bytes());
+    for arg in args {
+        let bytes = arg.as_bytes();
+        if bytes.contains(&0) {
+            return Err(format!("argument {arg:?} holds a NUL byte"));
+        }
+        frame.extend_from_slice(bytes);
+        frame.push(0);
+    }
+    Ok(frame)
+}
+
+/// Reads one [`args_frame`] from `r`: `None` at EOF before its first byte
+/// (no options will come). Never reads more than the header and a payload
+/// within [`MAX_OPTIONS_FRAME`]: a longer frame is refused from its header.
+pub fn read_args_frame(r: &mut impl Read) -> Result<Option<Vec<OsString>>, String> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < header.len() {
+        match r.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err("the options frame ends inside its header".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading the options: {e}")),
+        }
+    }
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_OPTIONS_FRAME {
+        return Err(format!(
+            "options of {len} bytes are over the {MAX_OPTIONS_FRAME}-byte limit"
+        ));
+    }
+    let mut payload = vec![0u8; len];
+    r.read_exact(&mut payload)
+        .map_err(|e| format!("reading {len} bytes of options: {e}"))?;
+    if payload.last().is_some_and(|b| *b != 0) {
+        return Err("the options frame does not end with a NUL".into());
+    }
+    let mut args: Vec<OsString> = payload
+        .split(|b| *b == 0)
+        .map(|a| OsString::from_vec(a.to_vec()))
+        .collect();
+    // The split leaves an empty piece after the last NUL.
+    args.pop();
+    Ok(Some(args))
+}
+
 /// Checks a container id the way runc does: letters, digits, `_`, `+`, `-`, `.`.
 pub fn validate_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > 1024 {
@@ -316,6 +383,41 @@ mod tests {
         assert!(with(&["--log-dir", "/l", "--log-file", "/etc/passwd"]).is_err());
         let long = format!("/{}", "d".repeat(120));
         assert!(parse(&["--id", "c", "--bundle", "/b", "--state-dir", &long]).is_err());
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let mut opts = ShimOptions::new("c1", "/b", "/s");
+        opts.runtime_args = vec!["--debug".into(), String::new()];
+        opts.run_detached = true;
+        let frame = args_frame(&opts.to_args()).unwrap();
+        let args = read_args_frame(&mut &frame[..]).unwrap().unwrap();
+        assert_eq!(args, opts.to_args());
+        assert_eq!(ShimOptions::from_args(args).unwrap(), opts);
+        // Nothing at all: no options, not an error.
+        assert_eq!(read_args_frame(&mut &b""[..]).unwrap(), None);
+        // No arguments: an empty payload, refused by from_args later.
+        let empty = args_frame(&[]).unwrap();
+        assert_eq!(empty, [0, 0, 0, 0]);
+        assert_eq!(read_args_frame(&mut &empty[..]).unwrap(), Some(vec![]));
+    }
+
+    #[test]
+    fn bad_frames() {
+        let read = |b: &[u8]| read_args_frame(&mut &b[..]);
+        assert!(read(&[0, 0]).is_err());
+        assert!(read(&[0, 0, 0, 5, b'-', b'-', b'i', b'd']).is_err());
+        assert!(read(&[0, 0, 0, 3, b'-', b'-', b'x']).is_err());
+        // Over the limit: refused from the header, the payload never read.
+        let over = ((MAX_OPTIONS_FRAME + 1) as u32).to_be_bytes();
+        let mut reader = std::io::Read::chain(&over[..], std::io::repeat(b'a'));
+        let err = read_args_frame(&mut reader).unwrap_err();
+        assert!(err.contains("limit"), "{err}");
+        assert!(args_frame(&[OsString::from("a\0b")]).is_err());
+        assert!(args_frame(&[OsString::from("a".repeat(MAX_OPTIONS_FRAME))]).is_err());
+        let at_limit = OsString::from("a".repeat(MAX_OPTIONS_FRAME - 1));
+        let frame = args_frame(std::slice::from_ref(&at_limit)).unwrap();
+        assert_eq!(read(&frame).unwrap(), Some(vec![at_limit]));
     }
 
     #[test]

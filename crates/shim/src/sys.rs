@@ -148,6 +148,173 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     }
 }
 
+/// Where a process can show a command line other than the one it was
+/// started with (what `/proc/self/cmdline`, `ps` and `pgrep -f` read).
+pub struct Title {
+    area: ArgArea,
+    /// The environment's strings were moved away: their room is free too.
+    env_free: bool,
+}
+
+/// The process's argument and environment strings (fields 48 to 51 of
+/// `/proc/self/stat`).
+#[derive(Debug, Clone, Copy)]
+struct ArgArea {
+    arg_start: u64,
+    arg_end: u64,
+    env_start: u64,
+    env_end: u64,
+}
+
+impl Title {
+    /// Moves the environment's strings to the heap (so that the area after
+    /// the arguments may be written over, as setproctitle(3) does). Only
+    /// while the process has one thread: the environment is rewritten.
+    pub fn claim() -> io::Result<Title> {
+        use std::os::unix::ffi::OsStrExt;
+        let area = ArgArea::read()?;
+        let vars: Vec<_> = std::env::vars_os().collect();
+        // A name setenv refuses (set_var would panic) cannot be moved: its
+        // string stays where it is, and so the room stays taken.
+        let env_free = vars.iter().all(|(k, v)| {
+            !k.is_empty() && !k.as_bytes().contains(&b'=') && !v.as_bytes().contains(&0)
+        });
+        if env_free {
+            for (key, value) in vars {
+                // setenv copies the pair to the heap and points environ at it.
+                std::env::set_var(key, value);
+            }
+        }
+        Ok(Title { area, env_free })
+    }
+
+    /// Shows `args` as the command line. Where the kernel lets it
+    /// (`PR_SET_MM`, which needs CAP_SYS_RESOURCE): exactly, NUL-separated,
+    /// from a new buffer. Else written over the original arguments and
+    /// environment strings, joined by spaces and cut to the room there
+    /// (as setproctitle(3)). The original argument strings are gone then
+    /// (`std::env::args` is not to be used any more).
+    pub fn set(self, args: &[std::ffi::OsString]) {
+        use std::os::unix::ffi::OsStrExt;
+        let mut nul_separated = Vec::new();
+        for arg in args {
+            nul_separated.extend_from_slice(arg.as_bytes());
+            nul_separated.push(0);
+        }
+        if nul_separated.is_empty() {
+            nul_separated.push(0);
+        }
+        if self.area.replace(nul_separated).is_err() {
+            // EPERM without CAP_SYS_RESOURCE (or EINVAL from a kernel that
+            // checks the addresses otherwise): the old way.
+            let joined: Vec<u8> = args
+                .iter()
+                .map(|a| a.as_bytes())
+                .collect::<Vec<_>>()
+                .join(&b' ');
+            self.area.overwrite(&joined, self.env_free);
+        }
+    }
+}
+
+impl ArgArea {
+    fn read() -> io::Result<ArgArea> {
+        let stat = std::fs::read_to_string("/proc/self/stat")?;
+        let bad = || io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/self/stat");
+        // Fields from the 3rd on follow the command name's closing parenthesis.
+        let rest = stat.rsplit_once(") ").ok_or_else(bad)?.1;
+        let mut fields = rest.split_ascii_whitespace().skip(48 - 3);
+        let mut next =
+            || -> io::Result<u64> { fields.next().and_then(|f| f.parse().ok()).ok_or_else(bad) };
+        Ok(ArgArea {
+            arg_start: next()?,
+            arg_end: next()?,
+            env_start: next()?,
+            env_end: next()?,
+        })
+    }
+
+    /// Points the kernel at `buf` (NUL-terminated arguments) instead,
+    /// leaking it: it is read for the rest of the process's life.
+    fn replace(&self, buf: Vec<u8>) -> io::Result<()> {
+        let buf: *mut [u8] = Box::into_raw(buf.into_boxed_slice());
+        let start = buf as *mut u8 as u64;
+        let end = start + buf.len() as u64;
+        let result = self.point_at(start, end);
+        if result.is_err() {
+            // SAFETY: `buf` came from Box::into_raw above and the kernel
+            // was not left pointing at it.
+            drop(unsafe { Box::from_raw(buf) });
+        }
+        result
+    }
+
+    /// Sets the kernel's argument area to [start, end).
+    fn point_at(&self, start: u64, end: u64) -> io::Result<()> {
+        let set = |what: libc::c_int, addr: u64| {
+            // SAFETY: PR_SET_MM only changes where the kernel reads the
+            // arguments from; `addr` points into a live buffer, leaked
+            // once this succeeds.
+            let rc = unsafe {
+                libc::prctl(
+                    libc::PR_SET_MM,
+                    what as libc::c_ulong,
+                    addr as libc::c_ulong,
+                    0 as libc::c_ulong,
+                    0 as libc::c_ulong,
+                )
+            };
+            if rc < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        // The kernel wants start <= end after each of the two calls.
+        let (old_start, old_end) = (self.arg_start, self.arg_end);
+        if start <= old_end {
+            set(libc::PR_SET_MM_ARG_START, start)?;
+            if let Err(e) = set(libc::PR_SET_MM_ARG_END, end) {
+                let _ = set(libc::PR_SET_MM_ARG_START, old_start);
+                return Err(e);
+            }
+        } else {
+            set(libc::PR_SET_MM_ARG_END, end)?;
+            if let Err(e) = set(libc::PR_SET_MM_ARG_START, start) {
+                let _ = set(libc::PR_SET_MM_ARG_END, old_end);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `title` (cut to fit, NUL-terminated) over the argument
+    /// strings and, with `env_free`, the environment strings right after
+    /// them (moved away by [`Title::claim`]); the kernel shows it as
+    /// setproctitle(3)'s.
+    fn overwrite(&self, title: &[u8], env_free: bool) {
+        let end = if env_free && self.env_start == self.arg_end && self.env_end > self.env_start {
+            self.env_end
+        } else {
+            self.arg_end
+        };
+        let room = end.saturating_sub(self.arg_start) as usize;
+        if room == 0 {
+            return;
+        }
+        let n = title.len().min(room - 1);
+        // SAFETY: [arg_start, end) is this process's own argument (and
+        // environment) strings, on its stack, writable; nothing reads them
+        // any more (the environment was moved to the heap by `claim`, and
+        // the arguments were read before).
+        unsafe {
+            let at = self.arg_start as *mut u8;
+            std::ptr::write_bytes(at, 0, room);
+            std::ptr::copy_nonoverlapping(title.as_ptr(), at, n);
+        }
+    }
+}
+
 /// Sets the size of the terminal whose master is `fd`.
 pub fn set_winsize(fd: &impl AsRawFd, width: u16, height: u16) -> io::Result<()> {
     let ws = libc::winsize {

@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use berth_shim::{ExitInfo, ShimClient, ShimOptions, ShimPaths, ShimState, SpawnOptions};
+use berth_shim::{
+    ExitInfo, LaunchNotice, ShimClient, ShimLauncher, ShimOptions, ShimPaths, ShimState,
+};
 use tonic::async_trait;
 
 use crate::core::mechanisms::{Runtime, Task};
@@ -94,14 +96,32 @@ impl Task for Shim {
 /// Shims and the OCI runtime.
 pub struct Shims {
     pub layout: Layout,
-    pub shim_binary: PathBuf,
+    /// Starts the shims: with `standby`, from a spare started ahead (in the
+    /// background once a create is done: the first create's shim is
+    /// started afresh, the next ones are the spare then ready).
+    launcher: ShimLauncher,
+}
+
+impl Shims {
+    /// Shims of `shim_binary`, their state dirs in `layout`'s.
+    pub fn new(layout: Layout, shim_binary: PathBuf, standby: bool) -> Shims {
+        let launcher = ShimLauncher::new(shim_binary, layout.shim_dirs())
+            .with_standby(standby)
+            .with_notify(|notice| match notice {
+                LaunchNotice::SpareFailed(_) => tracing::warn!("{notice}"),
+                LaunchNotice::SpareLost(_) => tracing::info!("{notice}"),
+            });
+        Shims { layout, launcher }
+    }
 }
 
 #[async_trait]
 impl Runtime for Shims {
     async fn create(&self, opts: ShimOptions) -> Result<Arc<dyn Task>, Error> {
         let id = opts.id.clone();
-        let client = ShimClient::spawn(&SpawnOptions::new(&self.shim_binary, opts))
+        let client = self
+            .launcher
+            .spawn(opts)
             .await
             .map_err(Error::runtime(&id, "creating"))?;
         Ok(Arc::new(Shim(client)))

@@ -18,6 +18,8 @@ use crate::crilog::{LineSplitter, LogError, LogFile, LogTarget, Stream};
 use crate::protocol::{self, Control, FrameKind};
 use crate::sys;
 
+use super::worker::{run_on, Worker, SMALL_STACK};
+
 /// Output chunks queued for one attached client before it counts as stuck
 /// and is dropped (the log must never wait for a slow client).
 const SUBSCRIBER_QUEUE: usize = 256;
@@ -116,24 +118,16 @@ impl ContainerIo {
         self.log.as_ref().map(LogFile::reopen)
     }
 
-    /// Starts a thread copying `source` (a pipe, or the pty master) into the
-    /// log and to attached clients as `stream`, until EOF.
-    pub fn start_copier(self: &Arc<Self>, source: File, stream: Stream) -> io::Result<()> {
+    /// A copier of `source` (a pipe, or the pty master) into the log and to
+    /// attached clients as `stream`, until EOF: counted from now on (the
+    /// exit monitor waits for it), copying once [started](Copier::start).
+    pub fn copier(self: &Arc<Self>, source: File, stream: Stream) -> Copier {
         *lock(&self.copiers) += 1;
-        let io = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("copy-{}", stream.as_str()))
-            .stack_size(64 * 1024)
-            .spawn(move || {
-                io.copy(source, stream);
-                *lock(&io.copiers) -= 1;
-                io.copiers_done.notify_all();
-            });
-        if let Err(e) = spawned {
-            *lock(&self.copiers) -= 1;
-            return Err(e);
+        Copier {
+            live: Live(self.clone()),
+            source,
+            stream,
         }
-        Ok(())
     }
 
     fn copy(&self, mut source: File, stream: Stream) {
@@ -236,6 +230,49 @@ impl ContainerIo {
             // A full queue drops the exit: that client was dropped anyway.
             let _ = s.tx.try_send(OutEvent::Exit(code));
         }
+    }
+}
+
+/// A copier counted but not yet copying (see [`ContainerIo::copier`]);
+/// dropped unstarted, it closes its source and is counted no more.
+pub struct Copier {
+    live: Live,
+    source: File,
+    stream: Stream,
+}
+
+/// One counted copier; the count goes down when it is dropped.
+struct Live(Arc<ContainerIo>);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        *lock(&self.0.copiers) -= 1;
+        self.0.copiers_done.notify_all();
+    }
+}
+
+impl Copier {
+    /// The stream it copies.
+    pub fn stream(&self) -> Stream {
+        self.stream
+    }
+
+    /// Starts copying on `worker` (a thread started ahead), or on a new
+    /// thread.
+    pub fn start(self, worker: Option<Worker>) -> io::Result<()> {
+        let Copier {
+            live,
+            source,
+            stream,
+        } = self;
+        let name = match stream {
+            Stream::Stdout => "copy-stdout",
+            Stream::Stderr => "copy-stderr",
+        };
+        run_on(worker, name, SMALL_STACK, move || {
+            live.0.copy(source, stream);
+            drop(live);
+        })
     }
 }
 

@@ -8,6 +8,10 @@
 //! the daemon reads) with [`Response::Created`] or [`Response::Error`], point
 //! stdout at /dev/null, and serve one request per connection, a thread each.
 //!
+//! A standby shim (`--standby`, see `standby`) does the same with its
+//! options read from stdin instead of its command line, after having done
+//! everything that needs none ahead.
+//!
 //! Threads of an idle shim: the accept loop, the reaper, the exit monitor,
 //! and one copier per output stream. No async runtime: an idle shim stays
 //! well under 2 MiB of RSS (see the crate README).
@@ -16,6 +20,8 @@ mod exec;
 mod io;
 mod reaper;
 mod setup;
+mod standby;
+mod worker;
 
 use std::fmt;
 use std::io::Write;
@@ -39,7 +45,7 @@ use crate::ShimPaths;
 
 use self::io::{ContainerIo, StdinSink};
 use self::reaper::{Reaper, Subscription};
-use self::setup::{setup, OomWatch};
+use self::setup::{setup, OomWatch, Started};
 
 /// How long the exit monitor waits for the output to reach EOF before it
 /// records the exit anyway (a process outside the container's PID namespace
@@ -82,10 +88,12 @@ pub fn main() -> ! {
                 "usage: berth-shim --id ID --bundle DIR --state-dir DIR [--runtime BIN] \
                  [--runtime-root DIR] [--runtime-timeout-ms N] [--log-path FILE] \
                  [--systemd-cgroup] [--runtime-arg ARG]... [--stdin] [--stdin-once] [--tty]\n\
+                 or:    berth-shim --standby --state-root DIR (the same, framed, on stdin)\n\
                  Started by the berth daemon, one per container; answers on stdout."
             );
             std::process::exit(2);
         }
+        Some("--standby") => standby::main(args.skip(1)),
         _ => {}
     }
     let opts = match ShimOptions::from_args(args) {
@@ -96,8 +104,14 @@ pub fn main() -> ! {
         }
     };
     detach();
-    let shim = match setup(opts) {
-        Ok(shim) => shim,
+    finish(setup(opts), || {})
+}
+
+/// Answers the start-up's outcome on stdout; then (after `after`) serves,
+/// or exits.
+fn finish(started: Result<Started, RemoteError>, after: impl FnOnce()) -> ! {
+    let started = match started {
+        Ok(started) => started,
         Err(err) => {
             log(format_args!("start-up failed: {}", err.message));
             answer(&Response::Error(err));
@@ -105,9 +119,11 @@ pub fn main() -> ! {
         }
     };
     answer(&Response::Created {
-        pid: shim.pid,
+        pid: started.shim.pid,
         shim_pid: std::process::id(),
     });
+    let shim = started.run();
+    after();
     serve(shim)
 }
 

@@ -10,6 +10,13 @@
 //! processes) are subscribed with [`Reaper::watch`], which also finds an exit
 //! that came first. Exits nobody asked for (zombies of double-forking
 //! processes) are reaped and a bounded number kept for late subscribers.
+//!
+//! A runtime invocation's waiter need not wait for the reaper thread to be
+//! scheduled: it polls a pidfd of its child, which turns readable at the
+//! exit, and then reaps that one pid itself, under the reaper's lock (so
+//! the reaper and it never both see the exit). That takes one wake-up (the
+//! reaper's, then the waiter's through the notify pipe) off the start-up's
+//! path after `runtime run` exits.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -130,6 +137,7 @@ impl Reaper {
             pid,
             reaper: self.clone(),
             read,
+            pidfd: None,
         })
     }
 
@@ -140,12 +148,43 @@ impl Reaper {
         self.subscribe(&mut inner, pid)
     }
 
-    /// Spawns `cmd` and subscribes to its exit before the reaper can reap it.
+    /// Spawns `cmd` and subscribes to its exit before the reaper can reap
+    /// it; with a pidfd of the child (where the kernel has them), so that
+    /// [`Spawned::exit_fd`] wakes its waiter directly.
     pub fn spawn(self: &Arc<Self>, cmd: &mut Command) -> io::Result<Subscription> {
         let mut inner = self.lock();
         let child = cmd.spawn()?;
-        // The Child is dropped without waiting: the reaper does that.
-        self.subscribe(&mut inner, child.id())
+        // Not reaped before the lock is released: the pid is still this child's.
+        let pidfd = sys::pidfd_open(child.id());
+        // The Child is dropped without waiting: the reaper (or try_wait) does that.
+        let mut sub = self.subscribe(&mut inner, child.id())?;
+        sub.pidfd = pidfd;
+        Ok(sub)
+    }
+
+    /// The exit of subscribed child `pid`: recorded by the reaper, or reaped
+    /// here if it has exited (under the lock, as the reaper reaps).
+    fn reap_one(&self, pid: u32) -> Option<Exit> {
+        let mut inner = self.lock();
+        let slot = inner.slots.get_mut(&pid)?;
+        if slot.exit.is_some() {
+            return slot.exit;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid writes the status into our local. The pid is a
+        // child of ours nobody reaped (its slot has no exit, and only the
+        // reaper, under this lock, reaps), so it is still the same process.
+        let reaped = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+        if reaped != pid as libc::pid_t {
+            return None;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        slot.exit = Some(Exit {
+            status: ExitStatus::from_raw(status),
+            at: SystemTime::now(),
+        });
+        let _ = slot.notify.write(&[1]);
+        slot.exit
     }
 }
 
@@ -162,6 +201,8 @@ pub struct Subscription {
     pid: u32,
     reaper: Arc<Reaper>,
     read: OwnedFd,
+    /// A child spawned through [`Reaper::spawn`]: its pidfd.
+    pidfd: Option<OwnedFd>,
 }
 
 impl Subscription {
@@ -217,10 +258,18 @@ impl Spawned for Subscription {
         self.pid
     }
     fn exit_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd())
+        Some(
+            self.pidfd
+                .as_ref()
+                .map_or_else(|| self.fd(), |fd| fd.as_fd()),
+        )
     }
     fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-        Ok(self.exit().map(|e| e.status))
+        let exit = match self.pidfd {
+            Some(_) => self.reaper.reap_one(self.pid),
+            None => self.exit(),
+        };
+        Ok(exit.map(|e| e.status))
     }
     fn kill(&mut self) -> io::Result<()> {
         self.signal(libc::SIGKILL)

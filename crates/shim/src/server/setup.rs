@@ -1,9 +1,16 @@
-//! The shim's start-up after the fork (see the module doc of `server`): the
-//! process made ready (stdio, SIGCHLD blocked, child subreaper), the
-//! reaper and the runtime, the socket, the container's stdio, `runtime
-//! create` (or `run --detach`), the container's output copiers, its OOM
-//! counter and the exit monitor, in that order. A failing step undoes what
-//! the steps before it left behind (the socket, a created container).
+//! The shim's start-up after the fork (see the module doc of `server`).
+//!
+//! First what does not depend on the container ([`prepare`]): SIGCHLD
+//! blocked, child subreaper, the reaper, and the threads of the exit monitor
+//! and the output copiers, started ahead (see `worker`). A standby shim does
+//! this before its options come. Then, for the container: its directory and
+//! the shim's stdio, the runtime, the socket, the container's stdio, `runtime
+//! create` (or `run --detach`), its OOM counter, the exit monitor given the
+//! container; after the answer the copiers start copying ([`Started::run`]).
+//! So that once the runtime exits only the pid file, the watch on the init
+//! and the answer are left. A failing step undoes what the steps before it
+//! left behind (the socket, a created container); the threads started ahead
+//! end with it (their work never comes).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -21,8 +28,9 @@ use crate::runc::{CreateOptions, ProcessIo, Runtime};
 use crate::sys;
 use crate::ShimPaths;
 
-use super::io::{ConsoleSocket, ContainerIo};
+use super::io::{ConsoleSocket, ContainerIo, Copier};
 use super::reaper::{self, Reaper, ReaperSpawner, Subscription};
+use super::worker::{run_on, Worker, Workers, SMALL_STACK};
 use super::{internal, log, log_error, read_pid_file, Life, Shim, CONSOLE_WAIT};
 
 /// Undoes start-up steps when a later one fails.
@@ -59,12 +67,79 @@ struct StdioEnds {
     outputs: Vec<(File, Stream)>,
 }
 
-/// Every start-up step after the fork, in order; the shim, ready to serve
-/// (its exit monitor running), or why it could not start.
-pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
-    let paths = opts.paths();
-    prepare_process(&paths)?;
+/// What a shim has ready before it knows its container.
+pub(super) struct Prepared {
+    reaper: Arc<Reaper>,
+    workers: Workers,
+}
+
+/// The process-wide start-up, which needs no options: SIGCHLD blocked,
+/// child subreaper, one malloc arena, the reaper, and the threads started
+/// ahead (`stderr`: a stderr copier's too). Before any other thread exists.
+pub(super) fn prepare(stderr: bool) -> Result<Prepared, RemoteError> {
+    prepare_process()?;
     let reaper = Reaper::start().map_err(|e| internal("starting the reaper", e))?;
+    Ok(Prepared {
+        reaper,
+        workers: Workers::start(stderr),
+    })
+}
+
+/// A shim started, ready to answer: the copiers wait to be started until
+/// the answer is sent ([`Started::run`]).
+pub(super) struct Started {
+    pub(super) shim: Arc<Shim>,
+    copiers: Vec<(Copier, Worker)>,
+}
+
+impl Started {
+    /// After the answer: the output copiers start copying; the shim, to
+    /// serve.
+    pub(super) fn run(self) -> Arc<Shim> {
+        for (copier, worker) in self.copiers {
+            // A worker only fails to take its job if its thread is gone,
+            // and then a new thread is tried.
+            if let Err(e) = copier.start(Some(worker)) {
+                log(format_args!("starting an output copier: {e}"));
+            }
+        }
+        let shim = self.shim;
+        let verb = if shim.opts.run_detached {
+            "started"
+        } else {
+            "created"
+        };
+        log(format_args!("{verb} {} (pid {})", shim.opts.id, shim.pid));
+        shim
+    }
+}
+
+/// Every start-up step after the fork, in order; the shim, ready to answer
+/// (its exit monitor running), or why it could not start.
+pub(super) fn setup(opts: ShimOptions) -> Result<Started, RemoteError> {
+    let paths = opts.paths();
+    prepare_dir(&paths)?;
+    let prepared = prepare(!opts.tty)?;
+    start(opts, paths, prepared)
+}
+
+/// The steps of [`setup`] left once a standby shim, [`prepare`]d, has its
+/// options.
+pub(super) fn setup_prepared(
+    opts: ShimOptions,
+    prepared: Prepared,
+) -> Result<Started, RemoteError> {
+    let paths = opts.paths();
+    prepare_dir(&paths)?;
+    start(opts, paths, prepared)
+}
+
+/// The container's part of the start-up.
+fn start(opts: ShimOptions, paths: ShimPaths, prepared: Prepared) -> Result<Started, RemoteError> {
+    let Prepared {
+        reaper,
+        mut workers,
+    } = prepared;
     let runtime = Runtime::new(&opts.runtime, &opts.runtime_root)
         .with_timeout(opts.runtime_timeout)
         .with_systemd_cgroup(opts.systemd_cgroup)
@@ -86,13 +161,47 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
             .map_err(|e| log_error("opening the container log", e))?,
     );
     let (process_io, ends) = open_stdio(&opts, &paths)?;
-    let console = ends.console.as_ref().map(|c| c.path());
+    let StdioEnds {
+        console,
+        stdin,
+        outputs,
+    } = ends;
+    // Counted from now on (the exit monitor waits for them); they copy only
+    // once the container runs, so a failed start leaves the pipes unread
+    // (the runtime's own complaints never reach the container's log).
+    let mut copiers: Vec<Copier> = outputs
+        .into_iter()
+        .map(|(source, stream)| io.copier(source, stream))
+        .collect();
     let launched_at = super::unix_ns(std::time::SystemTime::now());
-    let pid = launch(&opts, &paths, &runtime, process_io, console, &mut undo)?;
+    let console_path = console.as_ref().map(|c| c.path());
+    let pid = launch(&opts, &paths, &runtime, process_io, console_path, &mut undo)?;
     let init = reaper
         .watch(pid)
         .map_err(|e| internal("watching the container's init", e))?;
-    connect_stdio(&io, ends, opts.stdin)?;
+    let stdin = match console {
+        Some(console) => {
+            let (copier, stdin) = connect_terminal(&io, console, opts.stdin)?;
+            copiers.push(copier);
+            stdin
+        }
+        None => stdin,
+    };
+    if let Some(w) = stdin {
+        io.set_stdin(w);
+    }
+    // Copiers with a thread of their own waiting start after the answer;
+    // one without (its thread could not be started ahead) starts now, so
+    // that failing to start it still fails the start-up.
+    let mut ready = Vec::with_capacity(copiers.len());
+    for copier in copiers {
+        match workers.copier(copier.stream()) {
+            Some(worker) => ready.push((copier, worker)),
+            None => copier
+                .start(None)
+                .map_err(|e| internal("starting an output copier", e))?,
+        }
+    }
     let oom = if opts.run_detached {
         OomWatch::Later
     } else {
@@ -122,26 +231,26 @@ pub(super) fn setup(opts: ShimOptions) -> Result<Arc<Shim>, RemoteError> {
         listener,
         opts,
     });
-    start_monitor(&shim, init, oom)?;
-    let verb = if shim.opts.run_detached {
-        "started"
-    } else {
-        "created"
-    };
-    log(format_args!("{verb} {} (pid {pid})", shim.opts.id));
-    Ok(shim)
+    start_monitor(&shim, init, oom, workers.monitor.take())?;
+    Ok(Started {
+        shim,
+        copiers: ready,
+    })
 }
 
-/// Readies this process before any thread exists: the shim's directory,
-/// its stdio, SIGCHLD blocked (so every thread inherits the mask), child
-/// subreaper, one malloc arena.
-fn prepare_process(paths: &ShimPaths) -> Result<(), RemoteError> {
+/// The shim's directory, and its stdio (see [`redirect_stdio`]).
+fn prepare_dir(paths: &ShimPaths) -> Result<(), RemoteError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .create(paths.dir())
         .map_err(|e| internal(format_args!("creating {}", paths.dir().display()), e))?;
     redirect_stdio(paths);
+    Ok(())
+}
 
+/// Readies this process before any thread exists: SIGCHLD blocked (so
+/// every thread inherits the mask), child subreaper, one malloc arena.
+fn prepare_process() -> Result<(), RemoteError> {
     // Before any thread exists, so every thread inherits the mask.
     reaper::sigchld_set()
         .thread_block()
@@ -243,38 +352,25 @@ fn launch(
     read_pid_file(&pid_file).map_err(|e| internal("reading the pid file", e))
 }
 
-/// Hands this side's ends of the container's stdio to `io` (the terminal's
-/// master once the runtime sent it, for stdin too if `stdin`), and starts a
-/// copier per output.
-fn connect_stdio(io: &Arc<ContainerIo>, ends: StdioEnds, stdin: bool) -> Result<(), RemoteError> {
-    let StdioEnds {
-        console,
-        stdin: mut stdin_writer,
-        mut outputs,
-    } = ends;
-    if let Some(console) = console {
-        let master = console
-            .receive(CONSOLE_WAIT)
-            .map_err(|e| internal("receiving the container's terminal", e))?;
-        let clone = || {
-            master
-                .try_clone()
-                .map_err(|e| internal("duplicating the terminal", e))
-        };
-        if stdin {
-            stdin_writer = Some(clone()?);
-        }
-        io.set_terminal(clone()?);
-        outputs.push((master, Stream::Stdout));
-    }
-    if let Some(w) = stdin_writer {
-        io.set_stdin(w);
-    }
-    for (source, stream) in outputs {
-        io.start_copier(source, stream)
-            .map_err(|e| internal("starting an output copier", e))?;
-    }
-    Ok(())
+/// The container's terminal, once the runtime sent its master: kept in
+/// `io` for resizes, its copier (as stdout), and with `stdin` a writer for
+/// the container's stdin.
+fn connect_terminal(
+    io: &Arc<ContainerIo>,
+    console: ConsoleSocket,
+    stdin: bool,
+) -> Result<(Copier, Option<File>), RemoteError> {
+    let master = console
+        .receive(CONSOLE_WAIT)
+        .map_err(|e| internal("receiving the container's terminal", e))?;
+    let clone = || {
+        master
+            .try_clone()
+            .map_err(|e| internal("duplicating the terminal", e))
+    };
+    let stdin_writer = if stdin { Some(clone()?) } else { None };
+    io.set_terminal(clone()?);
+    Ok((io.copier(master, Stream::Stdout), stdin_writer))
 }
 
 /// The OOM kill counter of the container's memory cgroup, or when it is
@@ -334,19 +430,20 @@ fn found(
     })
 }
 
-/// Starts the thread that waits for the container's init and records its
-/// exit ([`Shim::monitor`]); if it cannot start, the container is deleted.
-fn start_monitor(shim: &Arc<Shim>, init: Subscription, oom: OomWatch) -> Result<(), RemoteError> {
+/// Has the thread that waits for the container's init and records its
+/// exit ([`Shim::monitor`]) start: `worker`, started ahead, or a new one;
+/// if it cannot start, the container is deleted.
+fn start_monitor(
+    shim: &Arc<Shim>,
+    init: Subscription,
+    oom: OomWatch,
+    worker: Option<Worker>,
+) -> Result<(), RemoteError> {
     let s = shim.clone();
-    std::thread::Builder::new()
-        .name("monitor".into())
-        .stack_size(64 * 1024)
-        .spawn(move || s.monitor(init, oom))
-        .map_err(|e| {
-            let _ = shim.runtime.delete(&shim.opts.id, true);
-            internal("starting the exit monitor", e)
-        })?;
-    Ok(())
+    run_on(worker, "monitor", SMALL_STACK, move || s.monitor(init, oom)).map_err(|e| {
+        let _ = shim.runtime.delete(&shim.opts.id, true);
+        internal("starting the exit monitor", e)
+    })
 }
 
 /// stdin from /dev/null, stderr to `shim.log`, working directory `/`.

@@ -277,7 +277,9 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// The pids of shims whose command line names `state_dir`.
+/// The pids of shims whose command line names `state_dir` (as one of its
+/// arguments, or as a word of a command line shown as one string, as a
+/// standby shim shows its options where it cannot show them separately).
 pub fn shims_of(state_dir: &Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -290,7 +292,7 @@ pub fn shims_of(state_dir: &Path) -> Vec<u32> {
             let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
                 return false;
             };
-            let mut args = cmdline.split(|b| *b == 0);
+            let mut args = cmdline.split(|b| *b == 0 || *b == b' ');
             args.next().is_some_and(|a| a.ends_with(b"berth-shim"))
                 && args.any(|a| a == wanted.as_slice())
         })

@@ -322,6 +322,27 @@ async fn dropped_spare_ends_and_leaves_nothing() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// `bundle`'s container (runc, run at once) through `launcher`, whose
+/// spare (`spare`) was found unusable: from a shim started afresh, the
+/// spare counted lost. Its client, and the runtime's cleanup.
+async fn spawned_afresh(
+    launcher: &ShimLauncher,
+    bundle: &Bundle,
+    spare: u32,
+) -> (Cleanup, ShimClient) {
+    let cleanup = Cleanup::new("runc", bundle);
+    let mut opts = bundle.options("runc");
+    opts.run_detached = true;
+    let client = within(60, "spawn", launcher.spawn(opts)).await.unwrap();
+    assert_ne!(client.shim_pid(), spare);
+    let stats = launcher.stats();
+    assert_eq!(
+        (stats.spares_lost, stats.fresh, stats.from_spare),
+        (1, 1, 0)
+    );
+    (cleanup, client)
+}
+
 #[tokio::test]
 #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
 async fn dead_spare_makes_the_launcher_start_afresh() {
@@ -335,16 +356,7 @@ async fn dead_spare_makes_the_launcher_start_afresh() {
     unsafe { libc::kill(spare as i32, libc::SIGKILL) };
     gone(spare, "the killed spare").await;
 
-    let _cleanup = Cleanup::new("runc", &bundle);
-    let mut opts = bundle.options("runc");
-    opts.run_detached = true;
-    let client = within(60, "spawn", launcher.spawn(opts)).await.unwrap();
-    assert_ne!(client.shim_pid(), spare);
-    let stats = launcher.stats();
-    assert_eq!(
-        (stats.spares_lost, stats.fresh, stats.from_spare),
-        (1, 1, 0)
-    );
+    let (_cleanup, client) = spawned_afresh(&launcher, &bundle, spare).await;
     let exit = within(30, "wait", client.wait()).await.unwrap();
     assert_eq!(exit.exit_code, 5);
     assert_eq!(
@@ -373,16 +385,7 @@ async fn spare_of_a_replaced_executable_is_not_used() {
     std::fs::copy(shim_bin(), &new).unwrap();
     std::fs::rename(&new, &binary).unwrap();
 
-    let _cleanup = Cleanup::new("runc", &bundle);
-    let mut opts = bundle.options("runc");
-    opts.run_detached = true;
-    let client = within(60, "spawn", launcher.spawn(opts)).await.unwrap();
-    assert_ne!(client.shim_pid(), spare);
-    let stats = launcher.stats();
-    assert_eq!(
-        (stats.spares_lost, stats.fresh, stats.from_spare),
-        (1, 1, 0)
-    );
+    let (_cleanup, client) = spawned_afresh(&launcher, &bundle, spare).await;
     // The stale spare was let go (its stdin closed): it ended.
     gone(spare, "the stale spare").await;
     assert_eq!(

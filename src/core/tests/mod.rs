@@ -177,8 +177,14 @@ async fn each_failing_step_leaves_nothing(steps: &[&str], request: impl Fn() -> 
     }
 }
 
-/// Waits (at most 10 s) until every step of `steps` has been called.
-async fn until_called(r: &Rig, steps: &[&str]) {
+/// RunPodSandbox of `request` with CNI ADD held up: every step of
+/// `steps` is called (within 10 s) while ADD has not returned.
+async fn made_while_cni_add_runs(request: SandboxRequest, steps: &[&str]) {
+    let r = rig();
+    r.fake
+        .delay("cni.add", std::time::Duration::from_secs(3600));
+    let core = r.core.clone();
+    let run = tokio::spawn(async move { core.run_pod_sandbox(request).await });
     let called = async {
         while !steps.iter().all(|s| r.fake.count(s) > 0) {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
@@ -187,6 +193,8 @@ async fn until_called(r: &Rig, steps: &[&str]) {
     tokio::time::timeout(std::time::Duration::from_secs(10), called)
         .await
         .unwrap_or_else(|_| panic!("{steps:?} not called in time: {:?}", r.fake.steps()));
+    assert!(!run.is_finished(), "ready before CNI ADD returned");
+    run.abort();
 }
 
 /// A pod with kubelet's namespaces (pid CONTAINER): nothing needs a pause.

@@ -79,12 +79,5 @@ async fn a_shared_pid_namespace_or_the_switch_keeps_the_pause() {
 
 #[tokio::test]
 async fn a_pinned_pods_files_and_pins_are_made_while_cni_add_runs() {
-    let r = rig();
-    r.fake
-        .delay("cni.add", std::time::Duration::from_secs(3600));
-    let core = r.core.clone();
-    let run = tokio::spawn(async move { core.run_pod_sandbox(kubelet_pod("web")).await });
-    until_called(&r, &["files.pod", "ns.pin"]).await;
-    assert!(!run.is_finished(), "ready before CNI ADD returned");
-    run.abort();
+    made_while_cni_add_runs(kubelet_pod("web"), &["files.pod", "ns.pin"]).await;
 }

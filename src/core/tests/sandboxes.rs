@@ -150,23 +150,13 @@ async fn bad_requests_leave_nothing() {
 
 #[tokio::test]
 async fn the_pods_files_and_pause_are_made_while_cni_add_runs() {
-    let r = rig();
-    r.fake
-        .delay("cni.add", std::time::Duration::from_secs(3600));
-    let core = r.core.clone();
-    let run = tokio::spawn(async move { core.run_pod_sandbox(pod("web")).await });
-    until_called(
-        &r,
-        &[
-            "files.pod",
-            "files.pause_bundle",
-            "runtime.create",
-            "task.start",
-        ],
-    )
-    .await;
-    assert!(!run.is_finished(), "ready before CNI ADD returned");
-    run.abort();
+    let steps = [
+        "files.pod",
+        "files.pause_bundle",
+        "runtime.create",
+        "task.start",
+    ];
+    made_while_cni_add_runs(pod("web"), &steps).await;
 }
 
 #[tokio::test]

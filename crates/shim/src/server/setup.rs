@@ -117,25 +117,18 @@ impl Started {
 /// Every start-up step after the fork, in order; the shim, ready to answer
 /// (its exit monitor running), or why it could not start.
 pub(super) fn setup(opts: ShimOptions) -> Result<Started, RemoteError> {
-    let paths = opts.paths();
-    prepare_dir(&paths)?;
     let prepared = prepare(!opts.tty)?;
-    start(opts, paths, prepared)
+    setup_prepared(opts, prepared)
 }
 
-/// The steps of [`setup`] left once a standby shim, [`prepare`]d, has its
-/// options.
+/// The steps of [`setup`] left once the shim is [`prepare`]d (a standby
+/// shim, ahead of its options).
 pub(super) fn setup_prepared(
     opts: ShimOptions,
     prepared: Prepared,
 ) -> Result<Started, RemoteError> {
     let paths = opts.paths();
     prepare_dir(&paths)?;
-    start(opts, paths, prepared)
-}
-
-/// The container's part of the start-up.
-fn start(opts: ShimOptions, paths: ShimPaths, prepared: Prepared) -> Result<Started, RemoteError> {
     let Prepared {
         reaper,
         mut workers,

@@ -11,7 +11,7 @@
 //! how a runtime knows it).
 //!
 //! With the life-cycle group, the floor is measured round by round between
-//! the runtimes' life cycles ([`FloorRounds`], one of the rotation's
+//! the runtimes' life cycles ([`FloorRounds`], one of the round's
 //! slots), so that both see the machine in the same state; alone
 //! (`--only floor`, `berth-bench floor`), in rounds of its own.
 

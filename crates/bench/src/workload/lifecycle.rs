@@ -74,7 +74,7 @@ impl Workload {
 
     /// Life-cycle latency of every step, median and p99, and of the whole.
     /// With `floor`, a round of it is one more slot of each round's
-    /// rotation (so the floor sees the machine as the runtimes do); it is
+    /// order (so the floor sees the machine as the runtimes do); it is
     /// given back with its rounds, or `None` once a round failed.
     pub async fn lifecycle(
         &self,

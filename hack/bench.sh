@@ -28,6 +28,9 @@
 #              beside it) as runtime `berth-b`, second after berth, on its own
 #              dirs and network (10.208.0.0/24), interleaved with the others:
 #              an A/B of a change in one run (its step profile too)
+#   --berth-b-config FILE  a TOML drop-in for berth-b's config.d (e.g.
+#              `[runtime]` `cgroup_warmup = false`): an A/B of a setting, with
+#              --berth-b naming the same build
 #   --no-nri   skip the NRI table: the life cycle on a second berth with one
 #              no-op NRI plugin (berth-nri-test-plugin, pre-installed,
 #              subscribed to every event) against berth without one,
@@ -75,6 +78,7 @@ readme=0
 command_line="bash hack/bench.sh $*"
 ctrd_bins=()
 berth_b=""
+berth_b_config=""
 extra=()
 while (($#)); do
   case $1 in
@@ -87,6 +91,7 @@ while (($#)); do
   --no-build) build=0; shift ;;
   --json) json=${2:?--json needs a file}; shift 2 ;;
   --berth-b) berth_b=${2:?--berth-b needs a berth binary}; shift 2 ;;
+  --berth-b-config) berth_b_config=${2:?--berth-b-config needs a file}; shift 2 ;;
   --containerd) ctrd_bins+=("${2:?--containerd needs a directory}"); shift 2 ;;
   --) shift; extra=("$@"); break ;;
   -h | --help) usage ;;
@@ -169,6 +174,11 @@ b_pid=""
 if [[ -n $berth_b ]]; then
   berth_b=$(readlink -f "$berth_b")
   [[ -x $berth_b && -x $(dirname "$berth_b")/berth-shim ]] || die "--berth-b: $berth_b or its berth-shim missing"
+fi
+if [[ -n $berth_b_config ]]; then
+  [[ -n $berth_b ]] || die "--berth-b-config needs --berth-b"
+  berth_b_config=$(readlink -f "$berth_b_config")
+  [[ -f $berth_b_config ]] || die "--berth-b-config: no file $berth_b_config"
 fi
 b_target="berth-b=$b_dir/berth.sock,shim=berth-shim,match=$b_dir/"
 berth_target="berth=$berth_dir/berth.sock,shim=berth-shim,match=$berth_dir/"
@@ -396,6 +406,7 @@ if [[ -n $berth_b ]]; then
   fill hack/bench/berth.toml.in "$b_dir/config.toml" DIR="$b_dir" RUNC="$RUNC" CNI_BIN="$CNI_BIN"
   b_metrics=$(free_port)
   printf '[metrics]\naddress = "%s"\n' "$b_metrics" >"$b_dir/config.d/90-bench-metrics.toml"
+  [[ -z $berth_b_config ]] || cp "$berth_b_config" "$b_dir/config.d/95-berth-b.toml"
   "$berth_b" --config "$b_dir/config.toml" </dev/null >/dev/null 2>"$b_dir/berth.log" &
   b_pid=$!
 fi

@@ -44,6 +44,23 @@ fn spec_options(config: &Config) -> berth_spec::SpecOptions {
     opts
 }
 
+/// The cgroup lock warm-up, if it is on and this host has use for it.
+fn cgroup_warmup(config: &Config) -> Option<real::CgroupWarmup> {
+    if !config.runtime.cgroup_warmup {
+        return None;
+    }
+    match real::CgroupWarmup::probe() {
+        Ok(w) => {
+            tracing::info!(path = %w.procs().display(), "cgroup lock warm-up on");
+            Some(w)
+        }
+        Err(why) => {
+            tracing::info!(%why, "cgroup lock warm-up off");
+            None
+        }
+    }
+}
+
 /// The real mechanisms over `cni`, with the given images and event sink.
 fn mechanisms(
     config: &Config,
@@ -64,6 +81,7 @@ fn mechanisms(
             layout.clone(),
             crate::core::shim_binary(config),
             config.runtime.shim_standby,
+            cgroup_warmup(config),
         )),
         images,
         events,

@@ -22,6 +22,12 @@ pub struct RuntimeConfig {
     /// takes instead of starting its own: its start-up is off the
     /// container's path. `false`: every shim is started when needed.
     pub shim_standby: bool,
+    /// On hosts with cgroup v1 hierarchies, start the kernel's wait for the
+    /// runtime's first cgroup move (an RCU grace period) as soon as a call
+    /// that will run the runtime arrives, beside berth's own work (see
+    /// README, *The cgroup lock warm-up*). `false`: the runtime waits for it
+    /// itself, as under containerd and CRI-O.
+    pub cgroup_warmup: bool,
     /// Where CDI device specs are, lowest priority first.
     pub cdi_spec_dirs: Vec<PathBuf>,
     /// Run pods without a pause process where none is needed (their UTS and
@@ -76,6 +82,7 @@ impl Default for RuntimeConfig {
             handlers,
             shim_binary: String::new(),
             shim_standby: true,
+            cgroup_warmup: true,
             cdi_spec_dirs: berth_spec::DEFAULT_CDI_SPEC_DIRS
                 .iter()
                 .map(PathBuf::from)

@@ -48,6 +48,9 @@ impl Core {
             return Ok(existing);
         }
         let running = self.containers_in_flight.begin(&name, &request, &id);
+        // kubelet starts it right after: the runtime's cgroup move then
+        // finds its wait begun, or over.
+        self.mech.runtime.warm_up(&id);
         // The pod's lock: a RemovePodSandbox racing this call waits, and
         // never leaves a container of a removed pod behind.
         let _pod = sandbox.lifecycle.lock().await;

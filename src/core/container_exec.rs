@@ -83,6 +83,9 @@ impl Core {
         }
         let (container, task) = self.running_task(id).await?;
         let id = &container.meta.id;
+        // On cgroup v1 the runtime moves the exec'd process into the
+        // container's cgroups.
+        self.mech.runtime.warm_up(id);
         let process = self.exec_process(&container, cmd.clone(), false).await?;
         let limit = (timeout > 0).then(|| Duration::from_secs(timeout as u64));
         let out = task.exec_sync(&process, limit).await?;
@@ -113,6 +116,7 @@ impl Core {
         stdin: bool,
     ) -> Result<IoStream, Error> {
         let (container, task) = self.running_task(id).await?;
+        self.mech.runtime.warm_up(&container.meta.id);
         let process = self.exec_process(&container, cmd, tty).await?;
         let opts = ExecOptions {
             exec_id: berth_shim::new_exec_id("stream"),

@@ -17,6 +17,8 @@ impl Core {
     pub async fn start_container(self: &Arc<Self>, id: &str) -> Result<(), Error> {
         let container = self.containers.lookup(id)?;
         let sandbox = self.sandboxes.lookup(&container.meta.sandbox_id)?;
+        // Before the locks: the runtime's cgroup move is the slowest step.
+        self.mech.runtime.warm_up(&container.meta.id);
         // The pod's lock, then the container's (the order Stop and
         // RemovePodSandbox take them in): a pod being stopped is seen as
         // not ready here, never half torn down under a starting container

@@ -251,6 +251,11 @@ pub trait Runtime: Send + Sync {
     /// Whether the runtime binary `runtime` (a path, or a name in PATH) can
     /// be run, for pod `id`.
     fn check(&self, id: &str, runtime: &str) -> Result<(), Error>;
+    /// A call that will run the runtime for `id` (a container's or a
+    /// pause's start, an exec) has arrived: start now what the runtime's
+    /// first cgroup move would wait for (see `real::cgroup_warmup`). A
+    /// hint: it returns at once and never fails the call.
+    fn warm_up(&self, id: &str);
 }
 
 /// The images containers are made from.

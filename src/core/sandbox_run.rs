@@ -93,7 +93,11 @@ impl Core {
         // cannot run is refused now, not at its first container.
         let runnable = match meta.facts().pinned {
             true => self.mech.runtime.check(&id, &handler.binary),
-            false => Ok(()),
+            false => {
+                // The pause's runc moves it into the pod's cgroups.
+                self.mech.runtime.warm_up(&id);
+                Ok(())
+            }
         };
         // Plugins being synchronized see the pod whole, or hear of it.
         let sync = self.mech.plugins.block_sync().await;

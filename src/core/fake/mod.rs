@@ -206,11 +206,17 @@ impl Fake {
             .collect()
     }
 
-    /// The mechanisms' steps called (not the NRI hooks), in order, without ids.
+    /// The mechanisms' steps called (not the NRI hooks, nor the runtime's
+    /// warm-ups: hints that change nothing), in order, without ids.
     pub fn steps(&self) -> Vec<String> {
         let mut steps = self.all_steps();
-        steps.retain(|s| !s.starts_with("nri."));
+        steps.retain(|s| !s.starts_with("nri.") && s != "runtime.warm_up");
         steps
+    }
+
+    /// Every call logged, with its id (`step id`), in order.
+    pub fn calls(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
     }
 
     /// How many times `step` ran.

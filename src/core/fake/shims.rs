@@ -193,4 +193,10 @@ impl Runtime for Arc<Fake> {
     fn check(&self, _id: &str, _runtime: &str) -> Result<(), Error> {
         Ok(())
     }
+    fn warm_up(&self, id: &str) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("runtime.warm_up {id}"));
+    }
 }

@@ -4,6 +4,7 @@
 //! runtime execs, setns) off the tokio workers and keeps the cause of a
 //! failure with the object's id.
 
+mod cgroup_warmup;
 mod files;
 mod images;
 mod mounts;
@@ -14,6 +15,7 @@ mod trash;
 use tonic::async_trait;
 
 use crate::error::Error;
+pub use cgroup_warmup::CgroupWarmup;
 pub use images::NoImages;
 pub use net::{Cni, NetNs};
 pub use shims::Shims;

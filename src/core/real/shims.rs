@@ -8,6 +8,7 @@ use berth_shim::{
 };
 use tonic::async_trait;
 
+use super::cgroup_warmup::CgroupWarmup;
 use crate::core::mechanisms::{Runtime, Task};
 use crate::error::Error;
 use crate::layout::Layout;
@@ -100,18 +101,30 @@ pub struct Shims {
     /// background once a create is done: the first create's shim is
     /// started afresh, the next ones are the spare then ready).
     launcher: ShimLauncher,
+    /// The cgroup lock warm-up, where the host has one and it is on.
+    warmup: Option<CgroupWarmup>,
 }
 
 impl Shims {
-    /// Shims of `shim_binary`, their state dirs in `layout`'s.
-    pub fn new(layout: Layout, shim_binary: PathBuf, standby: bool) -> Shims {
+    /// Shims of `shim_binary`, their state dirs in `layout`'s; `warmup`
+    /// started before the runtime runs (see [`Runtime::warm_up`]).
+    pub fn new(
+        layout: Layout,
+        shim_binary: PathBuf,
+        standby: bool,
+        warmup: Option<CgroupWarmup>,
+    ) -> Shims {
         let launcher = ShimLauncher::new(shim_binary, layout.shim_dirs())
             .with_standby(standby)
             .with_notify(|notice| match notice {
                 LaunchNotice::SpareFailed(_) => tracing::warn!("{notice}"),
                 LaunchNotice::SpareLost(_) => tracing::info!("{notice}"),
             });
-        Shims { layout, launcher }
+        Shims {
+            layout,
+            launcher,
+            warmup,
+        }
     }
 }
 
@@ -150,6 +163,12 @@ impl Runtime for Shims {
         berth_shim::read_exit_file(&ShimPaths::new(shim_dir).exit_file())
             .ok()
             .flatten()
+    }
+
+    fn warm_up(&self, id: &str) {
+        if let Some(w) = &self.warmup {
+            w.start(id);
+        }
     }
 
     fn check(&self, id: &str, runtime: &str) -> Result<(), Error> {

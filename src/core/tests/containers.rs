@@ -273,3 +273,65 @@ async fn concurrent_calls_on_one_pod() {
     b.unwrap();
     r.assert_empty();
 }
+
+/// The calls logged for `id`, of these steps, in order (`step`, no id).
+fn calls_of(r: &Rig, id: &str, steps: &[&str]) -> Vec<String> {
+    r.fake
+        .calls()
+        .into_iter()
+        .filter_map(|c| {
+            let (step, of) = c.split_once(' ')?;
+            (of == id && steps.contains(&step)).then(|| step.to_string())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_runtimes_cgroup_move_is_warmed_up_by_each_call_that_will_run_it() {
+    let r = rig();
+    let steps = ["runtime.warm_up", "runtime.create", "task.exec_sync"];
+    // A pod with a pause: before its runtime runs.
+    let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
+    assert_eq!(
+        calls_of(&r, &pod_id, &steps),
+        ["runtime.warm_up", "runtime.create"]
+    );
+    // CreateContainer (kubelet starts it next), StartContainer before the
+    // shim, ExecSync before the exec.
+    let id = r
+        .core
+        .create_container(container(&pod_id, "app"))
+        .await
+        .unwrap();
+    assert_eq!(calls_of(&r, &id, &steps), ["runtime.warm_up"]);
+    r.core.start_container(&id).await.unwrap();
+    r.core.exec_sync(&id, vec!["true".into()], 5).await.unwrap();
+    assert_eq!(
+        calls_of(&r, &id, &steps),
+        [
+            "runtime.warm_up",
+            "runtime.warm_up",
+            "runtime.create",
+            "runtime.warm_up",
+            "task.exec_sync"
+        ]
+    );
+    // Calls refused before anything is done warm nothing up.
+    let before = r.fake.count("runtime.warm_up");
+    assert!(r.core.start_container("nope").await.is_err());
+    assert!(r.core.exec_sync("nope", vec!["x".into()], 1).await.is_err());
+    assert!(r
+        .core
+        .create_container(container("nope", "app"))
+        .await
+        .is_err());
+    assert_eq!(r.fake.count("runtime.warm_up"), before);
+}
+
+#[tokio::test]
+async fn a_pod_without_a_pause_warms_nothing_up_until_its_first_container() {
+    let r = rig();
+    let pod_id = r.core.run_pod_sandbox(kubelet_pod("web")).await.unwrap();
+    assert!(r.core.sandboxes.get(&pod_id).unwrap().meta.facts().pinned);
+    assert_eq!(r.fake.count("runtime.warm_up"), 0);
+}

@@ -142,7 +142,10 @@ mod tests {
         if nix::unistd::geteuid().is_root() {
             let before = std::fs::read_to_string("/proc/self/cgroup").unwrap();
             write_self(w.procs()).unwrap();
-            assert_eq!(std::fs::read_to_string("/proc/self/cgroup").unwrap(), before);
+            assert_eq!(
+                std::fs::read_to_string("/proc/self/cgroup").unwrap(),
+                before
+            );
         }
     }
 

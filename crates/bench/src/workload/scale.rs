@@ -71,6 +71,9 @@ impl Workload {
         server_side_lists(&before, &after, &at, report);
         report_lists(&times, &at, report);
         if targets.len() > 1 {
+            let settled =
+                time_relists_settled(targets, broken, 3 * s.list_iterations, report).await;
+            report_relists_settled(&settled, &at, report);
             let alone =
                 time_relists_alone(targets, broken, round, 3 * s.list_iterations, report).await;
             report_relists_alone(&alone, &at, report);
@@ -257,6 +260,57 @@ async fn time_lists(
         }
     }
     times
+}
+
+/// How long a runtime's relist waits after the previous runtime's in
+/// [`time_relists_settled`].
+const LIST_SETTLE: Duration = Duration::from_millis(20);
+
+/// kubelet's relist on every runtime, all of them running, as in
+/// [`time_lists`] but each relist `LIST_SETTLE` after the previous
+/// runtime's call: what a call leaves behind on the machine (a daemon's
+/// garbage collection after a 200 KiB answer, its shims' wake-ups) has
+/// settled before the next runtime's is timed, as on a node with one
+/// runtime. `iterations` rounds, in the order of each.
+async fn time_relists_settled(
+    targets: &[Target],
+    broken: &[bool],
+    iterations: usize,
+    report: &mut Report,
+) -> ListTimes {
+    let n = targets.len();
+    let mut times = ListTimes::empty(n);
+    for i in 0..iterations {
+        for ti in order(i, n) {
+            if broken[ti] {
+                continue;
+            }
+            let t = &targets[ti];
+            tokio::time::sleep(LIST_SETTLE).await;
+            let start = Instant::now();
+            match t.relist().await {
+                Ok(_) => times.relists[ti].push(start.elapsed()),
+                Err(e) => report.error(t.name(), "relist (settled)", &e),
+            }
+        }
+    }
+    times
+}
+
+/// The rows of [`time_relists_settled`].
+fn report_relists_settled(times: &ListTimes, at: &str, report: &mut Report) {
+    for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
+        let values = times.relists.iter().map(|v| stat_ms(v, p)).collect();
+        report.add(
+            "scale",
+            &format!(
+                "relist, {at}, {} ms after the previous runtime's call, {stat}",
+                LIST_SETTLE.as_millis()
+            ),
+            "ms",
+            values,
+        );
+    }
 }
 
 /// How long the other runtimes' processes are left stopped before a

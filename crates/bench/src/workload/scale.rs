@@ -73,10 +73,14 @@ impl Workload {
         if targets.len() > 1 {
             let settled =
                 time_relists_settled(targets, broken, 3 * s.list_iterations, report).await;
-            report_relists_settled(&settled, &at, report);
+            let after = format!(
+                "{} ms after the previous runtime's call",
+                LIST_SETTLE.as_millis()
+            );
+            report_relists_as(&settled, &at, &after, report);
             let alone =
                 time_relists_alone(targets, broken, round, 3 * s.list_iterations, report).await;
-            report_relists_alone(&alone, &at, report);
+            report_relists_as(&alone, &at, "the other runtimes stopped", report);
         }
         if round + 1 == s.scales.len() {
             self.answer_fields(targets, broken, want, running, report)
@@ -217,6 +221,19 @@ impl Workload {
     }
 }
 
+/// The targets that are not broken, with their indexes, in the order of
+/// round `round`.
+fn live<'a>(
+    targets: &'a [Target],
+    broken: &'a [bool],
+    round: usize,
+) -> impl Iterator<Item = (usize, &'a Target)> + 'a {
+    order(round, targets.len())
+        .into_iter()
+        .filter(|&ti| !broken[ti])
+        .map(|ti| (ti, &targets[ti]))
+}
+
 /// `iterations` rounds of the list calls on every target that is not broken.
 async fn time_lists(
     targets: &[Target],
@@ -224,14 +241,9 @@ async fn time_lists(
     iterations: usize,
     report: &mut Report,
 ) -> ListTimes {
-    let n = targets.len();
-    let mut times = ListTimes::empty(n);
+    let mut times = ListTimes::empty(targets.len());
     for i in 0..iterations {
-        for ti in order(i, n) {
-            if broken[ti] {
-                continue;
-            }
-            let t = &targets[ti];
+        for (ti, t) in live(targets, broken, i) {
             let start = Instant::now();
             match t.list_containers(&[], None).await {
                 Ok(_) => times.containers[ti].push(start.elapsed()),
@@ -278,14 +290,9 @@ async fn time_relists_settled(
     iterations: usize,
     report: &mut Report,
 ) -> ListTimes {
-    let n = targets.len();
-    let mut times = ListTimes::empty(n);
+    let mut times = ListTimes::empty(targets.len());
     for i in 0..iterations {
-        for ti in order(i, n) {
-            if broken[ti] {
-                continue;
-            }
-            let t = &targets[ti];
+        for (ti, t) in live(targets, broken, i) {
             tokio::time::sleep(LIST_SETTLE).await;
             let start = Instant::now();
             match t.relist().await {
@@ -295,22 +302,6 @@ async fn time_relists_settled(
         }
     }
     times
-}
-
-/// The rows of [`time_relists_settled`].
-fn report_relists_settled(times: &ListTimes, at: &str, report: &mut Report) {
-    for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
-        let values = times.relists.iter().map(|v| stat_ms(v, p)).collect();
-        report.add(
-            "scale",
-            &format!(
-                "relist, {at}, {} ms after the previous runtime's call, {stat}",
-                LIST_SETTLE.as_millis()
-            ),
-            "ms",
-            values,
-        );
-    }
 }
 
 /// How long the other runtimes' processes are left stopped before a
@@ -389,16 +380,22 @@ async fn time_relists_alone(
     times
 }
 
-/// The rows of [`time_relists_alone`].
-fn report_relists_alone(times: &ListTimes, at: &str, report: &mut Report) {
+/// The rows of [`time_relists_settled`] and [`time_relists_alone`]: the
+/// relist's median and p99 (and its transport's, where it was timed), `how`
+/// naming the way they were timed.
+fn report_relists_as(times: &ListTimes, at: &str, how: &str, report: &mut Report) {
+    let transport = times.split.iter().any(|v| !v.is_empty());
     for (stat, p) in [("median", 50.0), ("p99", 99.0)] {
         let values = times.relists.iter().map(|v| stat_ms(v, p)).collect();
         report.add(
             "scale",
-            &format!("relist, {at}, the other runtimes stopped, {stat}"),
+            &format!("relist, {at}, {how}, {stat}"),
             "ms",
             values,
         );
+        if !transport {
+            continue;
+        }
         let values = times
             .split
             .iter()
@@ -406,7 +403,7 @@ fn report_relists_alone(times: &ListTimes, at: &str, report: &mut Report) {
             .collect();
         report.add(
             "scale",
-            &format!("relist's transport, {at}, the other runtimes stopped, {stat}"),
+            &format!("relist's transport, {at}, {how}, {stat}"),
             "ms",
             values,
         );

@@ -20,9 +20,10 @@
 //!
 //! Only on hosts with v1 hierarchies (v1 or hybrid): on a v2-only host a
 //! runtime may clone its process straight into the cgroup
-//! (`CLONE_INTO_CGROUP`, crun for a container, runc for an exec), which
-//! takes the cgroup mutex the write holds through its wait; there it would
-//! delay what it means to hurry. A kernel whose hierarchies are mounted
+//! (`CLONE_INTO_CGROUP`: runc's exec since runc 1.4, opencontainers/runc
+//! #4812; crun's exec, containers/crun #801), which takes the cgroup mutex
+//! the write holds through its wait; there it would delay what it means to
+//! hurry. A kernel whose hierarchies are mounted
 //! with `favordynmods` has no wait to start early: the write is then a
 //! few microseconds of nothing. Neither containerd nor CRI-O does this.
 

@@ -350,13 +350,8 @@ async fn time_relists_alone(
     iterations: usize,
     report: &mut Report,
 ) -> ListTimes {
-    let n = targets.len();
-    let mut times = ListTimes::empty(n);
-    for ti in order(round, n) {
-        if broken[ti] {
-            continue;
-        }
-        let t = &targets[ti];
+    let mut times = ListTimes::empty(targets.len());
+    for (ti, t) in live(targets, broken, round) {
         let others = targets
             .iter()
             .enumerate()

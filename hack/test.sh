@@ -119,6 +119,29 @@ wait_side() {
   return "$rc"
 }
 
+# The measurements print figures and assert nothing: they are skipped by
+# name (--skip _cost below), so every one must end in _cost, and no test
+# that is not one may have _cost in its name (libtest's --skip matches any
+# part of a test's path). Prints each test that breaks the rule.
+check_measurement_names() {
+  local bad
+  bad=$(find . \( -name target -o -name .git \) -prune -o -name '*.rs' -print0 | xargs -0 awk '
+    FNR == 1 { test = 0; measure = 0 }
+    /^[[:space:]]*#\[(tokio::)?test[](]/ { test = 1 }
+    /^[[:space:]]*#\[ignore = "a measurement/ { measure = 1 }
+    /^[[:space:]]*mod [A-Za-z0-9_]*_cost/ { print FILENAME ": module " $2 ": _cost marks the measurements" }
+    /^[[:space:]]*(pub(\([a-z]+\))? )?(async )?fn [A-Za-z0-9_]+/ {
+      name = $0; sub(/.*fn /, "", name); sub(/[^A-Za-z0-9_].*/, "", name)
+      if (measure && name !~ /_cost$/) print FILENAME ": measurement " name " does not end in _cost"
+      if (test && !measure && name ~ /_cost/) print FILENAME ": test " name " is no measurement: _cost marks the measurements"
+      test = 0; measure = 0
+    }')
+  [[ -z $bad ]] && return
+  echo "$bad"
+  return 1
+}
+phase measurement-names check_measurement_names
+
 if [[ ${BERTH_SKIP_LINT:-0} != 1 ]]; then
   phase fmt cargo fmt --all -- --check
   phase clippy cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -146,10 +169,11 @@ phase release-shim cargo rustc --release --locked -p berth-shim --bin berth-shim
 export BERTH_SHIM_RELEASE_BINARY=$target/release/berth-shim
 
 # Not run, and counted as skipped: the measurements (#[ignore = "a
-# measurement..."]: cargo test -- --ignored runs them), the shim's stand-in
-# daemon (not a test: reconnect_after_client_crash runs it), and the
-# kubectl tests where kubectl is not installed.
-skip=(cost_of_one_request_block rewriter_cost_per_request version_call_cost stand_in_daemon)
+# measurement..."], named *_cost, see check_measurement_names: the bench's,
+# cargo test -- --ignored runs them), the shim's stand-in daemon (not a
+# test: reconnect_after_client_crash runs it), and the kubectl tests where
+# kubectl is not installed.
+skip=(_cost stand_in_daemon)
 if ! command -v kubectl >/dev/null; then
   echo "test.sh: kubectl is not on PATH: the kubectl tests are skipped"
   skip+=(kubectl_)

@@ -311,26 +311,34 @@ mod tests {
         assert_eq!(status.code(), Code::Internal);
     }
 
+    /// The body is under way when its caller is cancelled, and goes on to
+    /// its end only after that: signals, not sleeps, order the steps.
     #[tokio::test]
     async fn cancelled_call_finishes_its_body() {
         let gate = Arc::new(Gate::default());
         gate.open();
-        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (go_on, go_on_rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
         let g = gate.clone();
         let caller = tokio::spawn(async move {
             call(&g, "X", Ids::default(), None, async move {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                let _ = tx.send(());
+                let _ = started_tx.send(());
+                let _ = go_on_rx.await;
+                let _ = done_tx.send(());
                 Ok(())
             })
             .await
         });
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        started.await.expect("the body started");
         caller.abort();
-        tokio::time::timeout(std::time::Duration::from_secs(5), rx)
+        assert!(caller.await.unwrap_err().is_cancelled());
+        // Fails only if the body is gone (then `done` says so below).
+        let _ = go_on.send(());
+        tokio::time::timeout(std::time::Duration::from_secs(5), done)
             .await
             .expect("body ran to its end")
-            .unwrap();
+            .expect("body ran to its end");
     }
 
     #[tokio::test]

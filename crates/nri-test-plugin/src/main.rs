@@ -113,10 +113,15 @@ async fn run(args: Args) -> Result<(), String> {
     server.start().await.map_err(|e| e.to_string())?;
     let rt = RuntimeClient::new(Client::new(Socket::new(runtime_conn)));
     let _ = plugin.runtime.set(rt.clone());
-    plugin
-        .misbehave("Register")
-        .await
-        .map_err(|e| e.to_string())?;
+    // Hanging before registering, it still sees the runtime give up on it
+    // (the registration timeout closes the trunk).
+    tokio::select! {
+        r = plugin.misbehave("Register") => r.map_err(|e| e.to_string())?,
+        why = mux.closed() => {
+            plugin.record("Closed", serde_json::json!({"why": format!("{why:?}"), "registered": false}));
+            return Ok(());
+        }
+    }
     let req = api::RegisterPluginRequest {
         plugin_name: args.name.clone(),
         plugin_idx: args.idx.clone(),

@@ -54,6 +54,9 @@ impl TestPlugin {
         match self.script.misbehave.get(event) {
             None => Ok(()),
             Some(Misbehave::Hang) => {
+                // Logged as it starts: a test sees the hang under way
+                // without timing it.
+                self.record("Hang", json!({"for": event}));
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Ok(())
             }

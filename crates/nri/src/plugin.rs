@@ -6,11 +6,12 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::{Client, Server, TtrpcContext};
 
@@ -30,6 +31,7 @@ pub enum PluginKind {
 }
 
 /// The outcome of one bounded request.
+#[derive(Debug)]
 pub(crate) enum Call<T> {
     Done(T),
     /// The plugin does not implement the method (ttrpc UNIMPLEMENTED).
@@ -304,7 +306,9 @@ impl Plugin {
 
     /// Runs one request bounded by the request timeout, recording it. A
     /// timeout or a broken connection closes the plugin (NRI's "fatal"
-    /// errors); an error status from the plugin is its answer.
+    /// errors); an error status from the plugin is its answer, except a
+    /// DEADLINE_EXCEEDED once our deadline has passed (see
+    /// [`Plugin::call_bounded`]).
     pub(crate) async fn call<T, F>(&self, event: &'static str, fut: F) -> Result<Call<T>, Error>
     where
         F: Future<Output = ttrpc::Result<T>>,
@@ -312,6 +316,13 @@ impl Plugin {
         self.call_bounded(event, self.timeout, fut).await
     }
 
+    /// The request carries our deadline, and the plugin's ttrpc server
+    /// enforces it too: once it passes, the server answers
+    /// DEADLINE_EXCEEDED. That answer can be in before our own timer is
+    /// seen to fire (timers fire up to a tick late, a loaded node later
+    /// still), and `timeout` polls the request first: so a
+    /// DEADLINE_EXCEEDED at or past our deadline is our timeout, not the
+    /// plugin's refusal. One before it is the plugin's own answer.
     async fn call_bounded<T, F>(
         &self,
         event: &'static str,
@@ -330,6 +341,11 @@ impl Plugin {
         let (out, failed, timed_out) = match res {
             Err(_) => (Ok(Call::Dropped), true, true),
             Ok(Ok(v)) => (Ok(Call::Done(v)), false, false),
+            Ok(Err(ttrpc::Error::RpcStatus(s)))
+                if s.code() == ttrpc::Code::DEADLINE_EXCEEDED && elapsed >= timeout =>
+            {
+                (Ok(Call::Dropped), true, true)
+            }
             Ok(Err(ttrpc::Error::RpcStatus(s))) if s.code() == ttrpc::Code::UNIMPLEMENTED => {
                 (Ok(Call::Unimplemented), false, false)
             }
@@ -416,6 +432,88 @@ pub(crate) fn truncate(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin whose trunk nobody answers on: `call` is driven with
+    /// futures that stand for the plugin's answers.
+    fn unanswered(timeout: Duration) -> (Arc<Plugin>, tokio::io::DuplexStream) {
+        let (ours, peer) = tokio::io::duplex(1024);
+        let (mux, mut conns) = Mux::start(ours, &[PLUGIN_SERVICE_CONN]);
+        let conn = conns.pop().unwrap();
+        let plugin = Arc::new(Plugin {
+            idx: "10".into(),
+            name: "hang".into(),
+            kind: PluginKind::External,
+            pid: None,
+            events: AtomicI32::new(0),
+            client: PluginClient::new(Client::new(Socket::new(conn))),
+            mux,
+            server: StdMutex::new(None),
+            child: StdMutex::new(None),
+            closed: AtomicBool::new(false),
+            stats: Default::default(),
+            timeout,
+        });
+        (plugin, peer)
+    }
+
+    /// What the plugin's ttrpc server answers once the deadline we sent
+    /// it has passed.
+    fn deadline_exceeded() -> ttrpc::Error {
+        status(ttrpc::Code::DEADLINE_EXCEEDED, "timeout".into())
+    }
+
+    /// The plugin's server cuts its hanging handler off at our deadline and
+    /// answers DEADLINE_EXCEEDED. When that answer is in as our own timer
+    /// fires (on this paused clock, at the same instant), the plugin still
+    /// timed out: it is closed and the event goes on without it.
+    #[tokio::test(start_paused = true)]
+    async fn the_plugins_deadline_answer_at_our_deadline_is_a_timeout() {
+        let timeout = Duration::from_secs(2);
+        let (p, _peer) = unanswered(timeout);
+        let answer = async {
+            tokio::time::sleep(timeout).await;
+            Err::<(), _>(deadline_exceeded())
+        };
+        let out = p.call("CreateContainer", answer).await;
+        assert!(matches!(out, Ok(Call::Dropped)), "{out:?}");
+        assert!(p.is_closed());
+        let s = p.stats();
+        assert_eq!((s.requests, s.failures, s.timeouts), (1, 1, 1), "{s:?}");
+    }
+
+    /// Our own timer first: the plugin is closed as well.
+    #[tokio::test(start_paused = true)]
+    async fn a_plugin_silent_past_our_deadline_is_closed() {
+        let (p, _peer) = unanswered(Duration::from_secs(2));
+        let out = p
+            .call(
+                "CreateContainer",
+                std::future::pending::<ttrpc::Result<()>>(),
+            )
+            .await;
+        assert!(matches!(out, Ok(Call::Dropped)), "{out:?}");
+        assert!(p.is_closed());
+        assert_eq!(p.stats().timeouts, 1);
+    }
+
+    /// A DEADLINE_EXCEEDED well before our deadline is the plugin's own
+    /// answer (a deadline of its own ran out): it fails the event, and the
+    /// plugin stays.
+    #[tokio::test(start_paused = true)]
+    async fn an_early_deadline_answer_is_the_plugins_refusal() {
+        let (p, _peer) = unanswered(Duration::from_secs(2));
+        let out = p
+            .call("CreateContainer", async {
+                Err::<(), _>(deadline_exceeded())
+            })
+            .await;
+        assert!(
+            matches!(&out, Err(Error::Plugin { plugin, reason, .. }) if plugin == "10-hang" && reason == "timeout"),
+            "{out:?}"
+        );
+        assert!(!p.is_closed());
+        assert_eq!(p.stats().timeouts, 0);
+    }
 
     #[test]
     fn names_and_indices() {

@@ -622,7 +622,7 @@ fn garbage_is_an_error_or_passes_never_a_panic() {
 
 #[test]
 #[ignore = "a measurement: cargo test -p berth-h2-authority --release -- --ignored --nocapture"]
-fn cost_of_one_request_block() {
+fn request_block_rewrite_cost() {
     // A tonic client's request: after the first, its fields are dynamic-table references.
     let headers = vec![
         h(":method", "POST"),

@@ -15,6 +15,8 @@
 #       stops the part NAME (berth, containerd, kubelet, etcd, apiserver,
 #       controller-manager, scheduler) and starts it again with the same
 #       command; --kill stops it with SIGKILL. A part that died is started.
+#       kubelet's config is written again from KUBE_FEATURE_GATES and
+#       KUBE_KUBELET_CONFIG as they are then.
 #   kube.sh status
 #       each part: running or not.
 #   kube.sh down
@@ -45,7 +47,7 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -358,9 +360,11 @@ start_runtime() {
   esac
 }
 
-start_kubelet() {
+# kubelet's configuration, from the environment (KUBE_FEATURE_GATES,
+# KUBE_KUBELET_CONFIG) as it is now: `restart kubelet` writes it again.
+write_kubelet_config() {
   mkdir -p "$S/kubelet" "$S/manifests" "$S/pod-logs"
-  cat >"$S/kubelet.yaml" <<EOF
+  cat >"$S/kubelet.yaml.new" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -392,13 +396,18 @@ nodeStatusUpdateFrequency: 5s
 shutdownGracePeriod: 0s
 EOF
   if [[ -n ${KUBE_FEATURE_GATES:-} ]]; then
-    echo "featureGates:" >>"$S/kubelet.yaml"
+    echo "featureGates:" >>"$S/kubelet.yaml.new"
     local kv
     for kv in ${KUBE_FEATURE_GATES//,/ }; do
-      echo "  ${kv%%=*}: ${kv#*=}" >>"$S/kubelet.yaml"
+      echo "  ${kv%%=*}: ${kv#*=}" >>"$S/kubelet.yaml.new"
     done
   fi
-  [[ -z ${KUBE_KUBELET_CONFIG:-} ]] || printf '%s\n' "$KUBE_KUBELET_CONFIG" >>"$S/kubelet.yaml"
+  [[ -z ${KUBE_KUBELET_CONFIG:-} ]] || printf '%s\n' "$KUBE_KUBELET_CONFIG" >>"$S/kubelet.yaml.new"
+  mv "$S/kubelet.yaml.new" "$S/kubelet.yaml"
+}
+
+start_kubelet() {
+  write_kubelet_config
   start_part kubelet "$(gobin)/kubelet" --config "$S/kubelet.yaml" --kubeconfig "$S/kubelet.kubeconfig" \
     --root-dir "$S/kubelet" --hostname-override "$NODE" --v 2
 }
@@ -466,6 +475,7 @@ cmd_restart() {
   [[ -f $S/cmd/$name ]] || die "no part named $name"
   start=$SECONDS
   stop_part "$name" "$sig"
+  [[ $name != kubelet ]] || write_kubelet_config
   launch "$name"
   case $name in
   berth | containerd)

@@ -362,14 +362,34 @@ pub fn part_log(name: &str) -> Result<String> {
     })
 }
 
+/// kubelet's HTTPS endpoint `path` (`/stats/summary`, `/metrics`…), asked
+/// directly with the admin's certificate: the apiserver's node proxy does
+/// not proxy to a loopback address, which this node's is.
+pub fn kubelet_get(path: &str) -> Result<String> {
+    let pki = node()?.join("pki");
+    let file = |name: &str| pki.join(name).to_string_lossy().into_owned();
+    run(
+        "curl",
+        &[
+            "-fsS",
+            "--max-time",
+            "60",
+            "--cacert",
+            &file("ca.crt"),
+            "--cert",
+            &file("admin.crt"),
+            "--key",
+            &file("admin.key"),
+            &format!("https://{NODE}:10250{path}"),
+        ],
+        None,
+    )
+}
+
 /// A value of kubelet's `/metrics` (the first sample of `name` whose labels
-/// contain `labels`), through the apiserver's node proxy.
+/// contain `labels`).
 pub fn kubelet_metric(name: &str, labels: &str) -> Result<Option<f64>> {
-    let text = kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/nodes/{NODE}/proxy/metrics"),
-    ])?;
+    let text = kubelet_get("/metrics")?;
     Ok(text
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -377,4 +397,67 @@ pub fn kubelet_metric(name: &str, labels: &str) -> Result<Option<f64>> {
         .find(|l| l.contains(labels))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok()))
+}
+
+/// kubelet restarted with `feature_gates` (`A=true,B=false`) and `config`
+/// (YAML appended to its configuration); restarted as `hack/kube.sh up`
+/// made it when dropped. Take [`disrupt`] first.
+pub struct KubeletWith(());
+
+impl KubeletWith {
+    pub fn restart(feature_gates: &str, config: &str) -> Result<KubeletWith> {
+        restart_kubelet(feature_gates, config)?;
+        Ok(KubeletWith(()))
+    }
+}
+
+impl Drop for KubeletWith {
+    fn drop(&mut self) {
+        if let Err(e) = restart_kubelet("", "") {
+            eprintln!("kubelet not restarted as it was: {e}");
+        }
+    }
+}
+
+fn restart_kubelet(feature_gates: &str, config: &str) -> Result<()> {
+    let script = repo().join("hack/kube.sh");
+    let out = Command::new("timeout")
+        .args(["-k5", CALL_LIMIT, "bash"])
+        .arg(&script)
+        .args(["restart", "kubelet"])
+        .env("KUBE_FEATURE_GATES", feature_gates)
+        .env("KUBE_KUBELET_CONFIG", config)
+        .output()
+        .map_err(|source| Error::Spawn {
+            cmd: "kube.sh restart kubelet".into(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(Error::Failed {
+            cmd: "kube.sh restart kubelet".into(),
+            status: out.status.code().unwrap_or(-1),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    // Ready again: the node's status posted by the new kubelet.
+    wait_until(120, "node Ready after kubelet's restart", |seen| {
+        let n = kubectl_json(&["get", "node", NODE]).ok()?;
+        *seen = n["status"]["conditions"].to_string();
+        condition(&n, "Ready").then_some(())
+    })
+}
+
+/// The cgroup v1 (or v2) directory of `controller` that the process `pid`
+/// is in.
+pub fn cgroup_dir(pid: u32, controller: &str) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if ctrls.split(',').any(|c| c == controller) {
+            return Some(PathBuf::from(format!("/sys/fs/cgroup/{ctrls}{path}")));
+        }
+    }
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(PathBuf::from(format!("/sys/fs/cgroup{path}")))
 }

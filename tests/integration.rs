@@ -17,6 +17,7 @@ mod deadlines;
 mod endurance;
 mod faults;
 mod grpc_clients;
+mod handlers;
 mod images;
 mod list_streams;
 mod nri;

@@ -133,10 +133,16 @@ impl Core {
             .map_err(Error::join)?
     }
 
-    /// The stdio of running container `id` (the streaming server's attach).
-    pub async fn attach(&self, id: &str, opts: AttachOptions) -> Result<IoStream, Error> {
-        let (_, task) = self.running_task(id).await?;
-        task.attach(opts).await
+    /// The stdio of running container `id` (the streaming server's
+    /// attach), and whether its output is to be followed after the
+    /// client's stdin ends: a container made `stdin_once` without a tty
+    /// gets its stdin closed then, and its answer to that input must still
+    /// reach the client (as containerd's attach does); any other detaches.
+    pub async fn attach(&self, id: &str, opts: AttachOptions) -> Result<(IoStream, bool), Error> {
+        let (container, task) = self.running_task(id).await?;
+        let config = container.meta.config();
+        let follow = opts.stdin && config.stdin_once && !config.tty;
+        Ok((task.attach(opts).await?, follow))
     }
 
     /// ReopenContainerLog: the shim of running container `id` reopens the

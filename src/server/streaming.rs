@@ -179,12 +179,12 @@ impl Backend for ShimBackend {
             stdout: io.stdout.is_some(),
             stderr: io.stderr.is_some(),
         };
-        let stream = self
+        let (stream, follow) = self
             .core
             .attach(&req.container_id, opts)
             .await
             .map_err(backend_err)?;
-        relay(stream, io, true).await.map(|_| ())
+        relay(stream, io, !follow).await.map(|_| ())
     }
 
     async fn port_forward(
@@ -244,9 +244,9 @@ async fn write_output(out: &mut Option<Output>, data: &[u8]) {
 
 /// Moves a shim stream's output to the client and the client's stdin and
 /// resizes to the shim, until the process (or container) exits: its exit
-/// code. With `attach`, also until the client ends its stdin (the
+/// code. With `detach`, also until the client ends its stdin (the
 /// container's stdin is closed then if it was made `stdin_once`): `None`.
-async fn relay(stream: IoStream, io: StreamIo, attach: bool) -> Result<Option<i32>, BackendError> {
+async fn relay(stream: IoStream, io: StreamIo, detach: bool) -> Result<Option<i32>, BackendError> {
     let (mut reader, mut writer) = stream.split();
     let StreamIo {
         mut stdin,
@@ -268,7 +268,7 @@ async fn relay(stream: IoStream, io: StreamIo, attach: bool) -> Result<Option<i3
                     _ => {
                         stdin = None;
                         let _ = writer.close_stdin().await;
-                        if attach {
+                        if detach {
                             return;
                         }
                     }

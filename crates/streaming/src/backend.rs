@@ -169,7 +169,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Connects `io` to the container's live stdio; returns when the
     /// container exits, or when the client ends its stdin (after closing
-    /// the container's stdin if it was made with `stdin_once`).
+    /// the container's stdin if it was made with `stdin_once`; such a
+    /// container without a tty keeps its output attached until it exits,
+    /// so that its answer to the input reaches the client).
     async fn attach(&self, req: &AttachRequest, io: StreamIo) -> Result<(), BackendError>;
 
     /// Connects `stream` to `port` on the pod's loopback; returns when both

@@ -436,7 +436,9 @@ cmd_up() {
   fi
   start=$SECONDS
   mkdir -p "$S/logs"
-  chmod 700 "$S"
+  # Passable by a user-namespaced pod's root on the way to berth's state;
+  # what is private (pki/) is 0700 itself.
+  chmod 711 "$S"
   echo "$runtime" >"$S/runtime"
   mem_root >"$S/memroot.new" && mv "$S/memroot.new" "$S/memroot"
   gobin >/dev/null

@@ -10,7 +10,9 @@
 //! - `pause:3.10.2`: the same layers, entrypoint `/agnhost pause` (the
 //!   sandbox image kubelet pins and containerd runs);
 //! - `e2e-test-images/busybox:1.37.0-2`, `library/busybox:1.37`: busybox;
-//! - `e2e-test-images/nonroot:1.5`: busybox with user 1234, as upstream's.
+//! - `e2e-test-images/nonroot:1.5`: busybox with user 1234, as upstream's;
+//! - `berth-kube-tests/groups:1`: busybox whose /etc/group makes `app`
+//!   (1000) a member of group 50000 (supplementalGroupsPolicy's tests).
 
 #[path = "../tests/support/images.rs"]
 mod images;
@@ -63,9 +65,22 @@ async fn build(addr: &str, agnhost: &str) -> Result<Pushed, String> {
         OCI_GZIP,
     );
     let both = [&busybox, &agn];
+    let groups = images::layer(
+        images::tar_of(&[
+            Entry::Dir("etc", 0o755),
+            Entry::File(
+                "etc/group",
+                0o644,
+                0,
+                b"root:x:0:\napp:x:1000:\ngroup-defined-in-image:x:50000:app\n",
+            ),
+        ]),
+        OCI_GZIP,
+    );
+    let with_groups = [&busybox, &groups];
     let base = images::config(arch, "", &both);
     let plain = images::config(arch, "", &[&busybox]);
-    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 5] = [
+    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 6] = [
         (
             "e2e-test-images/agnhost",
             "2.66.1",
@@ -90,6 +105,12 @@ async fn build(addr: &str, agnhost: &str) -> Result<Pushed, String> {
             "1.5",
             config_with(plain, &[], &["sh"], "1234"),
             &[&busybox],
+        ),
+        (
+            "berth-kube-tests/groups",
+            "1",
+            images::config(arch, "", &with_groups),
+            &with_groups,
         ),
     ];
     for (repo, tag, cfg, layers) in list {

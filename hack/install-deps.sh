@@ -22,6 +22,9 @@ PACKAGES=(
   pkg-config
   apparmor                     # apparmor_parser: berth's default profile is parsed in a test
   skopeo                       # image archives made and read back by the archive tests
+  libseccomp-dev               # runc built by hack/gotools.sh links libseccomp (cgo)
+  gcc                          # hack/critest: static helpers of the critest images
+  python3                      # hack/critest: mkimages.py, summary.py
 )
 
 if [[ $(id -u) -ne 0 ]]; then

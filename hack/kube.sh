@@ -387,8 +387,6 @@ authorization: {mode: Webhook}
 clusterDomain: cluster.local
 resolvConf: /etc/resolv.conf
 evictionHard: {memory.available: "100Mi", nodefs.available: "2%", nodefs.inodesFree: "2%", imagefs.available: "2%"}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 syncFrequency: 10s
 fileCheckFrequency: 5s
@@ -441,6 +439,7 @@ cmd_up() {
   chmod 711 "$S"
   echo "$runtime" >"$S/runtime"
   mem_root >"$S/memroot.new" && mv "$S/memroot.new" "$S/memroot"
+  chains >"$S/chains.before"
   gobin >/dev/null
   if [[ ! -x $BT/berth || ! -x $BT/examples/build_kube_images ]]; then
     log "building berth ($BT)"
@@ -497,6 +496,34 @@ cmd_status() {
   done
 }
 
+# The iptables and ip6tables chains of each table, as "CMD TABLE CHAIN".
+chains() {
+  local cmd t
+  for cmd in iptables ip6tables; do
+    for t in filter nat mangle raw; do
+      "$cmd" -t "$t" -S 2>/dev/null | awk -v c="$cmd" -v t="$t" '$1 == "-N" { print c, t, $2 }'
+    done
+  done | sort
+}
+# The chains made since `up` (kubelet's, the CNI plugins').
+new_chains() {
+  [[ -f $S/chains.before ]] || return 0
+  comm -13 "$S/chains.before" <(chains)
+}
+# Removes the chains made since `up`, and the rules that jump to them.
+remove_new_chains() {
+  local cmd t chain rule
+  while read -r cmd t chain; do
+    while read -r rule; do
+      eval "$cmd -t $t ${rule/#-A/-D}" 2>/dev/null || true
+    done < <("$cmd" -t "$t" -S 2>/dev/null | grep -E -- "-j $chain( |$)")
+    "$cmd" -t "$t" -F "$chain" 2>/dev/null || true
+  done < <(new_chains)
+  while read -r cmd t chain; do
+    "$cmd" -t "$t" -X "$chain" 2>/dev/null || true
+  done < <(new_chains)
+}
+
 # Removes a cgroup tree, deepest first, in every hierarchy.
 rm_cgroup_tree() {
   local rel=$1 h
@@ -538,13 +565,7 @@ cmd_down() {
   done < <(awk -v s="$S/" 'index($5, s) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
   rm_cgroup_tree kubepods
   find /var/log/containers -maxdepth 1 -type l -lname "$S/*" -delete 2>/dev/null || true
-  local t
-  for t in filter nat mangle; do
-    for chain in KUBE-KUBELET-CANARY KUBE-FIREWALL KUBE-MARK-DROP KUBE-MARK-MASQ KUBE-POSTROUTING KUBE-IPTABLES-HINT; do
-      iptables -t "$t" -F "$chain" 2>/dev/null && iptables -t "$t" -X "$chain" 2>/dev/null || true
-      ip6tables -t "$t" -F "$chain" 2>/dev/null && ip6tables -t "$t" -X "$chain" 2>/dev/null || true
-    done
-  done
+  remove_new_chains
   ip link del "$POD_BRIDGE" 2>/dev/null || true
   local mem
   mem=$(mem_root)
@@ -568,8 +589,9 @@ cmd_down() {
     [[ -d $m ]] && leftovers+=("cgroup $m")
   done
   if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then leftovers+=("link $POD_BRIDGE"); fi
-  while read -r m; do leftovers+=("iptables $m"); done < <(iptables-save 2>/dev/null | grep -E '^:(KUBE-|CNI-)' | cut -d' ' -f1)
+  while read -r m; do leftovers+=("iptables chain $m"); done < <(new_chains)
   while read -r m; do leftovers+=("link $m"); done < <(find /var/log/containers -maxdepth 1 -lname "$S/*" 2>/dev/null)
+  rm -f "$S/chains.before"
   if ((${#leftovers[@]})); then
     log "down left behind:"
     printf '  %s\n' "${leftovers[@]}" >&2

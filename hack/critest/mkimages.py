@@ -8,6 +8,10 @@ host to this registry):
   pause:3.9, k8s-staging-cri-tools/test-image-{1,2,3,latest,digest}:latest,
   test-image-tags:{1,2,3}, test-image-tag:{test,all}, test-image-user-*,
   test-image-predefined-group:latest
+Every one gets the COMMON files below; with SHROOT set (critest.sh: Debian's
+dynamic busybox as bin/sh, with the libraries it needs, under that dir) its
+files too, so that the images' /bin/sh execs commands from PATH, as the
+upstream busybox image's does.
 """
 import gzip, os, hashlib, io, json, sys, tarfile, urllib.request, urllib.error
 
@@ -90,6 +94,17 @@ base_m = json.load(req("GET", f"/v2/{base_repo}/manifests/{base_tag}", headers={
 base_c = json.load(req("GET", f"/v2/{base_repo}/blobs/{base_m['config']['digest']}"))
 
 
+_common = []  # the COMMON layer, made once: (gz, diff_id, repo it was first pushed to)
+
+
+def add_layer(repo_full, cfg, layers, gz, diff, src=None, why=""):
+    dg = push_blob(repo_full, gz, src=src)
+    layers.append({"mediaType": MT_L, "size": len(gz), "digest": dg})
+    cfg["rootfs"]["diff_ids"].append(diff)
+    if cfg.get("history"):
+        cfg["history"].append({"created": "1970-01-01T00:00:00Z", "created_by": why})
+
+
 def make(repo, tags, files=None, user=None, cmd=None, ports=None):
     repo_full = f"k8s-staging-cri-tools/{repo}" if "/" not in repo and repo != "pause" else repo
     cfg = json.loads(json.dumps(base_c))
@@ -100,15 +115,15 @@ def make(repo, tags, files=None, user=None, cmd=None, ports=None):
             if getattr(r, "status", getattr(r, "code", 0)) != 201:
                 data = req("GET", f"/v2/{base_repo}/blobs/{l['digest']}").read()
                 push_blob(repo_full, data, l["digest"])
-    files = dict(COMMON, **(files or {}))
+    # the files every image gets, one layer shared by all (mounted across
+    # repositories), then the image's own files
+    if not _common:
+        _common.extend(layer(COMMON) + (repo_full,))
+    gz, diff, src = _common
+    add_layer(repo_full, cfg, layers, gz, diff, src=src, why="critest common")
     if files:
         gz, diff = layer(files)
-        dg = push_blob(repo_full, gz)
-        layers.append({"mediaType": MT_L, "size": len(gz), "digest": dg})
-        cfg["rootfs"]["diff_ids"].append(diff)
-        cfg.setdefault("history", [])
-        if cfg["history"]:
-            cfg["history"].append({"created": "1970-01-01T00:00:00Z", "created_by": f"critest {repo}"})
+        add_layer(repo_full, cfg, layers, gz, diff, why=f"critest {repo}")
     c = cfg.setdefault("config", {})
     if user is not None:
         c["User"] = user
@@ -137,6 +152,15 @@ COMMON = {
     # Debian's busybox-static has no ipcs (HostIpc specs run `ipcs -m`): the segments of this IPC namespace
     "bin/ipcs": (b"#!/bin/sh\necho '------ Shared Memory Segments --------'\nawk 'NR>1{print $1, $2, $8, $3, $4, $7}' /proc/sysvipc/shm\n", 0o755),
 }
+SHROOT = os.environ.get("SHROOT", "")
+if SHROOT:
+    # bin/sh replaces busybox-static's symlink: Debian builds busybox-static
+    # with FEATURE_SH_STANDALONE, whose sh runs `ls` as an applet in place
+    # and never execs /bin/ls (critest's MaskedPaths spec runs `sh -c ls`)
+    for d, _, names in os.walk(SHROOT):
+        for n in names:
+            full = os.path.join(d, n)
+            COMMON[os.path.relpath(full, SHROOT)] = (open(full, "rb").read(), 0o755)
 PASSWD = (b"root:x:0:0:root:/root:/bin/sh\n"
           b"www-data:x:33:33:www-data:/var/www:/bin/sh\n"
           b"app:x:1000:1000:app:/home/app:/bin/sh\n")

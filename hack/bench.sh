@@ -38,11 +38,11 @@
 #              300 life cycles (a difference of ~1 ms between two medians
 #              of ~75 ms needs them on 2 cores) unless --quick or
 #              -- --iterations N says otherwise
-#   --readme   write the run's tables into README.md, between the lines
-#              `<!-- bench.sh --readme: begin -->` and `<!-- bench.sh
+#   --readme   write the run's tables into docs/benchmarks.md, between the
+#              lines `<!-- bench.sh --readme: begin -->` and `<!-- bench.sh
 #              --readme: end -->` (what is between them is replaced): the
-#              date, the command line, the machine, the table and the NRI
-#              table, as the script printed them
+#              command line, the machine, the table and the NRI table, as
+#              the script printed them (no date: the commit has one)
 #   -- ARGS    passed to `berth-bench run`, e.g. -- --iterations 50
 #
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
@@ -517,14 +517,15 @@ if ((nri)); then
   log "NRI JSON: $nri_json"
 fi
 
-# The tables into README.md, between its markers (--readme).
+# The tables into docs/benchmarks.md, between its markers (--readme).
 if ((readme)); then
+  page=docs/benchmarks.md
   begin='<!-- bench.sh --readme: begin -->'
   end='<!-- bench.sh --readme: end -->'
-  grep -qxF "$begin" README.md && grep -qxF "$end" README.md ||
-    die "--readme: README.md has no $begin ... $end lines"
+  grep -qxF "$begin" "$page" && grep -qxF "$end" "$page" ||
+    die "--readme: $page has no $begin ... $end lines"
   {
-    echo "Written by \`hack/bench.sh --readme\` on $(date -u '+%Y-%m-%d %H:%M UTC'), in $(( (SECONDS - start) / 60 )) min:"
+    echo "Written by \`hack/bench.sh --readme\`, in $(( (SECONDS - start) / 60 )) min:"
     echo "\`${command_line}\`"
     echo
     cat "$work/table.md"
@@ -538,7 +539,7 @@ if ((readme)); then
   awk -v begin="$begin" -v end="$end" -v part="$work/readme-part.md" '
     $0 == begin { print; while ((getline line < part) > 0) print line; skip = 1; next }
     $0 == end { skip = 0 }
-    !skip { print }' README.md >"$work/README.md"
-  cat "$work/README.md" >README.md
-  log "README.md: the tables written between its bench.sh markers"
+    !skip { print }' "$page" >"$work/benchmarks.md"
+  cat "$work/benchmarks.md" >"$page"
+  log "$page: the tables written between its bench.sh markers"
 fi

@@ -14,6 +14,7 @@ mod containers;
 mod daemon;
 mod data_safety;
 mod deadlines;
+mod docs;
 mod endurance;
 mod faults;
 mod grpc_clients;

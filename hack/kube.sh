@@ -340,6 +340,8 @@ state = "$S/containerd/run"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "registry.k8s.io/pause:3.10.2"
 [plugins.'io.containerd.cri.v1.runtime']
+  # root here lacks CAP_SYS_RESOURCE: no oom_score_adj below its own.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$S/net.d"

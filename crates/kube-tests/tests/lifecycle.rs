@@ -288,7 +288,9 @@ spec:
             .then_some(())
     })
     .unwrap();
-    wait_until(60, "static pod's sandbox gone", |_| {
+    // kubelet's garbage collection (every minute) removes the stopped
+    // sandbox of a pod that is gone.
+    wait_until(150, "static pod's sandbox gone", |_| {
         let left = berth_kube_tests::crictl(&["pods", "--name", "static-web", "-q"]).ok()?;
         left.trim().is_empty().then_some(())
     })

@@ -451,27 +451,38 @@ mod tests {
             .unwrap();
         let gate = Gate::default();
         gate.open();
-        let ids = Ids {
-            container: Some("c0ffee".into()),
-            ..Ids::default()
+        let calls = || {
+            let ids = Ids {
+                container: Some("c0ffee".into()),
+                ..Ids::default()
+            };
+            let status = rt
+                .block_on(call::<(), _>(&gate, "ContainerStatus", ids, None, async {
+                    Err(Error::NotFound {
+                        kind: "container",
+                        id: "c0ffee".into(),
+                    })
+                }))
+                .unwrap_err();
+            assert_eq!(status.code(), Code::NotFound);
+            rt.block_on(call(
+                &gate,
+                "ContainerStatus",
+                Ids::default(),
+                None,
+                async { Ok(1u32) },
+            ))
+            .unwrap();
         };
-        let status = rt
-            .block_on(call::<(), _>(&gate, "ContainerStatus", ids, None, async {
-                Err(Error::NotFound {
-                    kind: "container",
-                    id: "c0ffee".into(),
-                })
-            }))
-            .unwrap_err();
-        assert_eq!(status.code(), Code::NotFound);
-        rt.block_on(call(
-            &gate,
-            "ContainerStatus",
-            Ids::default(),
-            None,
-            async { Ok(1u32) },
-        ))
-        .unwrap();
+        // tracing caches each callsite's interest globally, and a callsite
+        // first hit while another test thread swaps its own subscriber in
+        // can be left disabled for this one: the calls once to register
+        // their callsites, the cache rebuilt with this subscriber in it,
+        // then the calls whose lines are checked.
+        calls();
+        tracing::callsite::rebuild_interest_cache();
+        lines.0.lock().unwrap().clear();
+        calls();
         let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
         let logged: Vec<&str> = text.lines().collect();
         assert_eq!(logged.len(), 1, "{text}");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::cri::{container_status, pull, remove_pod, start};
 use common::faults::entries;
-use common::pods::{daemon, pod_config, TestNet};
+use common::pods::{daemon, pod_config, pod_config_with_pause, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 use tonic::Code;
@@ -384,12 +384,12 @@ async fn reopen_log_and_update_resources() {
         .unwrap();
     start(&daemon, &id).await;
     let log = logs.join("ticker.log");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Rotated as kubelet does once ticks are logged: the reopened file
+    // (at the old name) gets the next ones.
+    common::wait_for_text(&log, " stdout F tick").await;
     std::fs::rename(&log, logs.join("ticker.log.1")).unwrap();
     cri.reopen_container_log(&id).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let fresh = std::fs::read_to_string(&log).unwrap();
-    assert!(fresh.contains(" stdout F tick"), "{fresh}");
+    common::wait_for_text(&log, " stdout F tick").await;
 
     cri.update_container_resources(
         &id,
@@ -646,8 +646,11 @@ async fn shared_pid_namespace_container_leaves_no_processes() {
     let net = TestNet::new();
     let daemon = daemon(&net).await;
     let cri = daemon.cri().await;
-    let (pod, pod_config, _) = pod(&daemon, "orphans").await;
-    // No namespace options: the container joins the pod's PID namespace.
+    // The pod's PID namespace (with a pause as its init): the container
+    // joins it (the client sends the pod's namespace options, as kubelet).
+    let pod_config = pod_config_with_pause("orphans");
+    let pod = cri.run_pod(&pod_config).await.unwrap();
+    pull(&daemon, &registry().busybox()).await;
     let id = cri
         .create_container(
             &pod,
@@ -665,19 +668,29 @@ async fn shared_pid_namespace_container_leaves_no_processes() {
         "{:?}",
         started.elapsed()
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let left = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 3331"])
-        .output()
-        .unwrap();
-    let logs: Vec<String> = std::fs::read_dir(daemon.sandbox.path("state/s"))
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("shim.log")).ok())
-        .collect();
-    assert!(
-        left.stdout.is_empty(),
-        "background process left running: {logs:?}"
-    );
+    // The shim kills what the container left in the pod's PID namespace
+    // (`kill --all`) before it records the exit; dying takes a moment.
+    let left = || {
+        let out = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 3331"])
+            .output()
+            .unwrap();
+        !out.stdout.is_empty()
+    };
+    if tokio::time::timeout(Duration::from_secs(10), async {
+        while left() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .is_err()
+    {
+        let logs: Vec<String> = std::fs::read_dir(daemon.sandbox.path("state/s"))
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.unwrap().path().join("shim.log")).ok())
+            .collect();
+        panic!("background process left running: {logs:?}");
+    }
     remove_pod(&daemon, &pod).await;
 }
 

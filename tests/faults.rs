@@ -11,7 +11,7 @@ use crate::common::faults;
 use std::time::{Duration, Instant};
 
 use common::cri::{container, container_status, exec, pull, run_container, ContainerPaths};
-use common::pods::pod_config;
+use common::pods::{pod_config, pod_config_with_pause};
 use common::registry;
 use cri_api::v1;
 use faults::{assert_clean, code_of, entries, Rig};
@@ -716,7 +716,8 @@ async fn start_container_racing_stop_pod_sandbox_is_refused_cleanly() {
     let (daemon, rig) = rig.start("").await;
     let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
-    let pod_cfg = pod_config("startstop");
+    // A pod with a pause: the stop kills it and deletes it slowly.
+    let pod_cfg = pod_config_with_pause("startstop");
     let pod = cri
         .with_deadline(Duration::from_secs(30))
         .run_pod(&pod_cfg)
@@ -731,7 +732,9 @@ async fn start_container_racing_stop_pod_sandbox_is_refused_cleanly() {
         let (cri, pod) = (cri.clone(), pod.clone());
         tokio::spawn(async move { cri.stop_pod(&pod).await })
     };
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // The start comes while the stop is in its slow delete.
+    rig.wait_for_sleep("delete").await;
+    assert!(!stop.is_finished());
     let r = cri.start_container(&id).await;
     assert_eq!(code_of(&r), Code::FailedPrecondition, "{r:?}");
     stop.await.unwrap().expect("StopPodSandbox");
@@ -860,12 +863,18 @@ async fn registry_hanging_mid_layer_times_out_and_a_killed_pull_leaves_nothing()
     );
     faults::assert_blobs_whole(&daemon);
 
-    // Killed while a pull hangs mid-layer.
+    // Killed while a pull hangs mid-layer: the proxy has stalled it, and
+    // part of the layer is on disk.
+    let cuts = proxy.cuts.load(std::sync::atomic::Ordering::SeqCst);
     let pulling = {
         let (cri, image) = (cri.clone(), image.clone());
         tokio::spawn(async move { cri.pull(&image).await })
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    common::wait_until("the pull hangs mid-layer", Duration::from_secs(20), || {
+        proxy.cuts.load(std::sync::atomic::Ordering::SeqCst) > cuts
+            && !partial_image_content(&daemon).is_empty()
+    })
+    .await;
     daemon
         .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
         .await;

@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -236,7 +237,22 @@ async fn dns_config_and_hostport() {
         ])
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Connected once it listens (nc serves one connection): once in the
+    // pod's namespace, port 8080 (1F90) in state LISTEN (0A), on v4 or v6.
+    let pod_ns = format!("net:[{}]", std::fs::metadata(&netns).unwrap().ino());
+    let proc = format!("/proc/{}", server.id());
+    common::wait_until("nc listens in the pod", Duration::from_secs(10), || {
+        let ns = std::fs::read_link(format!("{proc}/ns/net")).unwrap_or_default();
+        let listens = ["tcp", "tcp6"].iter().any(|t| {
+            let table = std::fs::read_to_string(format!("{proc}/net/{t}")).unwrap_or_default();
+            table.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(":1F90") && f[3] == "0A"
+            })
+        });
+        ns.to_string_lossy() == pod_ns && listens
+    })
+    .await;
     let got = tokio::task::spawn_blocking(move || {
         use std::io::Read;
         let mut s = std::net::TcpStream::connect_timeout(

@@ -51,7 +51,7 @@ exec /usr/lib/cni/bridge
 const FRUNTIME: &str = r#"#!/bin/sh
 # runc wrapper: ctl files fail-<command> (exit 1, saying so on stderr and in
 # runc's JSON log, which is what berth reads when the stderr is the
-# container's), sleep-<command>.
+# container's), sleep-<command> (its start noted in the file `slept`).
 d=$(dirname "$0")
 cmd=
 log=
@@ -71,6 +71,7 @@ if [ -n "$cmd" ] && [ -f "$d/fail-$cmd" ]; then
   exit 1
 fi
 if [ -n "$cmd" ] && [ -f "$d/sleep-$cmd" ]; then
+  echo "$cmd" >>"$d/slept"
   sleep "$(cat "$d/sleep-$cmd")"
 fi
 exec /usr/sbin/runc "$@"
@@ -226,6 +227,16 @@ impl Rigged {
     }
     pub fn leases(&self) -> Vec<String> {
         self.net.leases()
+    }
+    /// Waits until a runtime command armed with `sleep-<cmd>` has begun its
+    /// sleep: the call that ran it is inside it now.
+    pub async fn wait_for_sleep(&self, cmd: &str) {
+        let slept = self.bin.join("slept");
+        let what = format!("runtime {cmd} sleeping");
+        super::wait_until(&what, Duration::from_secs(30), || {
+            std::fs::read_to_string(&slept).is_ok_and(|t| t.lines().any(|l| l == cmd))
+        })
+        .await;
     }
 }
 

@@ -361,6 +361,34 @@ pub async fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
     }
 }
 
+/// Polls `done` until it holds, failing with `what` after `timeout`: for
+/// a test that waits for something to happen, where a fixed sleep would
+/// either wait too long or, under load, not long enough.
+pub async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "not in {timeout:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits (up to 10 s) until the file at `path` holds `what`; its text.
+pub async fn wait_for_text(path: &Path, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(what) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never held {what:?}: {text:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A gRPC channel over the unix socket at `path`.
 pub async fn channel(path: &Path) -> Result<Channel, tonic::transport::Error> {
     let path = path.to_path_buf();

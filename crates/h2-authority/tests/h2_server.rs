@@ -193,24 +193,49 @@ async fn an_h2_client_passes_unchanged() {
     server.abort();
 }
 
+/// A header block the rewriter cannot decode: the server reads the
+/// rewriter's HPACK error, serves nothing and closes the connection.
 #[tokio::test]
 async fn garbage_closes_the_connection() {
     let (mut client, server_end) = tokio::io::duplex(64 * 1024);
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let server = tokio::spawn(serve(AuthorityFix::new(server_end), tx));
+    let server = tokio::spawn(async move {
+        // The handshake may read the bad block already.
+        let handshake =
+            h2::server::Builder::new().handshake::<_, Bytes>(AuthorityFix::new(server_end));
+        match handshake.await {
+            Err(err) => err,
+            Ok(mut conn) => match conn.accept().await {
+                Some(Ok((request, _))) => panic!("garbage was served: {request:?}"),
+                Some(Err(err)) => err,
+                None => panic!("the connection ended without an error"),
+            },
+        }
+    });
     let mut bytes = PREFACE.to_vec();
     bytes.extend(frame(0x4, 0, 0, &[]));
     bytes.extend(frame(0x1, 0x5, 1, &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff])); // bad HPACK integer
     client.write_all(&bytes).await.unwrap();
-    // The server ends: the connection is closed, nothing was served.
-    tokio::time::timeout(TIMEOUT, server)
+    let err = tokio::time::timeout(TIMEOUT, server)
         .await
         .expect("server ends")
         .unwrap();
+    let io = err.get_io().expect("an I/O error");
+    assert_eq!(io.kind(), std::io::ErrorKind::InvalidData);
+    assert!(io.to_string().contains("stream 1: HPACK"), "{io}");
+    // The connection is closed, and no frame answered stream 1.
     let mut rest = Vec::new();
-    let _ = tokio::time::timeout(TIMEOUT, client.read_to_end(&mut rest))
+    tokio::time::timeout(TIMEOUT, client.read_to_end(&mut rest))
         .await
-        .expect("EOF");
+        .expect("EOF")
+        .unwrap();
+    let mut frames = rest.as_slice();
+    while let [l0, l1, l2, frame_type, _, s0, s1, s2, s3, tail @ ..] = frames {
+        let len = usize::from(*l0) << 16 | usize::from(*l1) << 8 | usize::from(*l2);
+        let stream = u32::from_be_bytes([*s0, *s1, *s2, *s3]) & 0x7fff_ffff;
+        assert_ne!(stream, 1, "frame of type {frame_type:#x} on stream 1");
+        frames = &tail[len..];
+    }
+    assert!(frames.is_empty(), "a cut frame: {rest:?}");
 }
 
 #[tokio::test]
@@ -339,7 +364,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Recorder<T> {
 /// then fed through fresh rewriters.
 #[tokio::test]
 #[ignore = "a measurement: cargo test -p berth-h2-authority --release --test h2_server -- --ignored --nocapture"]
-async fn rewriter_cost_per_request() {
+async fn rewriter_per_request_cost() {
     const CALLS: usize = 2000;
     let (client_end, server_end) = tokio::io::duplex(64 * 1024);
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();

@@ -407,8 +407,14 @@ mod tests {
     #[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
     fn a_bad_mapping_is_an_error_and_leaves_no_process() {
         assert!(root(), "needs root");
+        // The holder is forked from this thread, so it is among this
+        // thread's children (a zombie too) until it is reaped; the tests
+        // running beside this one fork from their own threads.
+        let children = || std::fs::read_to_string("/proc/thread-self/children").unwrap();
+        let before = children();
         let e = Holder::spawn(0, "0 100000 0\n", "0 100000 1\n").unwrap_err();
         assert!(e.to_string().contains("uid_map"), "{e}");
+        assert_eq!(children(), before, "the holder is left");
     }
 
     #[test]

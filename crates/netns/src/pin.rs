@@ -218,8 +218,16 @@ mod tests {
             uts_hostname: Some("x".repeat(65)),
             ipc: true,
         };
-        assert!(pin(&sub, &req).is_err());
-        assert!(!sub.exists());
+        // The hostname's own refusal, not any later failure (an unshare
+        // without root fails too), and before anything is made.
+        match pin(&sub, &req) {
+            Err(Error::Os { op, source, .. }) => {
+                assert_eq!(op, "set the hostname");
+                assert_eq!(source.kind(), io::ErrorKind::InvalidInput);
+            }
+            other => panic!("not the hostname's refusal: {other:?}"),
+        }
+        assert!(!dir.path().join("ns").exists());
     }
 
     #[test]

@@ -95,11 +95,25 @@ mod tests {
                 other => break other.unwrap(),
             }
         };
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "pause exited on its own"
-        );
+        // Signalled once it waits in rt_sigtimedwait (the only place it
+        // sleeps): before it blocked SIGTERM, the signal would kill it.
+        let wchan = format!("/proc/{}/wchan", child.id());
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "pause exited on its own"
+            );
+            let w = std::fs::read_to_string(&wchan).unwrap_or_default();
+            if w.contains("sigtimedwait") {
+                break;
+            }
+            if Instant::now() > until {
+                let _ = child.kill();
+                panic!("pause never waited for a signal: in {w:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         // SAFETY: kill on the pid of our own live child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let until = Instant::now() + Duration::from_secs(5);

@@ -67,8 +67,10 @@ impl Files for Fake {
             Error::io(id, "reading the spec", path)(std::io::ErrorKind::NotFound.into())
         })
     }
-    async fn create_dirs(&self, id: &str, _dirs: Vec<PathBuf>) -> Result<(), Error> {
-        self.call("files.create_dirs", id).await
+    async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error> {
+        self.call("files.create_dirs", id).await?;
+        self.world.lock().unwrap().dirs.extend(dirs);
+        Ok(())
     }
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
         self.call("files.remove_dir", id).await?;

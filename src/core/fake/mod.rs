@@ -50,6 +50,8 @@ pub struct World {
     pub bundles: BTreeSet<PathBuf>,
     pub rootfs_mounted: BTreeSet<String>,
     pub container_files: BTreeSet<String>,
+    /// Directories `create_dirs` made (anonymous volumes, host paths).
+    pub dirs: BTreeSet<PathBuf>,
     /// Pinned user namespaces and their mappings.
     pub userns: BTreeMap<PathBuf, berth_spec::UserNamespace>,
     /// Mount points of idmapped (`Some(userns)`) and plain (`None`) binds.

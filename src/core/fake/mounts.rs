@@ -80,6 +80,10 @@ impl ContainerMounts for Fake {
         let mut world = self.world.lock().unwrap();
         world.rootfs_mounted.remove(id);
         world.container_files.remove(id);
+        // What was made in the container's trees goes with them.
+        let mine = |p: &Path| p.starts_with(&dirs.bundle) || p.starts_with(&dirs.root);
+        world.specs.retain(|p, _| !mine(p));
+        world.dirs.retain(|p| !mine(p));
         if let Some(bound) = crate::layout::userns_container_of_bundle(&dirs.bundle) {
             world.unbind_below(&bound);
         }

@@ -36,20 +36,30 @@ pub fn discard(
     path: &Path,
     remove: fn(&str, &Path) -> Result<(), Error>,
 ) -> Result<(), Error> {
+    discard_later(id, path, remove).map(drop)
+}
+
+/// [`discard`], and the task that removes the tree aside, if there is one
+/// (a test waits for it to see what it left).
+fn discard_later(
+    id: &str,
+    path: &Path,
+    remove: fn(&str, &Path) -> Result<(), Error>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
     let Some(aside) = aside_name(path) else {
-        return remove(id, path);
+        return remove(id, path).map(|()| None);
     };
     match std::fs::rename(path, &aside) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         // Busy (a mount point), or anything else: the slow way.
-        Err(_) => return remove(id, path),
+        Err(_) => return remove(id, path).map(|()| None),
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return remove(id, &aside);
+        return remove(id, &aside).map(|()| None);
     };
     let id = id.to_string();
-    runtime.spawn(async move {
+    Ok(Some(runtime.spawn(async move {
         tokio::time::sleep(DELAY).await;
         let removed = tokio::task::spawn_blocking(move || {
             remove(&id, &aside).map_err(|e| (id, aside, e))
@@ -58,8 +68,7 @@ pub fn discard(
         if let Ok(Err((id, aside, e))) = removed {
             tracing::warn!(%id, path = %aside.display(), error = %e, "removing a discarded tree (the next start sweeps it)");
         }
-    });
-    Ok(())
+    })))
 }
 
 /// `.removing-NAME-N` beside `path` (N tells apart two of one name).
@@ -93,24 +102,21 @@ mod tests {
         let tree = dir.path().join("c1");
         std::fs::create_dir_all(tree.join("upper/etc")).unwrap();
         std::fs::write(tree.join("upper/etc/file"), b"x").unwrap();
-        tokio::task::spawn_blocking({
+        let removal = tokio::task::spawn_blocking({
             let tree = tree.clone();
-            move || discard("c1", &tree, remove_tree)
+            move || discard_later("c1", &tree, remove_tree)
         })
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+        .expect("removed in the background");
         assert!(
             !tree.exists(),
             "gone from where it was when discard returns"
         );
-        for _ in 0..200 {
-            if std::fs::read_dir(dir.path()).unwrap().next().is_none() {
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        panic!("the moved tree was not removed");
+        removal.await.unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "the moved tree was not removed: {left:?}");
     }
 
     #[tokio::test]
@@ -119,11 +125,13 @@ mod tests {
         let tree = dir.path().join("c2");
         std::fs::create_dir(&tree).unwrap();
         let t = tree.clone();
-        tokio::task::spawn_blocking(move || discard("c2", &t, refuse))
+        let removal = tokio::task::spawn_blocking(move || discard_later("c2", &t, refuse))
             .await
             .unwrap()
-            .unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            .unwrap()
+            .expect("removed in the background");
+        // The removal was tried, and has given up.
+        removal.await.unwrap();
         let left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -9,10 +9,16 @@ const CREATE_STEPS: [&str; 3] = [
     "files.write_spec",
 ];
 
+/// Nothing of the container is left: record, rootfs mount, its files, its
+/// spec, the anonymous volume made for the image's VOLUME; the retry that
+/// succeeds has each of them (so the checks look where things are made).
 #[tokio::test]
 async fn each_failing_step_of_create_container_leaves_nothing_of_the_container() {
     for step in CREATE_STEPS {
         let r = rig();
+        for image in r.fake.images.lock().unwrap().values_mut() {
+            image.config.volumes = vec!["/data".into()];
+        }
         let pod_id = r.core.run_pod_sandbox(pod("web")).await.unwrap();
         r.fake.fail(step);
         let e = r
@@ -22,15 +28,32 @@ async fn each_failing_step_of_create_container_leaves_nothing_of_the_container()
             .unwrap_err();
         assert!(e.to_string().contains(step), "{step}: {e}");
         assert!(r.core.containers.list().is_empty(), "{step}: record left");
-        assert!(
-            r.fake.world.lock().unwrap().rootfs_mounted.is_empty(),
-            "{step}: rootfs left"
-        );
+        {
+            let world = r.fake.world.lock().unwrap();
+            assert!(world.rootfs_mounted.is_empty(), "{step}: rootfs left");
+            assert!(world.container_files.is_empty(), "{step}: files left");
+            assert!(world.specs.is_empty(), "{step}: spec left");
+            assert!(
+                world.dirs.is_empty(),
+                "{step}: volume left: {:?}",
+                world.dirs
+            );
+        }
         r.fake.heal(step);
-        r.core
+        let id = r
+            .core
             .create_container(container(&pod_id, "app"))
             .await
             .unwrap_or_else(|e| panic!("{step}: retry: {e}"));
+        let dirs = r.core.layout.container_dirs(&id);
+        let world = r.fake.world.lock().unwrap();
+        assert!(world.container_files.contains(&id), "{step}");
+        assert!(world.specs.contains_key(&dirs.spec()), "{step}");
+        assert!(
+            world.dirs.iter().any(|d| d.starts_with(dirs.volumes())),
+            "{step}: {:?}",
+            world.dirs
+        );
     }
 }
 

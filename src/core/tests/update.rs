@@ -146,6 +146,9 @@ async fn bad_values_and_exited_containers_are_refused_before_anything_changes() 
     assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
 }
 
+/// No fixed sleep: on this current-thread runtime the update is polled
+/// into the shim, then the stop up to the lock, before the update (woken
+/// by its delay's timer, behind the stop in the queue) can release it.
 #[tokio::test]
 async fn a_concurrent_stop_waits_for_the_update() {
     let (r, _, id) = running().await;
@@ -158,11 +161,20 @@ async fn a_concurrent_stop_waits_for_the_update() {
         })
     };
     // The update holds the lifecycle lock while the shim applies it.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while r.fake.count("task.update") == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no update reached the shim"
+        );
+        tokio::task::yield_now().await;
+    }
     let stop = {
         let (core, id) = (r.core.clone(), id.clone());
         tokio::spawn(async move { core.stop_container(&id, Duration::from_secs(1)).await })
     };
+    // The stop runs up to the lock (nothing before it awaits).
+    tokio::task::yield_now().await;
     update.await.unwrap().unwrap();
     stop.await.unwrap().unwrap();
     let steps = r.fake.steps();

@@ -304,11 +304,6 @@ impl Cri {
     pub fn encode_container_status(&self, container: &Container) -> v1::ContainerStatus {
         self.statuses.container(container)
     }
-
-    /// The statuses of a sandbox's containers, oldest first.
-    pub fn encode_pod_container_statuses(&self, sandbox_id: &str) -> Vec<v1::ContainerStatus> {
-        self.statuses.pod_containers(sandbox_id)
-    }
 }
 
 #[cfg(test)]

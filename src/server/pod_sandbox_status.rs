@@ -10,24 +10,20 @@ use crate::objects::StoreExt;
 use crate::sandbox::Sandbox;
 
 impl Cri {
-    /// The answer as the socket sends it: the pod's and its containers'
-    /// statuses from their kept encodings (see `encode::Statuses`), the
-    /// verbose info, and the time.
+    /// The answer as the socket sends it: the pod's status from its kept
+    /// encoding (see `encode::Statuses`) and the verbose info. No
+    /// containers' statuses and no timestamp, as containerd 2.4: kubelet
+    /// 1.37 with EventedPLEG takes a timestamped answer's containers as the
+    /// pod's whole state and misses its init containers' progress (it made
+    /// them again); without one it lists the containers itself.
     pub async fn pod_sandbox_status_packed(
         &self,
         req: v1::PodSandboxStatusRequest,
     ) -> Result<prepacked::Encoded, Error> {
         let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
         let pod = self.statuses.pod_encoded(&sandbox);
-        // For kubelet's evented PLEG: the pod's containers, as of now.
-        let containers: Vec<_> =
-            crate::container::oldest_first(self.core.containers.in_group(&sandbox.meta.id))
-                .iter()
-                .map(|c| self.statuses.container_encoded(c))
-                .collect();
-        let len = pod.1.len() + containers.iter().map(|c| c.1.len() + 4).sum::<usize>();
         let mut answer = prepacked::Encoded {
-            bytes: Vec::with_capacity(len + 16),
+            bytes: Vec::with_capacity(pod.1.len() + 16),
         };
         answer.put_message(1, &pod.1);
         if req.verbose {
@@ -36,13 +32,6 @@ impl Cri {
                 ..Default::default()
             });
         }
-        for c in &containers {
-            answer.put_message(3, &c.1);
-        }
-        answer.put_fields(&v1::PodSandboxStatusResponse {
-            timestamp: crate::core::now_nanos(),
-            ..Default::default()
-        });
         Ok(answer)
     }
 
@@ -53,8 +42,6 @@ impl Cri {
         req: v1::PodSandboxStatusRequest,
     ) -> Result<v1::PodSandboxStatusResponse, Error> {
         let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
-        // For kubelet's evented PLEG: the pod's containers, as of now.
-        let containers_statuses = self.encode_pod_container_statuses(&sandbox.meta.id);
         let status = sandbox.status();
         let info = match req.verbose {
             true => self.pod_info(&sandbox),
@@ -63,8 +50,7 @@ impl Cri {
         Ok(v1::PodSandboxStatusResponse {
             status: Some(encode::sandbox_status(&sandbox.meta, &status)),
             info,
-            containers_statuses,
-            timestamp: crate::core::now_nanos(),
+            ..Default::default()
         })
     }
 

@@ -250,31 +250,56 @@ fn set_mode(dir: &Path, mode: u32) -> anyhow::Result<()> {
         .with_context(|| format!("setting mode {mode:o} on {}", dir.display()))
 }
 
+/// How long a lock whose writer is dead may still be held: by a child the
+/// dead berth forked and that has not reached its exec yet (the lock's file
+/// is close-on-exec), which a SIGKILL in the middle of a spawn leaves.
+const DEAD_HOLDER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Takes an exclusive lock on `path`, or says which live process holds it.
 fn lock(path: &Path) -> anyhow::Result<Flock<File>> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("opening lock file {}", path.display()))?;
-    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-        Ok(mut locked) => {
-            locked.set_len(0)?;
-            writeln!(locked, "{}", std::process::id())?;
-            Ok(locked)
+    lock_within(path, DEAD_HOLDER_GRACE)
+}
+
+fn lock_within(path: &Path, grace: std::time::Duration) -> anyhow::Result<Flock<File>> {
+    let started = std::time::Instant::now();
+    loop {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("opening lock file {}", path.display()))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut locked) => {
+                locked.set_len(0)?;
+                writeln!(locked, "{}", std::process::id())?;
+                return Ok(locked);
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = std::fs::read_to_string(path).unwrap_or_default();
+                let holder = holder.trim();
+                // The berth that wrote the file is alive: a second daemon.
+                // Dead: wait a little for what it forked to exec or exit.
+                let alive = holder
+                    .parse::<i32>()
+                    .is_ok_and(|pid| pid > 0 && Path::new(&format!("/proc/{pid}")).exists());
+                if alive || started.elapsed() >= grace {
+                    bail!(
+                        "another berth (pid {holder}{}) holds {}: refusing to start a second one",
+                        if alive {
+                            ""
+                        } else {
+                            ", gone, but the lock still held"
+                        },
+                        path.display()
+                    )
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err((_, e)) => return Err(e).with_context(|| format!("locking {}", path.display())),
         }
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-            let holder = std::fs::read_to_string(path).unwrap_or_default();
-            bail!(
-                "another berth (pid {}) holds {}: refusing to start a second one",
-                holder.trim(),
-                path.display()
-            )
-        }
-        Err((_, e)) => Err(e).with_context(|| format!("locking {}", path.display())),
     }
 }
 
@@ -313,6 +338,54 @@ fn remove_socket(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The lock file of a berth that is gone (a pid that is no process),
+    /// held through another open file, as by a child forked before a
+    /// SIGKILL: waited for (refused only after the grace), and taken once
+    /// that lets go; one of a live berth: refused at once.
+    #[test]
+    fn a_lock_held_after_its_berth_died_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("berth.sock.lock");
+        let held = Flock::lock(File::create(&path).unwrap(), FlockArg::LockExclusive).unwrap();
+        std::fs::write(&path, "999999999\n").unwrap();
+        let grace = std::time::Duration::from_millis(300);
+        let t = std::time::Instant::now();
+        let e = lock_within(&path, grace).unwrap_err();
+        assert!(t.elapsed() >= grace, "refused after {:?}", t.elapsed());
+        assert!(
+            e.to_string().contains("gone, but the lock still held"),
+            "{e}"
+        );
+        // Let go while a taker tries: it takes it.
+        let taker = {
+            let path = path.clone();
+            std::thread::spawn(move || lock_within(&path, std::time::Duration::from_secs(30)))
+        };
+        drop(held);
+        let locked = taker.join().unwrap().unwrap();
+        drop(locked);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap().trim(),
+            std::process::id().to_string()
+        );
+
+        // A live holder (this process's pid): refused without waiting.
+        let held = Flock::lock(File::create(&path).unwrap(), FlockArg::LockExclusive).unwrap();
+        std::fs::write(&path, format!("{}\n", std::process::id())).unwrap();
+        let t = std::time::Instant::now();
+        let e = lock_within(&path, std::time::Duration::from_secs(30)).unwrap_err();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(
+            e.to_string().contains("refusing to start a second one"),
+            "{e}"
+        );
+        drop(held);
+    }
 
     #[test]
     fn the_heap_is_trimmed_once_after_calls_stop() {

@@ -187,9 +187,17 @@ wait_side gotools "$go_pid" "$go_log" || {
 go_pid=''
 GOBIN_DIR=$(tail -n 1 "$go_log" | grep '^/' || bash hack/gotools.sh --dir)
 export GOBIN_DIR
-# runc 1.5.3 (as today's nodes run) is the runc of every test; Debian's
-# 1.1.5 stays in /usr/sbin, a handler of its own in the tests that name it.
-export PATH=$GOBIN_DIR:$PATH
+# runc 1.5.3 (as today's nodes run) is the runc of every test, and kubectl
+# and crictl are ours; Debian's runc 1.1.5 stays in /usr/sbin, a handler of
+# its own in the tests that name it, and Debian's containerd stays the one
+# the archive and config-import tests use (not the reference 2.4.2).
+tools=$target/gotools-path
+rm -rf "$tools"
+mkdir -p "$tools"
+for tool in runc kubectl crictl; do
+  ln -s "$GOBIN_DIR/$tool" "$tools/$tool"
+done
+export PATH=$tools:$PATH
 
 # Not run, and counted as skipped: the measurements (#[ignore = "a
 # measurement..."], named *_cost, see check_measurement_names: the bench's,

@@ -44,6 +44,10 @@
 #   nri.plugin_request_timeout; default: berth's own), CRITEST_ARGS (more
 #   critest flags, e.g. -ginkgo.focus=Networking).
 set -euo pipefail
+# crictl and critest talk to this script's berth only: an endpoint in the
+# environment (a node's, as hack/kube.sh env exports) would win over
+# crictl.yaml and send its cleanup to that node's runtime.
+unset CONTAINER_RUNTIME_ENDPOINT IMAGE_SERVICE_ENDPOINT
 BERTH_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BT=${1:-${BERTH_TARGET_DIR:-$BERTH_SRC/target/debug}}
 [[ $BT == /* ]] || BT=$PWD/$BT

@@ -144,6 +144,14 @@ pub fn node() -> Result<PathBuf> {
         .ok_or(Error::NoNode("KUBE_STATE"))
 }
 
+/// The images the node's registry serves (hack/kube.sh's
+/// `build_kube_images`), under Kubernetes v1.37.2's names.
+pub mod images {
+    pub const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
+    pub const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
+    pub const NONROOT: &str = "registry.k8s.io/e2e-test-images/nonroot:1.5";
+}
+
 /// The node's name (kube.sh's `--hostname-override`).
 pub const NODE: &str = "127.0.0.1";
 

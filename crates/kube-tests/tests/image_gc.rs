@@ -4,9 +4,8 @@
 //! five minutes, so this test waits for that tick; hack/test.sh runs it
 //! beside critest. Needs the node of `hack/kube.sh up`.
 
+use berth_kube_tests::images::AGNHOST;
 use berth_kube_tests::{crictl, disrupt, restarts, wait_until, KubeletWith, Namespace};
-
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 
 #[test]
 #[ignore = "needs the node of hack/kube.sh up (hack/test.sh runs it)"]

@@ -5,14 +5,11 @@
 
 use std::time::{Duration, Instant};
 
+use berth_kube_tests::images::{AGNHOST, BUSYBOX};
 use berth_kube_tests::{
     container, container_id, host_pid, kubectl, kubectl_json, node, part_log, restarts, share,
     summary, wait_until, Namespace, NODE,
 };
-
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
-const NEEDS_NODE: &str = "needs the node of hack/kube.sh up (hack/test.sh runs it)";
 
 /// A pod of one busybox container running `script` under `sh -c`, with
 /// `extra` YAML appended to the container (indented six spaces) and
@@ -41,7 +38,6 @@ fn gone(pid: u32) -> bool {
 #[test]
 #[ignore = "needs the node of hack/kube.sh up (hack/test.sh runs it)"]
 fn node_is_ready_on_berth() {
-    let _ = NEEDS_NODE;
     let _g = share();
     let n = kubectl_json(&["get", "node", NODE]).unwrap();
     let info = &n["status"]["nodeInfo"];

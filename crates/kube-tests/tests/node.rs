@@ -6,14 +6,12 @@
 
 use std::path::PathBuf;
 
+use berth_kube_tests::images::{AGNHOST, BUSYBOX};
 use berth_kube_tests::{
     cgroup_dir, container, container_id, crictl, disrupt, host_pid, kubelet_get, node, restarts,
     share, summary, wait_until, KubeletWith, Namespace,
 };
 use serde_json::Value;
-
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
 
 fn read_trim(p: PathBuf) -> String {
     std::fs::read_to_string(&p)

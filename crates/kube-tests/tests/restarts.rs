@@ -2,12 +2,11 @@
 //! and started again, kubelet restarted. Neither may cost a container a
 //! restart. Needs the node of `hack/kube.sh up` (hack/test.sh runs these).
 
+use berth_kube_tests::images::AGNHOST;
 use berth_kube_tests::{
     container_id, crictl, disrupt, host_pid, kube_sh, kubectl_json, restarts, wait_until,
     Namespace, NODE,
 };
-
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 
 /// A deployment of `n` agnhost pods (netexec: exec and logs have something
 /// to show) in `ns`, all Ready; the pods' JSON.

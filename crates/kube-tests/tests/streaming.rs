@@ -12,12 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use berth_kube_tests::images::{AGNHOST, BUSYBOX, NONROOT};
 use berth_kube_tests::{container, restarts, share, summary, wait_until, Namespace};
 use serde_json::Value;
 
-const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
-const NONROOT: &str = "registry.k8s.io/e2e-test-images/nonroot:1.5";
 const DEBUG_IMAGE: &str = "docker.io/library/busybox:1.37";
 
 /// The longest any one kubectl call of these tests may take.

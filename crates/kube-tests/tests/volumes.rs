@@ -9,13 +9,13 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use berth_kube_tests::images::BUSYBOX;
 use berth_kube_tests::{
     container, container_id, host_pid, kubectl_json, node, part_log, restarts, share, summary,
     wait_until, Namespace, NODE,
 };
 use serde_json::Value;
 
-const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2";
 const LIBRARY_BUSYBOX: &str = "docker.io/library/busybox:1.37";
 
 /// `sh -c script` in container `c` of pod `pod`, its stdout.

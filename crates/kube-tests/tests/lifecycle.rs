@@ -326,42 +326,72 @@ fn prestop_hook_runs_before_the_container_is_stopped() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
-/// Starts pod `p` whose container handles SIGTERM with `trap` and whose
-/// grace period is `grace`; its host PID.
-fn pod_with_trap(ns: &Namespace, trap: &str, grace: u32) -> u32 {
-    ns.apply(&busybox_pod(
-        "p",
-        &format!("trap '{trap}' TERM; while true; do sleep 0.1; done"),
-        "",
-        &format!("  terminationGracePeriodSeconds: {grace}"),
-    ))
-    .unwrap();
-    let pod = ns.wait_ready("p", 120).unwrap();
-    host_pid(&container_id(&pod, "c").unwrap()).unwrap()
+/// Pod `p` whose container records the SIGTERM it gets (the file `term`
+/// in a host directory) and then runs `trap`; its grace period is `grace`.
+struct TrapPod {
+    pid: u32,
+    dir: std::path::PathBuf,
 }
 
-/// Deletes pod p with `args` and gives the time until its process was gone.
-fn delete_and_time(ns: &Namespace, pid: u32, args: &[&str]) -> Duration {
-    let t = Instant::now();
-    let mut all = vec!["delete", "pod", "p", "--wait=false"];
-    all.extend_from_slice(args);
-    ns.kubectl(&all).unwrap();
-    wait_until(120, "the container's process gone", |_| {
-        gone(pid).then_some(())
-    })
-    .unwrap();
-    t.elapsed()
+impl TrapPod {
+    fn start(ns: &Namespace, trap: &str, grace: u32) -> TrapPod {
+        let dir = node().unwrap().join("tmp").join(&ns.name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_file(dir.join("term"));
+        ns.apply(&busybox_pod(
+            "p",
+            &format!("trap 'touch /out/term; {trap}' TERM; while true; do sleep 0.1; done"),
+            "    volumeMounts: [{name: out, mountPath: /out}]",
+            &format!(
+                "  terminationGracePeriodSeconds: {grace}\n  volumes: [{{name: out, hostPath: {{path: {}}}}}]",
+                dir.display()
+            ),
+        ))
+        .unwrap();
+        let pod = ns.wait_ready("p", 120).unwrap();
+        let pid = host_pid(&container_id(&pod, "c").unwrap()).unwrap();
+        TrapPod { pid, dir }
+    }
+
+    /// Deletes the pod with `args`; the time from the delete to the
+    /// process gone, and from its SIGTERM to the process gone (the grace
+    /// the runtime gave it; kubectl's and kubelet's delays are not in it).
+    fn delete(&self, ns: &Namespace, args: &[&str]) -> (Duration, Duration) {
+        let t = Instant::now();
+        let mut all = vec!["delete", "pod", "p", "--wait=false"];
+        all.extend_from_slice(args);
+        ns.kubectl(&all).unwrap();
+        wait_until(120, "the container's process gone", |_| {
+            gone(self.pid).then_some(())
+        })
+        .unwrap();
+        let (took, now) = (t.elapsed(), std::time::SystemTime::now());
+        let term = std::fs::metadata(self.dir.join("term"))
+            .and_then(|m| m.modified())
+            .expect("the container got no SIGTERM");
+        (took, now.duration_since(term).unwrap_or_default())
+    }
 }
+
+impl Drop for TrapPod {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// The bounds below tell the grace period asked for from the one a defect
+// would give (the pod's 60 s, or a kill at once); the wide upper sides
+// leave room for a loaded machine.
 
 #[test]
 #[ignore = "needs the node of hack/kube.sh up (hack/test.sh runs it)"]
 fn container_that_traps_sigterm_exits_at_once() {
     let _g = share();
     let ns = Namespace::new("sigterm-trap");
-    let pid = pod_with_trap(&ns, "exit 0", 60);
-    let took = delete_and_time(&ns, pid, &[]);
+    let p = TrapPod::start(&ns, "exit 0", 60);
+    let (took, _) = p.delete(&ns, &[]);
     assert!(
-        took < Duration::from_secs(10),
+        took < Duration::from_secs(30),
         "took {took:?} of a 60 s grace period"
     );
     ns.wait_gone("p", 60).unwrap();
@@ -372,11 +402,11 @@ fn container_that_traps_sigterm_exits_at_once() {
 fn container_that_ignores_sigterm_is_killed_at_the_end_of_its_grace_period() {
     let _g = share();
     let ns = Namespace::new("sigterm-ignored");
-    let pid = pod_with_trap(&ns, "", 5);
-    let took = delete_and_time(&ns, pid, &[]);
+    let p = TrapPod::start(&ns, "", 5);
+    let (took, grace) = p.delete(&ns, &[]);
     assert!(
-        took >= Duration::from_millis(4500) && took <= Duration::from_secs(7),
-        "killed after {took:?}, grace period 5 s"
+        grace >= Duration::from_millis(4500) && took < Duration::from_secs(30),
+        "killed {grace:?} after its SIGTERM, {took:?} after the delete; grace period 5 s"
     );
     ns.wait_gone("p", 60).unwrap();
 }
@@ -386,11 +416,11 @@ fn container_that_ignores_sigterm_is_killed_at_the_end_of_its_grace_period() {
 fn delete_grace_period_takes_precedence_over_the_pods() {
     let _g = share();
     let ns = Namespace::new("grace-override");
-    let pid = pod_with_trap(&ns, "", 60);
-    let took = delete_and_time(&ns, pid, &["--grace-period=3"]);
+    let p = TrapPod::start(&ns, "", 60);
+    let (took, grace) = p.delete(&ns, &["--grace-period=3"]);
     assert!(
-        took >= Duration::from_millis(2500) && took <= Duration::from_secs(5),
-        "killed after {took:?}, --grace-period=3"
+        grace >= Duration::from_millis(2500) && took < Duration::from_secs(30),
+        "killed {grace:?} after its SIGTERM, {took:?} after the delete; --grace-period=3, the pod's 60"
     );
     ns.wait_gone("p", 60).unwrap();
 }
@@ -418,10 +448,10 @@ fn liveness_kill_uses_the_probes_grace_period() {
     let t = Instant::now();
     ns.exec("p", "c", &["touch", "/tmp/sick"]).unwrap();
     let pod = ns
-        .wait_pod("p", 40, "restarted once", |p| restarts(p, "c") >= 1)
+        .wait_pod("p", 55, "restarted once", |p| restarts(p, "c") >= 1)
         .unwrap();
     let took = t.elapsed();
-    assert!(took < Duration::from_secs(15), "restarted after {took:?}");
+    assert!(took < Duration::from_secs(30), "restarted after {took:?}");
     let last = &container(&pod, "c").unwrap()["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 137, "{last}");
 }

@@ -171,10 +171,8 @@ async fn grpcio_reads_the_relist_answers() {
     let cri = daemon.cri().await;
     let mut pods = Vec::new();
     for n in 0..3 {
-        let mut config = common::pods::pod_config(&format!("relist-{n}"));
-        let linux = config.linux.as_mut().unwrap();
-        let ns = linux.security_context.as_mut().unwrap();
-        ns.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+        let config =
+            common::pods::on_host_network(common::pods::pod_config(&format!("relist-{n}")));
         pods.push(cri.run_pod(&config).await.expect("RunPodSandbox"));
     }
     let relist = |expect_ready: usize| {

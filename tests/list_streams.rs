@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::cri::{container, pull};
-use common::pods::{daemon, pod_config, TestNet};
+use common::pods::{daemon, on_host_network, pod_config, TestNet};
 use common::{registry, Daemon};
 use cri_api::v1;
 use prost::Message;
@@ -23,15 +23,7 @@ const PER_POD: usize = 100;
 
 /// A host-network pod (no netns, no CNI: quick to make many).
 fn host_pod(name: &str) -> v1::PodSandboxConfig {
-    let mut config = pod_config(name);
-    let ns = config
-        .linux
-        .as_mut()
-        .and_then(|l| l.security_context.as_mut())
-        .and_then(|s| s.namespace_options.as_mut())
-        .expect("pod_config sets namespaces");
-    ns.network = v1::NamespaceMode::Node as i32;
-    config
+    on_host_network(pod_config(name))
 }
 
 /// PODS pods with PER_POD created containers each, every container with a

@@ -168,6 +168,7 @@ async fn host_network_pod_has_no_netns_and_the_host_hostname() {
     let daemon = daemon(&net).await;
     let cri = daemon.cri().await;
     let mut config = pod_config("hostnet");
+    config.hostname.clear();
     config.linux.as_mut().unwrap().security_context = Some(v1::LinuxSandboxSecurityContext {
         namespace_options: Some(v1::NamespaceOption {
             network: v1::NamespaceMode::Node as i32,
@@ -480,4 +481,184 @@ async fn update_pod_sandbox_resources_is_checked_recorded_and_kept() {
         }
     }
     daemon.cri().await.remove_pod(&id).await.unwrap();
+}
+
+/// A pod config named `name` in `namespace` with `uid`.
+fn pod_named(name: &str, namespace: &str, uid: &str) -> v1::PodSandboxConfig {
+    let mut config = pod_config("named");
+    config.metadata = Some(v1::PodSandboxMetadata {
+        name: name.into(),
+        namespace: namespace.into(),
+        uid: uid.into(),
+        attempt: 0,
+    });
+    config
+}
+
+/// Pod and container names with `_` run, as with containerd and CRI-O (the
+/// names crictl users and test suites give); pods and containers whose
+/// metadata joined with `_` would read the same stay apart, and the same
+/// metadata twice is still AlreadyExists. Only what is unsafe is refused.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn names_with_underscores_run_and_stay_apart() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    common::cri::pull(&daemon, &common::registry().busybox()).await;
+    let events = pod_named("container_events_sandbox", "default", "uid-events");
+    let mut pods = vec![cri.run_pod(&events).await.expect("a name with '_'")];
+    let err = cri.run_pod(&events).await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    // Each of these is "a_b_c_u_0" when joined as it is.
+    let alike = [
+        pod_named("a_b", "c", "u"),
+        pod_named("a", "b_c", "u"),
+        pod_named("a", "b", "c_u"),
+    ];
+    for config in &alike {
+        let md = config.metadata.as_ref().unwrap();
+        pods.push(
+            cri.run_pod(config)
+                .await
+                .unwrap_or_else(|e| panic!("{md:?}: {e:?}")),
+        );
+    }
+    // Container "x" in pod a_b and "x_a" in pod b: "x_a_b_c_u_0" both.
+    let pod_b = pod_named("b", "c", "u");
+    pods.push(cri.run_pod(&pod_b).await.unwrap());
+    let x = common::cri::container("x", &["true"]);
+    cri.create_container(&pods[1], &alike[0], x.clone())
+        .await
+        .expect("container x in pod a_b");
+    cri.create_container(&pods[4], &pod_b, common::cri::container("x_a", &["true"]))
+        .await
+        .expect("container x_a in pod b");
+    let err = cri
+        .create_container(&pods[1], &alike[0], x)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    assert_eq!(cri.list_containers(None).await.unwrap().len(), 2);
+
+    let long = "x".repeat(254);
+    for (config, field) in [
+        (pod_named("a/b", "c", "u"), "metadata.name"),
+        (pod_named("a", "b\0", "u"), "metadata.namespace"),
+        (pod_named("..", "c", "u"), "metadata.name"),
+        (pod_named("a", "c", &long), "metadata.uid"),
+    ] {
+        let err = cri.run_pod(&config).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{field}: {err:?}");
+        assert!(err.message().contains(field), "{field}: {err:?}");
+    }
+    let err = cri
+        .create_container(&pods[4], &pod_b, common::cri::container("x/y", &["true"]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(err.message().contains("container metadata.name"), "{err:?}");
+    assert_eq!(cri.list_pods(None).await.unwrap().len(), pods.len());
+    for pod in pods {
+        remove_pod(&daemon, &pod).await;
+    }
+}
+
+/// A host-network pod has the node's UTS namespace, so a hostname of its
+/// own is refused, as containerd's runc refuses it (kubelet sends none for
+/// such a pod); without one, its containers see the node's name both in
+/// `/etc/hostname` and from `hostname`.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_host_network_pod_with_a_hostname_of_its_own_is_refused() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    common::cri::pull(&daemon, &common::registry().busybox()).await;
+    let mut config = common::pods::on_host_network(pod_config("hostnet-named"));
+    config.hostname = "custom-name".into();
+    let err = cri.run_pod(&config).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message().contains("hostname \"custom-name\"")
+            && err.message().contains("network NODE"),
+        "{err:?}"
+    );
+    assert!(cri.list_pods(None).await.unwrap().is_empty());
+
+    config.hostname.clear();
+    let pod = cri.run_pod(&config).await.unwrap();
+    let c = common::cri::run_container(
+        &daemon,
+        &pod,
+        &config,
+        common::cri::container("c", &["sleep", "3600"]),
+    )
+    .await;
+    let node = nix::unistd::gethostname().unwrap();
+    let node = node.to_string_lossy();
+    for cmd in [&["cat", "/etc/hostname"][..], &["hostname"]] {
+        let out = common::cri::exec(&daemon, &c, cmd).await;
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), node, "{cmd:?}");
+    }
+    remove_pod(&daemon, &pod).await;
+}
+
+/// Checks each pod's (id, reported, resolved) runtime handler in its
+/// status, its verbose info and ListPodSandbox.
+async fn check_handlers(daemon: &Daemon, expect: [(&String, &str, &str); 2], when: &str) {
+    let cri = daemon.cri().await;
+    let listed = cri.list_pods(None).await.unwrap();
+    for (pod, reported, resolved) in expect {
+        let resp = cri.pod_status(pod, true).await.unwrap();
+        let status = resp.status.as_ref().unwrap();
+        assert_eq!(status.runtime_handler, reported, "{when}: status");
+        let info = verbose_info(&resp);
+        assert_eq!(info["runtimeHandler"], reported, "{when}: info");
+        assert_eq!(info["runtimeHandlerResolved"], resolved, "{when}: info");
+        let item = listed.iter().find(|p| &p.id == pod).unwrap();
+        assert_eq!(item.runtime_handler, reported, "{when}: list");
+    }
+}
+
+/// The runtime handler a pod reports is the one RunPodSandbox asked for
+/// (empty for the default), as containerd; the handler it resolved to is in
+/// the verbose info. After a restart the same; a record of an older berth
+/// (which kept only the resolved handler) reports that one, as it did.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn the_runtime_handler_is_reported_as_asked() {
+    require_root!();
+    let net = TestNet::new();
+    let mut daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    let default = cri.run_pod(&pod_config("handler-default")).await.unwrap();
+    let named = cri
+        .run_pod_on(&pod_config("handler-named"), "runc")
+        .await
+        .unwrap();
+    let expect = [(&default, "", "runc"), (&named, "runc", "runc")];
+    check_handlers(&daemon, expect, "running").await;
+    daemon.restart().await;
+    check_handlers(&daemon, expect, "restarted").await;
+
+    // The record as an older berth wrote it.
+    daemon
+        .signal_and_wait(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10))
+        .await;
+    let path = daemon
+        .sandbox
+        .path(&format!("root/records/sandboxes/{default}.json"));
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let meta = record["record"]["meta"].as_object_mut().unwrap();
+    assert_eq!(meta.remove("requested_handler"), Some("".into()));
+    std::fs::write(&path, serde_json::to_vec(&record).unwrap()).unwrap();
+    daemon.restart().await;
+    let expect = [(&default, "runc", "runc"), (&named, "runc", "runc")];
+    check_handlers(&daemon, expect, "older record").await;
+    remove_pod(&daemon, &default).await;
+    remove_pod(&daemon, &named).await;
 }

@@ -718,15 +718,7 @@ async fn a_userns_pod_on_the_host_network() {
     let daemon = daemon(&net).await;
     let cri = daemon.cri().await;
     pull(&daemon, &registry().busybox()).await;
-    let mut pod = userns_pod("hostnet", pod_userns(100000));
-    let sc = pod
-        .linux
-        .as_mut()
-        .unwrap()
-        .security_context
-        .as_mut()
-        .unwrap();
-    sc.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;
+    let pod = common::pods::on_host_network(userns_pod("hostnet", pod_userns(100000)));
     let p = cri.run_pod(&pod).await.expect("RunPodSandbox");
     let st = cri.pod_status(&p, false).await.unwrap().status.unwrap();
     assert_eq!(st.state, v1::PodSandboxState::SandboxReady as i32);

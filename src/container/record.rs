@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ContainerMeta {
     pub id: String,
-    /// `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`.
+    /// `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`, escaped
+    /// (`sandbox::facts::container_name`).
     pub name: String,
     pub sandbox_id: String,
     /// The CRI `ContainerConfig`, protobuf-encoded.

@@ -17,6 +17,7 @@ use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus
 use crate::error::Error;
 use crate::failpoint;
 use crate::objects::{self, StoreExt};
+use crate::sandbox::facts::{check_container_metadata, container_name};
 use crate::sandbox::{Sandbox, SandboxState};
 
 /// What CreateContainer is asked for.
@@ -101,11 +102,8 @@ impl Core {
     /// its image and its log file.
     fn check_container(&self, req: &ContainerRequest) -> Result<(Arc<Sandbox>, Checked), Error> {
         let config = &req.config;
-        let md = config
-            .metadata
-            .clone()
-            .filter(|m| !m.name.is_empty())
-            .ok_or_else(|| Error::InvalidArgument("container metadata.name is empty".into()))?;
+        let md = config.metadata.clone().unwrap_or_default();
+        check_container_metadata(&md)?;
         let sandbox = self.sandboxes.lookup(&req.sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(not_ready(&sandbox));
@@ -125,10 +123,7 @@ impl Core {
         let (image_name, image) = self.image_of(config)?;
         let log_path = log_path(&sandbox_config.log_directory, &config.log_path)?;
         let pod = sandbox_config.metadata.clone().unwrap_or_default();
-        let name = format!(
-            "{}_{}_{}_{}_{}",
-            md.name, pod.name, pod.namespace, pod.uid, md.attempt
-        );
+        let name = container_name(&md, &pod)?;
         let checked = Checked {
             name,
             image_name,

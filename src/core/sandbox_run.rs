@@ -81,6 +81,7 @@ impl Core {
             name: name.clone(),
             config: config.encode_to_vec(),
             runtime_handler: handler_name,
+            requested_handler: Some(request.runtime_handler.clone()),
             netns: (!facts.host_network).then(|| self.layout.netns(&id)),
             created_at: now_nanos(),
             facts: Some(facts),

@@ -31,7 +31,7 @@ pub fn pod(sandbox: &Sandbox) -> api::PodSandbox {
         namespace: md.namespace,
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
-        runtime_handler: sandbox.meta.runtime_handler.clone(),
+        runtime_handler: sandbox.meta.reported_handler().to_string(),
         linux: MessageField::some(linux),
         pid: status.pid.unwrap_or_default(),
         ips: status.ips.clone(),

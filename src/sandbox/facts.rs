@@ -62,10 +62,18 @@ impl PodFacts {
             )));
         }
         bandwidth(&config.annotations)?;
-        let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
-        let userns = berth_spec::pod_user_namespace(name, config)?;
         let mut facts = PodFacts::derive(config);
-        facts.userns = userns;
+        // A host-network pod has the node's UTS namespace: a hostname of its
+        // own could not be set (runc refuses it, so containerd does).
+        if facts.host_network && !config.hostname.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "hostname {:?} is set for a pod with namespace_options.network NODE, \
+                 which has the node's hostname (leave hostname empty)",
+                config.hostname
+            )));
+        }
+        let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
+        facts.userns = berth_spec::pod_user_namespace(name, config)?;
         if facts.host_network {
             facts.hostname = node_hostname();
         }
@@ -196,8 +204,40 @@ fn check_port_mappings(mappings: &[v1::PortMapping]) -> Result<(), Error> {
     Ok(())
 }
 
+/// The longest metadata name, namespace or uid accepted: Kubernetes'
+/// longest name (a DNS subdomain).
+pub const MAX_NAME: usize = 253;
+
+/// Checks a metadata field that becomes part of a derived name: refused
+/// when empty, holding `/` or NUL, `.` or `..`, or over [`MAX_NAME`] bytes.
+fn check_name_field(what: &str, value: &str) -> Result<(), Error> {
+    let bad = |why: &str| Err(Error::InvalidArgument(format!("{what} {value:?} {why}")));
+    if value.is_empty() {
+        return Err(Error::InvalidArgument(format!("{what} is empty")));
+    }
+    if value.contains(['/', '\0']) {
+        return bad("holds '/' or NUL");
+    }
+    if value == "." || value == ".." {
+        return bad("is not a name");
+    }
+    if value.len() > MAX_NAME {
+        return bad(&format!("is longer than {MAX_NAME} bytes"));
+    }
+    Ok(())
+}
+
+/// A checked name with each `_` written as `/` (which no checked name
+/// holds): one-to-one, no `_` left to be taken for the separator of a
+/// derived name, and names without `_` are unchanged.
+fn escaped(value: &str) -> String {
+    value.replace('_', "/")
+}
+
 /// Checks the pod's metadata and returns its sandbox name,
-/// `<name>_<namespace>_<uid>_<attempt>`.
+/// `<name>_<namespace>_<uid>_<attempt>` with `_` of the name and namespace
+/// escaped ([`escaped`]); the uid, between them and the attempt, may keep
+/// its own. Two different metadata never make the same name.
 pub fn sandbox_name(config: &v1::PodSandboxConfig) -> Result<String, Error> {
     let md = config
         .metadata
@@ -208,20 +248,37 @@ pub fn sandbox_name(config: &v1::PodSandboxConfig) -> Result<String, Error> {
         ("namespace", &md.namespace),
         ("uid", &md.uid),
     ] {
-        if value.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "pod sandbox metadata.{field} is empty"
-            )));
-        }
-        if value.contains('_') && field != "uid" || value.contains('/') {
-            return Err(Error::InvalidArgument(format!(
-                "pod sandbox metadata.{field} {value:?} contains a character that is not allowed"
-            )));
-        }
+        check_name_field(&format!("pod sandbox metadata.{field}"), value)?;
     }
     Ok(format!(
         "{}_{}_{}_{}",
-        md.name, md.namespace, md.uid, md.attempt
+        escaped(&md.name),
+        escaped(&md.namespace),
+        md.uid,
+        md.attempt
+    ))
+}
+
+/// Checks a container's metadata name (as [`check_name_field`]).
+pub fn check_container_metadata(md: &v1::ContainerMetadata) -> Result<(), Error> {
+    check_name_field("container metadata.name", &md.name)
+}
+
+/// Checks a container's metadata and returns its name in pod `pod`,
+/// `<name>_<pod name>_<pod namespace>_<pod uid>_<attempt>`, escaped as
+/// [`sandbox_name`]: unique for each container metadata and pod metadata.
+pub fn container_name(
+    md: &v1::ContainerMetadata,
+    pod: &v1::PodSandboxMetadata,
+) -> Result<String, Error> {
+    check_container_metadata(md)?;
+    Ok(format!(
+        "{}_{}_{}_{}_{}",
+        escaped(&md.name),
+        escaped(&pod.name),
+        escaped(&pod.namespace),
+        pod.uid,
+        md.attempt
     ))
 }
 
@@ -250,6 +307,13 @@ mod tests {
             ipc: v1::NamespaceMode::Node as i32,
             ..Default::default()
         });
+        let e = PodFacts::of(&config, || "node-1".into()).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert!(e.to_string().contains("hostname \"web-0\""), "{e}");
+        let config = v1::PodSandboxConfig {
+            hostname: String::new(),
+            ..config
+        };
         let facts = PodFacts::of(&config, || "node-1".into()).unwrap();
         assert!(facts.host_network && facts.host_ipc && !facts.host_pid);
         assert_eq!(facts.hostname, "node-1");
@@ -307,17 +371,66 @@ mod tests {
 
     #[test]
     fn sandbox_names() {
-        let mut config = v1::PodSandboxConfig {
+        let pod = |name: &str, namespace: &str, uid: &str, attempt| v1::PodSandboxConfig {
             metadata: Some(v1::PodSandboxMetadata {
-                name: "web".into(),
-                namespace: "default".into(),
-                uid: "u_1".into(),
-                attempt: 2,
+                name: name.into(),
+                namespace: namespace.into(),
+                uid: uid.into(),
+                attempt,
             }),
             ..Default::default()
         };
-        assert_eq!(sandbox_name(&config).unwrap(), "web_default_u_1_2");
-        config.metadata.as_mut().unwrap().name = "a/b".into();
-        assert!(sandbox_name(&config).is_err());
+        let name = |n, ns, uid, a| sandbox_name(&pod(n, ns, uid, a)).unwrap();
+        assert_eq!(name("web", "default", "u_1", 2), "web_default_u_1_2");
+        assert_eq!(name("a_b", "c", "u", 0), "a/b_c_u_0");
+        // Joined with `_` as they are, each pair would make one name.
+        let pairs = [
+            [("a_b", "c", "u", 0), ("a", "b_c", "u", 0)],
+            [("a", "b_c", "u", 0), ("a", "b", "c_u", 0)],
+            [("a_b", "c", "u", 0), ("a", "b", "c_u", 0)],
+        ];
+        for [x, y] in pairs {
+            assert_ne!(name(x.0, x.1, x.2, x.3), name(y.0, y.1, y.2, y.3));
+        }
+        let long = "x".repeat(MAX_NAME + 1);
+        for (n, ns, uid, field) in [
+            ("a/b", "c", "u", "metadata.name"),
+            ("a", "", "u", "metadata.namespace"),
+            ("a", "..", "u", "metadata.namespace"),
+            ("a", "b", "u\0", "metadata.uid"),
+            (".", "b", "u", "metadata.name"),
+            ("a", "b", &long, "metadata.uid"),
+        ] {
+            let e = sandbox_name(&pod(n, ns, uid, 0)).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument);
+            assert!(e.to_string().contains(field), "{e}");
+        }
+        assert!(sandbox_name(&pod(&"x".repeat(MAX_NAME), "b", "u", 0)).is_ok());
+    }
+
+    #[test]
+    fn container_names() {
+        let pod = |name: &str, namespace: &str| v1::PodSandboxMetadata {
+            name: name.into(),
+            namespace: namespace.into(),
+            uid: "u".into(),
+            attempt: 0,
+        };
+        let c = |name: &str| v1::ContainerMetadata {
+            name: name.into(),
+            attempt: 1,
+        };
+        assert_eq!(
+            container_name(&c("app"), &pod("web", "default")).unwrap(),
+            "app_web_default_u_1"
+        );
+        assert_ne!(
+            container_name(&c("a_b"), &pod("c", "d")).unwrap(),
+            container_name(&c("a"), &pod("b_c", "d")).unwrap()
+        );
+        for bad in ["", "a/b", "..", "a\0"] {
+            let e = container_name(&c(bad), &pod("web", "default")).unwrap_err();
+            assert!(e.to_string().contains("container metadata.name"), "{e}");
+        }
     }
 }

@@ -16,12 +16,20 @@ use crate::sandbox::facts::PodFacts;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SandboxMeta {
     pub id: String,
-    /// `<name>_<namespace>_<uid>_<attempt>`, unique among live sandboxes.
+    /// `<name>_<namespace>_<uid>_<attempt>`, escaped (`facts::sandbox_name`),
+    /// unique among live sandboxes.
     pub name: String,
     /// The CRI `PodSandboxConfig`, protobuf-encoded.
     #[serde(with = "base64_bytes")]
     pub config: Vec<u8>,
+    /// The handler the pod runs on: the one asked for, or the default's
+    /// name for an empty request.
     pub runtime_handler: String,
+    /// The handler as RunPodSandbox asked for it (empty: the default), which
+    /// the CRI reports. Absent in records written before berth kept it:
+    /// those report `runtime_handler`, as they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_handler: Option<String>,
     /// The pod's network namespace, absent for host-network pods.
     pub netns: Option<PathBuf>,
     /// Nanoseconds since the epoch.
@@ -53,6 +61,13 @@ impl SandboxMeta {
         self.decoded.get_or_init(|| {
             v1::PodSandboxConfig::decode(self.config.as_slice()).unwrap_or_default()
         })
+    }
+
+    /// The runtime handler as the CRI reports it: the one asked for.
+    pub fn reported_handler(&self) -> &str {
+        self.requested_handler
+            .as_deref()
+            .unwrap_or(&self.runtime_handler)
     }
 
     /// The pod's facts.

@@ -160,7 +160,7 @@ pub fn sandbox(meta: &SandboxMeta, state: SandboxState) -> v1::PodSandbox {
         created_at: meta.created_at,
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
-        runtime_handler: meta.runtime_handler.clone(),
+        runtime_handler: meta.reported_handler().to_string(),
     }
 }
 
@@ -192,7 +192,7 @@ pub fn sandbox_status(meta: &SandboxMeta, status: &SandboxStatus) -> v1::PodSand
         }),
         labels: config.labels.clone(),
         annotations: config.annotations.clone(),
-        runtime_handler: meta.runtime_handler.clone(),
+        runtime_handler: meta.reported_handler().to_string(),
     }
 }
 

@@ -69,7 +69,8 @@ impl Cri {
                 serde_json::json!({ "uts": pins.uts, "ipc": pins.ipc })
             }),
             "ips": status.ips,
-            "runtimeHandler": sandbox.meta.runtime_handler,
+            "runtimeHandler": sandbox.meta.reported_handler(),
+            "runtimeHandlerResolved": sandbox.meta.runtime_handler,
             "shimSocket": status.shim_socket,
             "notes": status.info,
             "resources": status.resources.as_ref().map(|r| r.to_json()),

@@ -393,6 +393,7 @@ mod tests {
             } else {
                 "runc".into()
             },
+            requested_handler: None,
             netns: None,
             created_at: if n == 7 {
                 0

@@ -135,3 +135,15 @@ pub fn pod_config_with_pause(name: &str) -> v1::PodSandboxConfig {
     });
     config
 }
+
+/// `config` on the node's network, as kubelet sends such a pod: without a
+/// hostname (the node's is the pod's).
+pub fn on_host_network(mut config: v1::PodSandboxConfig) -> v1::PodSandboxConfig {
+    config.hostname.clear();
+    let linux = config.linux.get_or_insert_with(Default::default);
+    let sc = linux.security_context.get_or_insert_with(Default::default);
+    sc.namespace_options
+        .get_or_insert_with(kubelet_namespaces)
+        .network = v1::NamespaceMode::Node as i32;
+    config
+}

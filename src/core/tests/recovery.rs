@@ -15,6 +15,7 @@ fn leave_what_a_crash_leaves(core: &Core, fake: &Fake, [ready, dead, running, lo
             name: "cut_default_u_0".into(),
             config: Vec::new(),
             runtime_handler: "runc".into(),
+            requested_handler: None,
             netns: Some(core.layout.netns("cut")),
             created_at: 0,
             facts: None,

@@ -89,6 +89,7 @@ async fn stop_pod_sandbox_with_a_failing_cni_del_is_retried_and_never_wedges() {
 async fn host_network_pods_get_no_netns_and_no_cni() {
     let r = rig();
     let mut req = pod("host");
+    req.config.hostname.clear();
     req.config.linux = Some(v1::LinuxPodSandboxConfig {
         security_context: Some(v1::LinuxSandboxSecurityContext {
             namespace_options: Some(v1::NamespaceOption {

@@ -149,6 +149,7 @@ async fn each_failing_step_of_a_userns_create_container_leaves_nothing_of_it() {
 /// A userns pod on the host's network (KEP-5607).
 fn host_network_userns_pod(name: &str, host: u32) -> SandboxRequest {
     let mut req = userns_pod(name, host);
+    req.config.hostname.clear();
     let linux = req.config.linux.as_mut().unwrap();
     let sc = linux.security_context.as_mut().unwrap();
     sc.namespace_options.as_mut().unwrap().network = v1::NamespaceMode::Node as i32;

@@ -106,12 +106,18 @@ pub enum ImagesAction {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Write images as an OCI archive (readable by skopeo, `ctr import`,
-    /// `docker load` and `berth images import`).
+    /// Write images as an OCI archive with Docker's manifest.json, as `ctr
+    /// images export` does (readable by skopeo as oci-archive: and
+    /// docker-archive:, `ctr import`, `docker load` and `berth images
+    /// import`). Each image is written under the names given; one given by
+    /// id or digest without a name.
     Export {
         /// The archive to write.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
+        /// Write each image under every name it has in the store too.
+        #[arg(long)]
+        all_tags: bool,
         /// Image references or ids.
         #[arg(required = true)]
         images: Vec<String>,

@@ -31,7 +31,11 @@ pub fn run(flags: &Flags, action: ImagesAction) -> anyhow::Result<()> {
         match action {
             ImagesAction::Pull { creds, image } => pull(&mut client, image, creds).await,
             ImagesAction::Import { files } => import(&mut client, &files).await,
-            ImagesAction::Export { output, images } => export(&mut client, &output, images).await,
+            ImagesAction::Export {
+                output,
+                all_tags,
+                images,
+            } => export(&mut client, &output, images, all_tags).await,
         }
     })
 }
@@ -128,13 +132,14 @@ async fn export(
     client: &mut ImagesClient<Channel>,
     output: &Path,
     images: Vec<String>,
+    all_tags: bool,
 ) -> anyhow::Result<()> {
     let dir = match output.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let mut stream = client
-        .export(ExportRequest { images })
+        .export(ExportRequest { images, all_tags })
         .await
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?
         .into_inner();

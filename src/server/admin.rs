@@ -207,7 +207,7 @@ impl Cri {
                 tx: tx.clone(),
                 buf: Vec::with_capacity(CHUNK),
             };
-            if let Err(e) = images.export(req.images, writer).await {
+            if let Err(e) = images.export(req.images, req.all_tags, writer).await {
                 tracing::warn!(error = %e, "export failed");
                 let _ = tx.send(Err(Error::from(e).into())).await;
             }

@@ -140,6 +140,26 @@ impl Reference {
         format!("{}@{digest}", self.name())
     }
 
+    /// Docker's short form (`busybox:latest`, `user/app:1`,
+    /// `quay.io/a/b:c`): what `docker images` shows and `docker save`
+    /// writes as `RepoTags`.
+    pub fn familiar(&self) -> String {
+        let mut name = self.name();
+        if self.domain == DEFAULT_DOMAIN {
+            name = match self.path.strip_prefix("library/") {
+                Some(short) if !short.contains('/') => short.to_string(),
+                _ => self.path.clone(),
+            };
+        }
+        if let Some(tag) = &self.tag {
+            name = format!("{name}:{tag}");
+        }
+        if let Some(digest) = &self.digest {
+            name = format!("{name}@{digest}");
+        }
+        name
+    }
+
     /// The host that serves this registry (`registry-1.docker.io` for `docker.io`).
     pub fn upstream_host(&self) -> &str {
         if self.domain == DEFAULT_DOMAIN {
@@ -238,6 +258,16 @@ mod tests {
     use super::*;
 
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn familiar_names_are_dockers_short_ones() {
+        let f = |s: &str| Reference::parse(s).unwrap().familiar();
+        assert_eq!(f("docker.io/library/busybox:1"), "busybox:1");
+        assert_eq!(f("busybox"), "busybox:latest");
+        assert_eq!(f("docker.io/user/app:2"), "user/app:2");
+        assert_eq!(f("docker.io/library/a/b:3"), "library/a/b:3");
+        assert_eq!(f("127.0.0.1:5000/x/y:4"), "127.0.0.1:5000/x/y:4");
+    }
 
     fn norm(s: &str) -> String {
         Reference::parse(s).unwrap().to_string()

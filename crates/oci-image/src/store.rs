@@ -327,14 +327,17 @@ impl ImageStore {
     }
 
     /// Writes the images named by `images` (references or ids) as an OCI
-    /// archive to `out`, on a blocking thread (`out` may block).
+    /// archive with Docker's `manifest.json` to `out`, on a blocking thread
+    /// (`out` may block): under the names asked for, or with `all_tags`
+    /// under every name of each image (see `archive.rs`).
     pub async fn export<W: std::io::Write + Send + 'static>(
         &self,
         images: Vec<String>,
+        all_tags: bool,
         out: W,
     ) -> Result<(), Error> {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.export(&images, out))
+        tokio::task::spawn_blocking(move || inner.export(&images, all_tags, out))
             .await
             .map_err(join_err)?
     }

@@ -132,7 +132,7 @@ async fn an_oci_archive_is_imported_with_its_name_and_exported_back() {
     let out = dir.path().join("out.tar");
     let file = std::fs::File::create(&out).unwrap();
     store
-        .export(vec!["127.0.0.1:5000/test/x:1".into()], file)
+        .export(vec!["127.0.0.1:5000/test/x:1".into()], false, file)
         .await
         .unwrap();
     let mut ar = tar::Archive::new(std::fs::File::open(&out).unwrap());
@@ -142,7 +142,11 @@ async fn an_oci_archive_is_imported_with_its_name_and_exported_back() {
         .map(|e| e.unwrap().path().unwrap().display().to_string())
         .collect();
     names.sort();
-    let mut want: Vec<String> = vec!["index.json".into(), "oci-layout".into()];
+    let mut want: Vec<String> = vec![
+        "index.json".into(),
+        "manifest.json".into(),
+        "oci-layout".into(),
+    ];
     want.extend(
         [
             &img.manifest,
@@ -239,6 +243,7 @@ async fn a_docker_archive_is_imported_with_its_tags() {
     store
         .export(
             vec!["busybox:imported".into()],
+            false,
             std::fs::File::create(&out).unwrap(),
         )
         .await
@@ -400,4 +405,215 @@ async fn symlinks_and_relative_paths_are_refused_as_archive_paths() {
     let e = store.import(Path::new("/dev/null")).await.unwrap_err();
     assert!(e.to_string().contains("neither a regular file"), "{e}");
     assert!(store.list().is_empty());
+}
+
+/// The files of the tar at `path`: (name, bytes), in order.
+fn entries_of(path: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut ar = tar::Archive::new(std::fs::File::open(path).unwrap());
+    ar.entries()
+        .unwrap()
+        .map(|e| {
+            let mut e = e.unwrap();
+            let name = e.path().unwrap().display().to_string();
+            let mut bytes = Vec::new();
+            e.read_to_end(&mut bytes).unwrap();
+            (name, bytes)
+        })
+        .collect()
+}
+
+/// `name`'s JSON in the archive at `path`.
+fn json_of(path: &Path, name: &str) -> serde_json::Value {
+    let entries = entries_of(path);
+    let (_, bytes) = entries
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no {name} in {}", path.display()));
+    serde_json::from_slice(bytes).unwrap()
+}
+
+/// Exports `queries` from `store` to a file of `dir`; its path.
+async fn export(
+    store: &ImageStore,
+    dir: &Path,
+    queries: &[&str],
+    all_tags: bool,
+) -> std::path::PathBuf {
+    let out = dir.join("export.tar");
+    let file = std::fs::File::create(&out).unwrap();
+    store
+        .export(
+            queries.iter().map(|q| q.to_string()).collect(),
+            all_tags,
+            file,
+        )
+        .await
+        .unwrap();
+    out
+}
+
+/// `index.json`'s entries as (digest, `io.containerd.image.name`,
+/// `org.opencontainers.image.ref.name`).
+fn index_entries(path: &Path) -> Vec<(String, Option<String>, Option<String>)> {
+    let index = json_of(path, "index.json");
+    index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let a = |k: &str| e["annotations"][k].as_str().map(str::to_string);
+            (
+                e["digest"].as_str().unwrap().to_string(),
+                a("io.containerd.image.name"),
+                a("org.opencontainers.image.ref.name"),
+            )
+        })
+        .collect()
+}
+
+/// An image with three names (another registry's, a mirror's, docker
+/// hub's) is exported under the names asked for only, as containerd's `ctr
+/// images export` does: one `index.json` entry per name (the whole name and
+/// its tag) and Docker's `manifest.json` with the short names; by id, an
+/// entry without a name; `all_tags` adds every name. An unknown name is
+/// NotFound.
+#[tokio::test]
+async fn an_export_holds_the_names_asked_for_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(OCI_GZIP);
+    let names = [
+        "example.com/a/b:c",
+        "127.0.0.1:5000/mirror/b:c",
+        "docker.io/library/busybox:1.37.0",
+    ];
+    let mut files = oci_files(&img, names[0]);
+    let index = json!({"schemaVersion": 2, "manifests": names.iter().map(|n| json!({
+        "mediaType": OCI_MANIFEST, "digest": digest(&img.manifest), "size": img.manifest.len(),
+        "annotations": {"io.containerd.image.name": n},
+    })).collect::<Vec<_>>()});
+    files.last_mut().unwrap().1 = serde_json::to_vec(&index).unwrap();
+    let path = write(dir.path(), "three.tar", &tar(&files));
+    let store = store(dir.path(), None).await;
+    store.import(&path).await.unwrap();
+    let image = store.get(names[0]).unwrap();
+    assert_eq!(image.repo_tags.len(), 3);
+    let manifest = digest(&img.manifest);
+    let layers: Vec<String> = img.layers.iter().map(|l| blob_name(&l.blob)).collect();
+    let named = |n: &str, tag: &str| (manifest.clone(), Some(n.to_string()), Some(tag.into()));
+
+    let out = export(&store, dir.path(), &["example.com/a/b:c"], false).await;
+    assert_eq!(index_entries(&out), [named("example.com/a/b:c", "c")]);
+    assert_eq!(
+        json_of(&out, "manifest.json"),
+        json!([{"Config": blob_name(&img.config), "RepoTags": ["example.com/a/b:c"],
+                "Layers": layers}])
+    );
+
+    // Two names (one short) of one image: two entries, one docker image.
+    let out = export(&store, dir.path(), &["busybox:1.37.0", names[1]], false).await;
+    assert_eq!(
+        index_entries(&out),
+        [
+            named("docker.io/library/busybox:1.37.0", "1.37.0"),
+            named(names[1], "c")
+        ]
+    );
+    assert_eq!(
+        json_of(&out, "manifest.json")[0]["RepoTags"],
+        json!(["busybox:1.37.0", "127.0.0.1:5000/mirror/b:c"])
+    );
+
+    // By id: no name; with all_tags: every name.
+    let out = export(&store, dir.path(), &[&image.id], false).await;
+    assert_eq!(index_entries(&out), [(manifest.clone(), None, None)]);
+    assert_eq!(json_of(&out, "manifest.json")[0]["RepoTags"], json!([]));
+    let out = export(&store, dir.path(), &[names[0]], true).await;
+    assert_eq!(
+        index_entries(&out),
+        [
+            named(names[0], "c"),
+            named(names[1], "c"),
+            named(names[2], "1.37.0")
+        ]
+    );
+
+    // Read back: the names written, no other.
+    let other = tempfile::tempdir().unwrap();
+    let out = export(&store, dir.path(), &[names[1]], false).await;
+    let again = store_in(other.path()).await.import(&out).await.unwrap();
+    assert_eq!(again[0].repo_tags, [names[1]]);
+
+    // An unknown name: NotFound.
+    let e = store
+        .export(
+            vec![names[0].into(), "example.com/a/b:nope".into()],
+            false,
+            Vec::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains("example.com/a/b:nope"), "{e}");
+}
+
+/// An image imported (or pulled) from an index is exported as that index,
+/// with the platform the store holds: the index blob, this platform's
+/// manifest, config and layers, not the other platforms' manifests (as
+/// `ctr images export` does for its platform). Read back, it is the same
+/// image with the index's digest.
+#[tokio::test]
+async fn an_index_is_exported_with_the_platform_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = build(OCI_GZIP);
+    let other_platform = br#"{"schemaVersion":2}"#.to_vec();
+    let index = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [
+            {"mediaType": OCI_MANIFEST, "digest": digest(&other_platform),
+             "size": other_platform.len(),
+             "platform": {"os": "linux", "architecture": "s390x"}},
+            {"mediaType": OCI_MANIFEST, "digest": digest(&img.manifest),
+             "size": img.manifest.len(),
+             "platform": {"os": "linux", "architecture": images::host_arch()}},
+        ],
+    }))
+    .unwrap();
+    let name = "example.com/multi/x:1";
+    let mut files = oci_files(&img, name);
+    let top = json!({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "digest": digest(&index), "size": index.len(),
+        "annotations": {"io.containerd.image.name": name},
+    }]});
+    files.last_mut().unwrap().1 = serde_json::to_vec(&top).unwrap();
+    files.push((blob_name(&index), index.clone()));
+    let path = write(dir.path(), "multi.tar", &tar(&files));
+    let store = store(dir.path(), None).await;
+    store.import(&path).await.unwrap();
+
+    let out = export(&store, dir.path(), &[name], false).await;
+    let exported = json_of(&out, "index.json");
+    assert_eq!(
+        exported["manifests"][0]["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    assert_eq!(index_entries(&out).len(), 1);
+    assert_eq!(index_entries(&out)[0].0, digest(&index));
+    let names: Vec<String> = entries_of(&out).into_iter().map(|(n, _)| n).collect();
+    assert!(names.contains(&blob_name(&index)), "{names:?}");
+    assert!(names.contains(&blob_name(&img.manifest)), "{names:?}");
+    assert!(!names.contains(&blob_name(&other_platform)), "{names:?}");
+    assert_eq!(
+        json_of(&out, "manifest.json")[0]["Config"],
+        blob_name(&img.config)
+    );
+    let other = tempfile::tempdir().unwrap();
+    let again = store_in(other.path()).await.import(&out).await.unwrap();
+    assert_eq!(again[0].id, digest(&img.config));
+    assert_eq!(
+        again[0].repo_digests,
+        [format!("example.com/multi/x@{}", digest(&index))]
+    );
 }

@@ -179,7 +179,7 @@ async fn an_artifact_goes_through_an_archive_whole() {
     let image = s.pull(&reg.image("lab/model:v1"), None).await.unwrap();
     let archive = dir.path().join("model.tar");
     let file = std::fs::File::create(&archive).unwrap();
-    s.export(vec![image.id.clone()], file).await.unwrap();
+    s.export(vec![image.id.clone()], false, file).await.unwrap();
 
     let fresh = store(&dir.path().join("b"), RegistryConfig::default()).await;
     let imported = fresh.import(&archive).await.unwrap();

@@ -75,8 +75,8 @@ pub enum CopyUpError {
     NotADirectory { volume: String, why: String },
     /// A bound of [`CopyLimits`] was reached.
     #[error(
-        "the image's VOLUME {volume:?} holds more than {limit} {what}: berth copies at most \
-         that of an image's volumes into a container's"
+        "the image's VOLUMEs hold more than {limit} {what} (reached at {volume:?}): berth \
+         copies at most that of an image's volumes into one container"
     )]
     TooLarge {
         volume: String,
@@ -120,6 +120,8 @@ pub fn make_volumes(
         entries: 0,
         links: HashMap::new(),
         left_out: Vec::new(),
+        xattr_names: vec![0; XATTR_MAX],
+        xattr_value: vec![0; XATTR_MAX],
     };
     for v in volumes {
         copier.make_volume(root.as_fd(), rootfs, v)?;
@@ -143,6 +145,9 @@ struct Copier<'a> {
     /// where the first was copied, relative to the volume dir.
     links: HashMap<(u64, u64), PathBuf>,
     left_out: Vec<String>,
+    /// Buffers for xattr names and values, [`XATTR_MAX`] each.
+    xattr_names: Vec<u8>,
+    xattr_value: Vec<u8>,
 }
 
 impl Copier<'_> {
@@ -370,18 +375,20 @@ impl Copier<'_> {
     /// Copies the xattrs of `src` to `dst` but `security.selinux` (and,
     /// in a user namespace, all but `user.*`: the others hold host ids);
     /// false if one could not be.
-    fn copy_xattrs(&self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> bool {
-        let mut names = vec![0u8; XATTR_MAX];
+    fn copy_xattrs(&mut self, src: BorrowedFd<'_>, dst: BorrowedFd<'_>) -> bool {
+        let names = &mut self.xattr_names;
         // SAFETY: the buffer is as long as said.
         let n =
             unsafe { libc::flistxattr(src.as_raw_fd(), names.as_mut_ptr().cast(), names.len()) };
         if n <= 0 {
             return n == 0 || Errno::last() == Errno::EOPNOTSUPP;
         }
-        names.truncate(n as usize);
-        let mut value = vec![0u8; XATTR_MAX];
+        let value = &mut self.xattr_value;
         let mut all = true;
-        for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        for name in names[..n as usize]
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+        {
             if name == b"security.selinux" || (self.userns.is_some() && !name.starts_with(b"user."))
             {
                 continue;
@@ -749,6 +756,8 @@ mod tests {
             entries: 0,
             links: HashMap::new(),
             left_out: Vec::new(),
+            xattr_names: Vec::new(),
+            xattr_value: Vec::new(),
         };
         // The rootfs shows the image's 65534 as the pod's 165534.
         let mut st = nix::sys::stat::stat("/").unwrap();

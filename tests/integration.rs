@@ -33,3 +33,4 @@ mod streaming;
 mod streaming_hostile;
 mod streaming_tls;
 mod userns;
+mod volumes;

@@ -786,3 +786,60 @@ async fn a_userns_pod_on_the_host_network() {
     remove_pod(&daemon, &p).await;
     assert_eq!(leftovers(&daemon), Vec::<String>::new());
 }
+
+/// An image's VOLUME in a userns pod: its content copied with the image's
+/// owners (on disk as in the image, seen through the idmapped view inside),
+/// writable by the non-root user that owns it.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn an_images_volume_of_a_userns_pod_keeps_the_images_owners() {
+    require_root!();
+    let image = crate::volumes::content_image();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &image).await;
+    let pod = userns_pod("volumes", pod_userns(100000));
+    let p = cri.run_pod(&pod).await.unwrap();
+    let mut config = sleeper("nobody", &pod, vec![]);
+    config.image.as_mut().unwrap().image = image.clone();
+    let sc = config
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.run_as_user = Some(v1::Int64Value { value: 65534 });
+    let c = cri.create_container(&p, &pod, config).await.unwrap();
+    let dir = crate::volumes::volume_dir(&daemon, &c, "/test_dir");
+    let on_disk = std::fs::metadata(dir.join("nested/deep.conf")).unwrap();
+    assert_eq!((on_disk.uid(), on_disk.gid()), (1000, 1000));
+    start(&daemon, &c).await;
+    assert_eq!(
+        out(
+            &daemon,
+            &c,
+            &["stat", "-c", "%u:%g %a", "/test_dir", "/test_dir/test_file"]
+        )
+        .await,
+        "65534:65534 755\n65534:65534 644\n"
+    );
+    assert_eq!(
+        out(
+            &daemon,
+            &c,
+            &[
+                "sh",
+                "-c",
+                "echo mine > /test_dir/new && cat /test_dir/test_file"
+            ]
+        )
+        .await,
+        "from the image\n"
+    );
+    // Written through the idmapped view: on disk as inside.
+    assert_eq!(std::fs::metadata(dir.join("new")).unwrap().uid(), 65534);
+    remove_pod(&daemon, &p).await;
+    assert_eq!(leftovers(&daemon), Vec::<String>::new());
+}

@@ -1,7 +1,9 @@
-//! Containers: their records and store, and their root filesystems.
+//! Containers: their records and store, their root filesystems and the
+//! content of their anonymous volumes.
 
 pub mod record;
 pub mod rootfs;
+pub mod volumes;
 
 use berth_store::{Meta, Object, Store};
 

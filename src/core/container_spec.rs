@@ -130,12 +130,23 @@ impl Core {
     ) -> Result<Vec<berth_spec::AnonymousVolume>, Error> {
         let dirs = self.layout.container_dirs(id);
         let mut volumes = berth_spec::anonymous_volumes(config, info, &dirs.volumes());
-        // Anonymous volumes, and host paths that do not exist yet: made as
-        // directories, as containerd and CRI-O do for hostPath type "".
-        let mut create: Vec<PathBuf> = volumes.iter().map(|v| v.host_path.clone()).collect();
-        create.extend(berth_spec::host_paths_to_create(config));
+        // Host paths that do not exist yet: made as directories, as
+        // containerd and CRI-O do for hostPath type "".
+        let create = berth_spec::host_paths_to_create(config);
         timed("container.dirs", self.mech.files.create_dirs(id, create)).await?;
-        if sandbox.meta.facts().userns.is_some() {
+        let userns = sandbox.meta.facts().userns;
+        if !volumes.is_empty() {
+            // Each with the image's content at its path, copied from the
+            // mounted rootfs (containerd's copy-up); under the container's
+            // dirs, which the rootfs' undo removes.
+            let rootfs = dirs.rootfs();
+            let made = self
+                .mech
+                .files
+                .make_volumes(id, &rootfs, volumes.clone(), userns);
+            timed("container.volumes", made).await?;
+        }
+        if userns.is_some() {
             // The container's own volumes live under berth's 0700 dirs:
             // idmapped views of them where the pod's root reaches them
             // (root-owned on disk, root's inside).

@@ -193,8 +193,18 @@ pub trait Files: Send + Sync {
     async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error>;
     /// Reads the bundle's `config.json`.
     async fn read_spec(&self, id: &str, path: &Path) -> Result<Spec, Error>;
-    /// Makes directories (volumes, the log dir).
+    /// Makes directories (host paths, the log dir).
     async fn create_dirs(&self, id: &str, dirs: Vec<PathBuf>) -> Result<(), Error>;
+    /// Makes the container's anonymous volumes that do not exist yet, each
+    /// with what the image has at its path in the mounted `rootfs` (see
+    /// [`crate::container::volumes`]); `userns`: the pod's.
+    async fn make_volumes(
+        &self,
+        id: &str,
+        rootfs: &Path,
+        volumes: Vec<berth_spec::AnonymousVolume>,
+        userns: Option<berth_spec::UserNamespace>,
+    ) -> Result<(), Error>;
     /// Removes a directory tree (unmounting what is below it first); absent
     /// is fine. It is gone from its path when this returns (its contents
     /// may be freed after).

@@ -6,6 +6,7 @@ pub mod artifacts;
 pub mod crash;
 pub mod cri;
 pub mod faults;
+pub mod images;
 pub mod pods;
 pub mod prom;
 pub mod streaming;

@@ -33,6 +33,12 @@ impl IdRange {
         (offset < self.length).then(|| self.host_id + offset)
     }
 
+    /// The container id of host id `id`, if mapped.
+    pub fn container_of(&self, id: u32) -> Option<u32> {
+        let offset = id.checked_sub(self.host_id)?;
+        (offset < self.length).then(|| self.container_id + offset)
+    }
+
     /// As `/proc/PID/uid_map` writes it: `container host length`.
     pub fn map_line(&self) -> String {
         format!("{} {} {}\n", self.container_id, self.host_id, self.length)

@@ -72,6 +72,18 @@ impl Files for Fake {
         self.world.lock().unwrap().dirs.extend(dirs);
         Ok(())
     }
+    async fn make_volumes(
+        &self,
+        id: &str,
+        _rootfs: &Path,
+        volumes: Vec<berth_spec::AnonymousVolume>,
+        _userns: Option<berth_spec::UserNamespace>,
+    ) -> Result<(), Error> {
+        self.call("files.make_volumes", id).await?;
+        let mut world = self.world.lock().unwrap();
+        world.dirs.extend(volumes.into_iter().map(|v| v.host_path));
+        Ok(())
+    }
     async fn remove_dir(&self, id: &str, path: &Path) -> Result<(), Error> {
         self.call("files.remove_dir", id).await?;
         let mut world = self.world.lock().unwrap();

@@ -50,7 +50,8 @@ pub struct World {
     pub bundles: BTreeSet<PathBuf>,
     pub rootfs_mounted: BTreeSet<String>,
     pub container_files: BTreeSet<String>,
-    /// Directories `create_dirs` made (anonymous volumes, host paths).
+    /// Directories `create_dirs` and `make_volumes` made (host paths,
+    /// anonymous volumes).
     pub dirs: BTreeSet<PathBuf>,
     /// Pinned user namespaces and their mappings.
     pub userns: BTreeMap<PathBuf, berth_spec::UserNamespace>,

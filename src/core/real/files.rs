@@ -122,6 +122,46 @@ impl Files for Host {
         .await
     }
 
+    /// The copy runs on a blocking thread; a bound it reaches is
+    /// ResourceExhausted, a volume path that is no directory in the image
+    /// FailedPrecondition.
+    async fn make_volumes(
+        &self,
+        id: &str,
+        rootfs: &Path,
+        volumes: Vec<berth_spec::AnonymousVolume>,
+        userns: Option<berth_spec::UserNamespace>,
+    ) -> Result<(), Error> {
+        use crate::container::volumes::{make_volumes, CopyLimits, CopyUpError};
+        let (id, rootfs) = (id.to_string(), rootfs.to_path_buf());
+        blocking(move || {
+            let left_out = make_volumes(&rootfs, &volumes, userns.as_ref(), &CopyLimits::default())
+                .map_err(|e| match e {
+                    CopyUpError::Io { op, path, source } => Error::Io {
+                        id: id.clone(),
+                        op,
+                        path,
+                        source,
+                    },
+                    e @ CopyUpError::NotADirectory { .. } => {
+                        Error::FailedPrecondition(format!("container {id}: {e}"))
+                    }
+                    e @ CopyUpError::TooLarge { .. } => {
+                        Error::ResourceExhausted(format!("container {id}: {e}"))
+                    }
+                })?;
+            if !left_out.is_empty() {
+                tracing::warn!(
+                    container = %id,
+                    ?left_out,
+                    "image volumes: device nodes, sockets or xattrs not copied"
+                );
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// Unmounts whatever is mounted below `path` first (a userns tree holds
     /// binds of pod files and host paths): a removal never recurses into
     /// a mount.

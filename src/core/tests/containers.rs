@@ -3,9 +3,10 @@
 
 use super::*;
 
-const CREATE_STEPS: [&str; 3] = [
+const CREATE_STEPS: [&str; 4] = [
     "files.mount_rootfs",
     "files.create_dirs",
+    "files.make_volumes",
     "files.write_spec",
 ];
 

@@ -1138,3 +1138,143 @@ async fn oom_score_adj_updates_reach_the_processes() {
     }
     remove_pod(&daemon, &pod).await;
 }
+
+/// The cgroup of `pid` in the memory hierarchy (v1), else the unified one.
+fn cgroup_of(pid: u64) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let line = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.split_once(prefix).map(|(_, path)| path.to_string()))
+    };
+    line(":memory:")
+        .or_else(|| line("0::"))
+        .unwrap_or_else(|| panic!("no cgroup in {text}"))
+}
+
+/// `crictl inspect`'s (or `inspectp`'s) go-template answer for `id`.
+fn crictl_template(daemon: &Daemon, verb: &str, id: &str, template: &str) -> String {
+    let endpoint = format!("unix://{}", daemon.sandbox.socket().display());
+    let out = std::process::Command::new("crictl")
+        .args(["--runtime-endpoint", &endpoint, verb, "-o", "go-template"])
+        .args(["--template", template, id])
+        .output()
+        .expect("crictl on PATH (hack/test.sh puts target/gotools-path first)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The verbose info has containerd's keys whose meaning carries over, as
+/// tools read them: `runtimeSpec` (the spec as run: its cgroupsPath is the
+/// process's cgroup), `config` (the CRI config, Go's JSON names),
+/// `privileged`, `runtimeOptions`, `snapshotter`; the pod's `config`,
+/// `netNamespaceClosed`, and the pause's `runtimeSpec` where it has one.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn verbose_info_has_containerds_keys_as_crictl_reads_them() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &registry().busybox()).await;
+    let mut pod_cfg = pod_config_with_pause("inspect");
+    let sc = pod_cfg
+        .linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap();
+    sc.privileged = true;
+    let pod = cri.run_pod(&pod_cfg).await.unwrap();
+    let mut privileged = container("priv", &["sleep", "3600"]);
+    privileged.linux = Some(v1::LinuxContainerConfig {
+        security_context: Some(v1::LinuxContainerSecurityContext {
+            privileged: true,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let privileged = common::cri::run_container(&daemon, &pod, &pod_cfg, privileged).await;
+    let plain = container("plain", &["sleep", "3600"]);
+    let plain = common::cri::run_container(&daemon, &pod, &pod_cfg, plain).await;
+
+    let info = |id: String| {
+        let cri = &cri;
+        async move {
+            let resp = cri.container_status(&id, true).await.unwrap();
+            serde_json::from_str::<serde_json::Value>(&resp.info["info"]).unwrap()
+        }
+    };
+    for (id, name, is_privileged) in [(&privileged, "priv", true), (&plain, "plain", false)] {
+        let info = info(id.clone()).await;
+        let cgroup = cgroup_of(info["pid"].as_u64().unwrap());
+        assert_eq!(info["runtimeSpec"]["linux"]["cgroupsPath"], cgroup.as_str());
+        assert_eq!(
+            info["runtimeSpec"]["process"]["args"],
+            serde_json::json!(["sleep", "3600"])
+        );
+        assert_eq!(info["config"]["metadata"]["name"], name);
+        assert_eq!(
+            info["config"]["image"]["image"],
+            registry().busybox().as_str()
+        );
+        assert_eq!(info["config"]["labels"]["name"], name);
+        assert_eq!(info["config"]["log_path"], format!("{name}.log").as_str());
+        assert_eq!(info["privileged"], is_privileged);
+        let sc = &info["config"]["linux"]["security_context"];
+        assert_eq!(sc["privileged"].as_bool().unwrap_or(false), is_privileged);
+        assert_eq!(info["snapshotter"], "overlayfs");
+        assert_eq!(info["runtimeOptions"]["binary_name"], info["runtime"]);
+        assert_eq!(info["sandboxID"], pod.as_str());
+        // What scripts run.
+        let template = "{{.info.runtimeSpec.linux.cgroupsPath}}";
+        assert_eq!(crictl_template(&daemon, "inspect", id, template), cgroup);
+        let template = "{{.info.config.metadata.name}} {{.info.privileged}}";
+        assert_eq!(
+            crictl_template(&daemon, "inspect", id, template),
+            format!("{name} {is_privileged}")
+        );
+    }
+
+    // The pod: its config, its netns open, the pause's spec as run.
+    let resp = cri.pod_status(&pod, true).await.unwrap();
+    let info: serde_json::Value = serde_json::from_str(&resp.info["info"]).unwrap();
+    assert_eq!(info["config"]["metadata"]["name"], "inspect");
+    assert_eq!(
+        info["config"]["linux"]["security_context"]["privileged"],
+        true
+    );
+    assert_eq!(info["netNamespaceClosed"], false);
+    let pause_cgroup = cgroup_of(info["pid"].as_u64().unwrap());
+    assert_eq!(
+        info["runtimeSpec"]["linux"]["cgroupsPath"],
+        pause_cgroup.as_str()
+    );
+    let annotations = &info["runtimeSpec"]["annotations"];
+    assert_eq!(annotations["io.kubernetes.cri.container-type"], "sandbox");
+    let template = "{{.info.config.metadata.name}} {{.info.runtimeSpec.linux.cgroupsPath}}";
+    assert_eq!(
+        crictl_template(&daemon, "inspectp", &pod, template),
+        format!("inspect {pause_cgroup}")
+    );
+    // Stopped: the netns is gone.
+    cri.stop_pod(&pod).await.unwrap();
+    let resp = cri.pod_status(&pod, true).await.unwrap();
+    let info: serde_json::Value = serde_json::from_str(&resp.info["info"]).unwrap();
+    assert_eq!(info["netNamespaceClosed"], true);
+    remove_pod(&daemon, &pod).await;
+
+    // A pod without a pause has no spec of its own; its config is there.
+    let pod_cfg = pod_config("inspect-pinned");
+    let pod = cri.run_pod(&pod_cfg).await.unwrap();
+    let resp = cri.pod_status(&pod, true).await.unwrap();
+    let info: serde_json::Value = serde_json::from_str(&resp.info["info"]).unwrap();
+    assert_eq!(info["config"]["metadata"]["name"], "inspect-pinned");
+    assert!(info["runtimeSpec"].is_null(), "{info}");
+    assert_eq!(info["netNamespaceClosed"], false);
+    remove_pod(&daemon, &pod).await;
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::cri::{container_status, pull, remove_pod, start};
 use common::faults::assert_clean;
-use common::pods::{daemon_with, pod_config, TestNet};
+use common::pods::{daemon_with, pod_config, pod_config_with_pause, TestNet};
 use common::registry;
 use cri_api::v1;
 
@@ -74,6 +74,99 @@ async fn each_runc_handler_runs_a_containers_whole_life() {
         assert_eq!(st.exit_code, 137, "{handler}");
         cri.remove_container(&id).await.unwrap();
         remove_pod(&daemon, &pod).await;
+    }
+    tokio::time::timeout(Duration::from_secs(30), assert_clean(&daemon, &net))
+        .await
+        .unwrap();
+}
+
+/// The options of the sysfs mounted on `/sys` in the container, and what a
+/// write to a file there (the pod's own loopback) answers.
+async fn sysfs_of(cri: &common::cri::Cri, id: &str) -> (String, String) {
+    let mounts = cri
+        .exec_sync(id, &["cat", "/proc/mounts"], 30)
+        .await
+        .unwrap();
+    let mounts = String::from_utf8_lossy(&mounts.stdout).to_string();
+    let options = mounts
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 3 && f[1] == "/sys" && f[2] == "sysfs")
+        .unwrap_or_else(|| panic!("no sysfs on /sys in {mounts}"))[3]
+        .to_string();
+    let f = "/sys/class/net/lo/tx_queue_len";
+    let write = format!("v=$(cat {f}) && echo $v > {f} && echo written");
+    let out = cri.exec_sync(id, &["sh", "-c", &write], 30).await.unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (options, said.trim().to_string())
+}
+
+/// A privileged container's `/sys` is read-write and a plain one's
+/// read-only in a privileged pod, with a pause (a shared PID namespace) and
+/// without, whichever of the two starts first, with each runc handler: the
+/// kernel keeps one sysfs superblock per network namespace, and its first
+/// mount (the pause's, or the first container's) made it read-only for all.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_privileged_pods_sysfs_is_writable_in_both_pod_shapes() {
+    require_root!();
+    let net = TestNet::new();
+    let daemon = daemon_with(
+        &net,
+        "[runtime.handlers.runc]\nbinary = \"runc\"\n[runtime.handlers.runc-debian]\nbinary = \"/usr/sbin/runc\"\n",
+    )
+    .await;
+    let cri = daemon.cri().await;
+    pull(&daemon, &registry().busybox()).await;
+    let privileged = |name: &str, on: bool| {
+        let mut c = common::cri::container(name, &["sleep", "3600"]);
+        c.linux = Some(v1::LinuxContainerConfig {
+            security_context: Some(v1::LinuxContainerSecurityContext {
+                privileged: on,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        c
+    };
+    for handler in ["runc", "runc-debian"] {
+        for (shape, mut config) in [
+            ("pause", pod_config_with_pause(&format!("sys-p-{handler}"))),
+            ("pauseless", pod_config(&format!("sys-n-{handler}"))),
+        ] {
+            let sc = config
+                .linux
+                .as_mut()
+                .unwrap()
+                .security_context
+                .as_mut()
+                .unwrap();
+            sc.privileged = true;
+            let pod = cri.run_pod_on(&config, handler).await.unwrap();
+            for first in [false, true] {
+                let what = format!("{handler}, {shape}, privileged first: {first}");
+                let a = common::cri::run_container(&daemon, &pod, &config, privileged("a", first))
+                    .await;
+                let b = common::cri::run_container(&daemon, &pod, &config, privileged("b", !first))
+                    .await;
+                let (privileged_id, plain_id) = if first { (&a, &b) } else { (&b, &a) };
+                let (options, wrote) = sysfs_of(&cri, privileged_id).await;
+                assert!(
+                    options.starts_with("rw,"),
+                    "{what}: privileged /sys {options}"
+                );
+                assert_eq!(wrote, "written", "{what}");
+                let (options, wrote) = sysfs_of(&cri, plain_id).await;
+                assert!(options.starts_with("ro,"), "{what}: plain /sys {options}");
+                assert!(wrote.contains("Read-only file system"), "{what}: {wrote}");
+                for id in [a, b] {
+                    cri.stop_container(&id, 0).await.unwrap();
+                    cri.remove_container(&id).await.unwrap();
+                }
+            }
+            remove_pod(&daemon, &pod).await;
+        }
     }
     tokio::time::timeout(Duration::from_secs(30), assert_clean(&daemon, &net))
         .await

@@ -13,6 +13,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed={}", admin.display());
 
     let descriptors = protox::compile([&file, &admin], [&proto_root])?;
+    // The descriptors themselves, for code that reads messages by reflection.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("file_descriptor_set.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

@@ -138,10 +138,10 @@ impl Core {
             .as_ref()
             .is_none_or(|path| self.mech.namespaces.is_netns(path));
         netns
-            && self
-                .mech
-                .namespaces
-                .is_pinned(&self.layout.pod_ns(id), &facts.pins())
+            && self.mech.namespaces.is_pinned(
+                &self.layout.pod_ns(id),
+                &facts.pins(sandbox.meta.netns.as_deref()),
+            )
     }
 
     /// What recovery would change, changing nothing: from the records and

@@ -303,7 +303,12 @@ impl Core {
         let facts = sandbox.meta.facts();
         if facts.pinned {
             let dir = self.layout.pod_ns(id);
-            let pin = timed("ns.pin", self.mech.namespaces.pin(id, &dir, facts.pins()));
+            let pin = timed(
+                "ns.pin",
+                self.mech
+                    .namespaces
+                    .pin(id, &dir, facts.pins(sandbox.meta.netns.as_deref())),
+            );
             let (files, pinned) = tokio::join!(self.make_pod_files(sandbox), pin);
             files?;
             pinned?;
@@ -469,7 +474,9 @@ impl Core {
     pub fn pod_pins(&self, sandbox: &Sandbox) -> berth_netns::pin::Pinned {
         let facts = sandbox.meta.facts();
         match facts.pinned {
-            true => facts.pins().files(&self.layout.pod_ns(&sandbox.meta.id)),
+            true => facts
+                .pins(sandbox.meta.netns.as_deref())
+                .files(&self.layout.pod_ns(&sandbox.meta.id)),
             false => Default::default(),
         }
     }

@@ -30,6 +30,9 @@ pub struct PodFacts {
     /// from before had a pause.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pinned: bool,
+    /// The pod is privileged (`security_context.privileged`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub privileged: bool,
 }
 
 impl PodFacts {
@@ -97,6 +100,11 @@ impl PodFacts {
             hostname: config.hostname.clone(),
             userns: berth_spec::pod_user_namespace("pod", config).ok().flatten(),
             pinned: false,
+            privileged: config
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .is_some_and(|s| s.privileged),
         }
     }
 
@@ -110,11 +118,16 @@ impl PodFacts {
 
     /// What to pin for a pod without a pause: a UTS namespace with its
     /// hostname when it has its own network (host network means the host's
-    /// UTS), an IPC namespace unless it uses the host's.
-    pub fn pins(&self) -> berth_netns::pin::PinRequest {
+    /// UTS), an IPC namespace unless it uses the host's, and a read-write
+    /// sysfs of its network namespace `netns` when it is privileged (what a
+    /// privileged pause's `/sys` does in a pod with one).
+    pub fn pins(&self, netns: Option<&std::path::Path>) -> berth_netns::pin::PinRequest {
         berth_netns::pin::PinRequest {
             uts_hostname: (!self.host_network).then(|| self.hostname.clone()),
             ipc: !self.host_ipc,
+            sysfs_of: netns
+                .filter(|_| self.privileged && !self.host_network)
+                .map(Into::into),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use cri_api::{prepacked, v1};
 
-use super::Cri;
+use super::{verbose, Cri};
 use crate::container::Container;
 use crate::error::Error;
 use crate::objects::StoreExt;
@@ -27,7 +27,7 @@ impl Cri {
         if req.verbose {
             answer.put_fields(&v1::ContainerStatusResponse {
                 status: None,
-                info: self.container_info(&container),
+                info: self.container_info(&container).await,
             });
         }
         Ok(answer)
@@ -42,7 +42,7 @@ impl Cri {
         let container = self.core.containers.lookup(&req.container_id)?;
         let status = self.encode_container_status(&container);
         let info = match req.verbose {
-            true => self.container_info(&container),
+            true => self.container_info(&container).await,
             false => HashMap::new(),
         };
         Ok(v1::ContainerStatusResponse {
@@ -51,18 +51,46 @@ impl Cri {
         })
     }
 
-    /// The verbose info of a container.
-    fn container_info(&self, container: &Container) -> HashMap<String, String> {
+    /// The verbose info of a container: berth's facts, and containerd's
+    /// keys whose meaning carries over (`config`, `runtimeSpec`,
+    /// `runtimeOptions`, `snapshotter`) with CRI-O's `privileged`.
+    async fn container_info(&self, container: &Container) -> HashMap<String, String> {
         let current = container.status();
+        let meta = &container.meta;
+        let bundle = self.core.layout.container_dirs(&meta.id).bundle;
+        let privileged = meta
+            .config()
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .is_some_and(|s| s.privileged);
         let details = serde_json::json!({
-            "id": container.meta.id,
-            "name": container.meta.name,
-            "sandboxID": container.meta.sandbox_id,
+            "id": meta.id,
+            "name": meta.name,
+            "sandboxID": meta.sandbox_id,
             "pid": current.pid,
-            "runtime": container.meta.runtime,
-            "bundle": self.core.layout.container_dirs(&container.meta.id).bundle,
+            "runtime": meta.runtime,
+            "bundle": bundle,
             "state": format!("{:?}", current.state),
+            "privileged": privileged,
+            "snapshotter": "overlayfs",
+            "runtimeOptions": self.runtime_options(&meta.runtime),
+            "config": verbose::cri_json("ContainerConfig", &meta.config),
+            "runtimeSpec": verbose::runtime_spec(bundle).await,
         });
         HashMap::from([("info".to_string(), details.to_string())])
+    }
+
+    /// containerd's `runtimeOptions` (its runc shim's options, as Go writes
+    /// them) for the runtime `binary`.
+    pub(super) fn runtime_options(&self, binary: &str) -> serde_json::Value {
+        let mut options = serde_json::json!({
+            "binary_name": binary,
+            "root": self.core.layout.runtime_root(),
+        });
+        if self.core.spec_options.cgroup_driver_systemd {
+            options["systemd_cgroup"] = true.into();
+        }
+        options
     }
 }

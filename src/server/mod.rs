@@ -44,6 +44,7 @@ mod streaming;
 mod update_container_resources;
 mod update_pod_sandbox_resources;
 mod update_runtime_config;
+mod verbose;
 mod version;
 
 use std::pin::Pin;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use cri_api::{prepacked, v1};
 
-use super::{encode, Cri};
+use super::{encode, verbose, Cri};
 use crate::error::Error;
 use crate::objects::StoreExt;
 use crate::sandbox::Sandbox;
@@ -28,7 +28,7 @@ impl Cri {
         answer.put_message(1, &pod.1);
         if req.verbose {
             answer.put_fields(&v1::PodSandboxStatusResponse {
-                info: self.pod_info(&sandbox),
+                info: self.pod_info(&sandbox).await,
                 ..Default::default()
             });
         }
@@ -44,7 +44,7 @@ impl Cri {
         let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
         let status = sandbox.status();
         let info = match req.verbose {
-            true => self.pod_info(&sandbox),
+            true => self.pod_info(&sandbox).await,
             false => HashMap::new(),
         };
         Ok(v1::PodSandboxStatusResponse {
@@ -54,9 +54,19 @@ impl Cri {
         })
     }
 
-    /// The verbose info of a pod.
-    fn pod_info(&self, sandbox: &Sandbox) -> HashMap<String, String> {
+    /// The verbose info of a pod: berth's facts, and containerd's keys
+    /// whose meaning carries over (`config`, `netNamespaceClosed`, and for a
+    /// pod with a pause `runtimeSpec` and `runtimeOptions`).
+    async fn pod_info(&self, sandbox: &Sandbox) -> HashMap<String, String> {
         let status = sandbox.status();
+        let id = &sandbox.meta.id;
+        let pause = !sandbox.meta.facts().pinned;
+        let spec = match pause {
+            true => verbose::runtime_spec(self.core.layout.sandbox_files(id).bundle()).await,
+            false => None,
+        };
+        let closed = verbose::netns_closed(sandbox.meta.netns.clone()).await;
+        let runtime = self.core.runtime_binary(&sandbox.meta.runtime_handler);
         let verbose = serde_json::json!({
             "id": sandbox.meta.id,
             "name": sandbox.meta.name,
@@ -74,6 +84,10 @@ impl Cri {
             "shimSocket": status.shim_socket,
             "notes": status.info,
             "resources": status.resources.as_ref().map(|r| r.to_json()),
+            "config": verbose::cri_json("PodSandboxConfig", &sandbox.meta.config),
+            "netNamespaceClosed": closed,
+            "runtimeSpec": spec,
+            "runtimeOptions": pause.then(|| self.runtime_options(&runtime)),
         });
         HashMap::from([("info".to_string(), verbose.to_string())])
     }

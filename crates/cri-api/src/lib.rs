@@ -5,6 +5,11 @@
 
 pub mod prepacked;
 
+/// The encoded `FileDescriptorSet` of the protos above (for reflection, as
+/// the verbose info's JSON of a CRI config).
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
+
 /// Messages, enums, and the `RuntimeService` / `ImageService` servers and
 /// clients of package `runtime.v1`.
 #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all)]

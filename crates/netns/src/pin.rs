@@ -9,13 +9,21 @@
 //! The pod's sysctls are not written here: every container of the pod sets
 //! them when it joins (they are in its spec), before any process of the pod
 //! runs.
+//!
+//! A privileged pod also gets a read-write sysfs of its network namespace
+//! held on `dir/sys`: the kernel keeps one sysfs superblock per network
+//! namespace, and its first mount decides whether it is read-only. Without
+//! the hold, a container that mounts `/sys` read-only before a privileged
+//! one would leave the privileged one's read-only too (in a pod with a
+//! pause, the pause's mount is the first).
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use nix::mount::{mount, MsFlags};
-use nix::sched::{unshare, CloneFlags};
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
 
 use crate::{make_shared_mount, namespace_type, os, remove_path, Error};
 
@@ -27,6 +35,9 @@ pub struct PinRequest {
     pub uts_hostname: Option<String>,
     /// Pin a new IPC namespace.
     pub ipc: bool,
+    /// Hold a read-write sysfs of this network namespace (a privileged pod
+    /// on its own network).
+    pub sysfs_of: Option<PathBuf>,
 }
 
 /// Pinned namespace files of one pod.
@@ -34,6 +45,8 @@ pub struct PinRequest {
 pub struct Pinned {
     pub uts: Option<PathBuf>,
     pub ipc: Option<PathBuf>,
+    /// The held sysfs (a directory).
+    pub sysfs: Option<PathBuf>,
 }
 
 impl PinRequest {
@@ -42,6 +55,7 @@ impl PinRequest {
         Pinned {
             uts: self.uts_hostname.as_ref().map(|_| uts_path(dir)),
             ipc: self.ipc.then(|| ipc_path(dir)),
+            sysfs: self.sysfs_of.as_ref().map(|_| sysfs_path(dir)),
         }
     }
 }
@@ -54,6 +68,11 @@ pub fn uts_path(dir: &Path) -> PathBuf {
 /// The file of the pinned IPC namespace in `dir`.
 pub fn ipc_path(dir: &Path) -> PathBuf {
     dir.join("ipc")
+}
+
+/// The held sysfs in `dir`.
+pub fn sysfs_path(dir: &Path) -> PathBuf {
+    dir.join("sys")
 }
 
 /// Longest hostname the kernel takes (`HOST_NAME_MAX`).
@@ -79,7 +98,7 @@ pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
     if pinned.ipc.is_some() {
         flags |= CloneFlags::CLONE_NEWIPC;
     }
-    if flags.is_empty() {
+    if flags.is_empty() && req.sysfs_of.is_none() {
         return Ok(pinned);
     }
     let parent = dir.parent().unwrap_or(Path::new("/"));
@@ -92,6 +111,7 @@ pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
     };
     // Only what this call made is undone: a pin already there stays.
     let mut made: Vec<&Path> = Vec::new();
+    let mut made_sysfs = false;
     let result = (|| {
         for f in pinned.uts.iter().chain(pinned.ipc.iter()) {
             std::fs::OpenOptions::new()
@@ -107,12 +127,25 @@ pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
                 })?;
             made.push(f);
         }
-        pin_on_thread(dir, flags, req.uts_hostname.as_deref(), &pinned)
+        if let Some(sys) = &pinned.sysfs {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(sys)
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::AlreadyExists => Error::AlreadyExists { path: sys.clone() },
+                    _ => os(sys, "create directory", e),
+                })?;
+            made_sysfs = true;
+        }
+        pin_on_thread(dir, flags, req, &pinned)
     })();
     let Err(error) = result else {
         return Ok(pinned);
     };
-    let cleanup = made.iter().try_for_each(|f| remove_path(f)).and_then(|()| {
+    let sysfs = pinned.sysfs.as_deref().filter(|_| made_sysfs);
+    let cleanup = made.iter().try_for_each(|f| remove_path(f));
+    let cleanup = cleanup.and_then(|()| sysfs.map_or(Ok(()), remove_mount_dir));
+    let cleanup = cleanup.and_then(|()| {
         if made_dir {
             std::fs::remove_dir(dir).map_err(|e| os(dir, "remove directory", e))
         } else {
@@ -130,6 +163,7 @@ pub fn pin(dir: &Path, req: &PinRequest) -> Result<Pinned, Error> {
 
 /// Unmounts and removes the pins in `dir`, then `dir`. Idempotent.
 pub fn unpin(dir: &Path) -> Result<(), Error> {
+    remove_mount_dir(&sysfs_path(dir))?;
     remove_path(&uts_path(dir))?;
     remove_path(&ipc_path(dir))?;
     match std::fs::remove_dir(dir) {
@@ -155,14 +189,35 @@ pub fn is_pinned(pinned: &Pinned) -> Result<bool, Error> {
     Ok(true)
 }
 
+/// Unmounts what is mounted on the directory `path` and removes it.
+/// Idempotent.
+fn remove_mount_dir(path: &Path) -> Result<(), Error> {
+    const MAX_STACKED: usize = 8;
+    for _ in 0..MAX_STACKED {
+        match umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            Ok(()) => continue,
+            Err(Errno::EINVAL) | Err(Errno::EPERM) => break,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(os(path, "umount2(MNT_DETACH)", e)),
+        }
+    }
+    match std::fs::remove_dir(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(os(path, "remove directory", e)),
+    }
+}
+
 /// On a dedicated thread: unshare `flags`, set the hostname, bind-mount the
-/// thread's new namespaces onto the files. The thread then exits.
+/// thread's new namespaces onto the files, then enter the pod's network
+/// namespace and mount its sysfs where asked. The thread then exits.
 fn pin_on_thread(
     dir: &Path,
     flags: CloneFlags,
-    hostname: Option<&str>,
+    req: &PinRequest,
     pinned: &Pinned,
 ) -> Result<(), Error> {
+    let hostname = req.uts_hostname.as_deref();
     std::thread::scope(|scope| {
         let handle = std::thread::Builder::new()
             .name("berth-pinns".into())
@@ -184,7 +239,20 @@ fn pin_on_thread(
                     )
                     .map_err(|e| os(target, "bind-mount the new namespace", e))?;
                 }
-                Ok(())
+                let (Some(netns), Some(target)) = (&req.sysfs_of, &pinned.sysfs) else {
+                    return Ok(());
+                };
+                let ns = std::fs::File::open(netns).map_err(|e| os(netns, "open", e))?;
+                setns(&ns, CloneFlags::CLONE_NEWNET).map_err(|e| os(netns, "setns(NET)", e))?;
+                let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                mount(
+                    Some("sysfs"),
+                    target.as_path(),
+                    Some("sysfs"),
+                    flags,
+                    None::<&str>,
+                )
+                .map_err(|e| os(target, "mount the pod's sysfs", e))
             })
             .map_err(|e| os(dir, "spawn thread", e))?;
         handle.join().map_err(|_| Error::Panicked {
@@ -205,6 +273,7 @@ mod tests {
         let req = PinRequest {
             uts_hostname: None,
             ipc: false,
+            sysfs_of: None,
         };
         assert_eq!(pin(&sub, &req).unwrap(), Pinned::default());
         assert!(!sub.exists());
@@ -217,6 +286,7 @@ mod tests {
         let req = PinRequest {
             uts_hostname: Some("x".repeat(65)),
             ipc: true,
+            sysfs_of: None,
         };
         // The hostname's own refusal, not any later failure (an unshare
         // without root fails too), and before anything is made.

@@ -248,6 +248,7 @@ fn pinned_uts_and_ipc_namespaces() {
     let req = PinRequest {
         uts_hostname: Some("web-0".into()),
         ipc: true,
+        sysfs_of: None,
     };
     let pinned = pin(&dir, &req).unwrap();
     assert!(is_pinned(&pinned).unwrap());
@@ -283,11 +284,50 @@ fn pinned_ipc_only_for_host_network_pods() {
     let req = PinRequest {
         uts_hostname: None,
         ipc: true,
+        sysfs_of: None,
     };
     let pinned = pin(&dir, &req).unwrap();
     assert!(pinned.uts.is_none() && pinned.ipc.is_some());
     assert!(!dir.join("uts").exists());
     unpin(&dir).unwrap();
     assert!(!dir.exists());
+    let _ = nix::mount::umount2(&root.path().join("podns"), nix::mount::MntFlags::MNT_DETACH);
+}
+
+/// A privileged pod's sysfs: held read-write on `dir/sys`, of the pod's
+/// network namespace (its interfaces, not the host's); unpin unmounts it.
+#[test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+fn held_sysfs_of_a_pods_netns() {
+    use berth_netns::pin::{pin, unpin, PinRequest};
+    require_root();
+    let root = NsDir::new();
+    let ns = NetNs::create(root.path(), "net").unwrap();
+    let dir = root.path().join("podns").join("pod-3");
+    let req = PinRequest {
+        uts_hostname: Some("web-3".into()),
+        ipc: true,
+        sysfs_of: Some(ns.path().to_path_buf()),
+    };
+    let pinned = pin(&dir, &req).unwrap();
+    let sys = pinned.sysfs.clone().unwrap();
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| Path::new(f[4]) == sys)
+        .expect("sysfs held");
+    assert!(
+        line[5].starts_with("rw,") && line.contains(&"sysfs"),
+        "{line:?}"
+    );
+    let links: Vec<String> = std::fs::read_dir(sys.join("class/net"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(links, ["lo"]);
+    unpin(&dir).unwrap();
+    assert!(!is_mounted(&sys) && !dir.exists());
+    ns.remove().unwrap();
     let _ = nix::mount::umount2(&root.path().join("podns"), nix::mount::MntFlags::MNT_DETACH);
 }

@@ -169,6 +169,26 @@ pub(crate) fn default_mounts(privileged: bool, sysfs_bound: bool) -> Vec<Mount> 
         .collect()
 }
 
+/// Makes the sysfs mount among `mounts` read-write (a privileged pod's
+/// pause, as containerd's). The kernel keeps one sysfs superblock per
+/// network namespace, and its first mount decides whether it is read-only:
+/// a `ro` sysfs of the pause would make every container's `/sys` in the pod
+/// read-only, a privileged one's too. A container that asks `ro` still gets
+/// a read-only mount of it.
+pub(crate) fn make_sysfs_writable(mounts: &mut [Mount]) {
+    for m in mounts.iter_mut() {
+        if m.typ().as_deref() != Some("sysfs") {
+            continue;
+        }
+        let options = m.options().clone().unwrap_or_default();
+        let options = options
+            .into_iter()
+            .map(|o| if o == "ro" { "rw".to_string() } else { o })
+            .collect();
+        m.set_options(Some(options));
+    }
+}
+
 /// The mount `path` lies on (the deepest mount point above it; of stacked
 /// mounts, the last), from a mountinfo text.
 pub(crate) fn propagation_of(mountinfo: &str, path: &Path) -> Option<berth_mountinfo::Mount> {

@@ -211,6 +211,9 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         .into_iter()
         .filter(|m| m.destination() != Path::new("/dev/shm"))
         .collect();
+    if sc.is_some_and(|s| s.privileged) {
+        mounts::make_sysfs_writable(&mut mounts);
+    }
     mounts.push(mounts::mount(
         "/dev/shm",
         "bind",
@@ -437,6 +440,26 @@ mod tests {
         assert_eq!(a[annotations::SANDBOX_ID], "abc");
         assert_eq!(a[annotations::SANDBOX_NAME], "web-0");
         assert_eq!(a[annotations::SANDBOX_UID], "uid-1");
+    }
+
+    /// The options of the mount at `dest`.
+    fn options_at(spec: &Spec, dest: &str) -> Vec<String> {
+        let m = spec.mounts().as_ref().unwrap();
+        let m = m.iter().find(|m| m.destination() == Path::new(dest));
+        m.unwrap().options().clone().unwrap_or_default()
+    }
+
+    /// A privileged pod's pause mounts sysfs rw (the pod's containers share
+    /// its superblock); the cgroup tree stays ro, as containerd's.
+    #[test]
+    fn sysfs_is_rw_only_for_a_privileged_pod() {
+        let plain = spec_of(&pod(|_| {}), &opts()).unwrap();
+        assert!(options_at(&plain, "/sys").contains(&"ro".to_string()));
+        let privileged = spec_of(&pod(|sc| sc.privileged = true), &opts()).unwrap();
+        let sys = options_at(&privileged, "/sys");
+        assert!(sys.contains(&"rw".to_string()) && !sys.contains(&"ro".to_string()));
+        let cgroup = options_at(&privileged, "/sys/fs/cgroup");
+        assert!(cgroup.contains(&"ro".to_string()), "{cgroup:?}");
     }
 
     #[test]

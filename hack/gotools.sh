@@ -10,7 +10,9 @@
 # and go.sum, so each upstream's dependency graph stays its own):
 #   hack/go/kube        k8s.io/kubernetes: kubelet, kube-apiserver,
 #                       kube-controller-manager, kube-scheduler, kubectl,
-#                       agnhost (its staging replaces come from gen-replace.sh)
+#                       agnhost, nnp (test/images/nonewprivs), the node e2e
+#                       suite (e2e_node.test) and the ginkgo that runs it
+#                       (its staging replaces come from gen-replace.sh)
 #   hack/go/etcd        go.etcd.io/etcd: etcd, etcdctl
 #   hack/go/cri-tools   sigs.k8s.io/cri-tools: crictl, critest (`go test -c`)
 #   hack/go/runc        github.com/opencontainers/runc: runc (cgo, libseccomp)
@@ -154,6 +156,16 @@ kube_dir=$(go -C "$gomods/kube" list -m -f '{{.Dir}}' k8s.io/kubernetes)
 agnhost_version=$(tr -d '[:space:]' <"$kube_dir/test/images/agnhost/VERSION")
 step agnhost kube "${kube_build[@]}" -ldflags "-w -X 'main.Version=$agnhost_version'" \
   -o "$tmp/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
+
+# nnp, the nonewprivs image's program (static, as its Makefile).
+step nnp kube env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+  -o "$tmp/bin/nnp" k8s.io/kubernetes/test/images/nonewprivs
+# The node e2e suite as hack/lib/golang.sh builds test binaries (the same
+# tags and ldflags), and ginkgo at the version Kubernetes requires.
+step e2e_node.test kube env CGO_ENABLED=0 go test -c -trimpath -tags selinux,notest,grpcnotrace \
+  -ldflags "all=$kube_ldflags -s -w" -o "$tmp/bin/e2e_node.test" k8s.io/kubernetes/test/e2e_node
+step ginkgo kube env CGO_ENABLED=0 go build -trimpath \
+  -o "$tmp/bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 
 # --- etcd: as its scripts/build_lib.sh (static, trimmed, GitSHA ldflag).
 etcd_version=$(modver etcd go.etcd.io/etcd/server/v3)

@@ -4,10 +4,12 @@
 # reference, containerd v2.4.2. All of Kubernetes, etcd, runc 1.5.3 and
 # containerd are built from their Go modules by hack/gotools.sh.
 #
-#   kube.sh up [--runtime berth|containerd]
+#   kube.sh up [--runtime berth|containerd] [--runtime-only]
 #       starts a local registry with the node's images, etcd, kube-apiserver,
 #       kube-controller-manager, kube-scheduler, the runtime and kubelet, and
-#       waits until the node is Ready.
+#       waits until the node is Ready; with --runtime-only, the registry and
+#       the runtime alone (for a suite that brings its own kubelet and
+#       control plane, as hack/node-e2e.sh).
 #   kube.sh env
 #       prints the exports to use the node: KUBECONFIG, PATH (our kubectl,
 #       crictl), BERTH_SOCK, CONTAINER_RUNTIME_ENDPOINT.
@@ -226,7 +228,8 @@ start_registry() {
   local bin
   bin=$(gobin)
   "$BT/examples/build_test_images" "$REG" >"$S/logs/images.log"
-  "$BT/examples/build_kube_images" "$REG" "$bin/agnhost" >>"$S/logs/images.log"
+  "$BT/examples/build_kube_images" "$REG" "$bin" "$(go -C "$repo/hack/go/kube" list -m -f '{{.Dir}}' k8s.io/kubernetes)" \
+    >>"$S/logs/images.log"
 }
 
 start_etcd() {
@@ -419,19 +422,23 @@ node_ready() {
 }
 
 cmd_up() {
-  local runtime=berth
+  local runtime=berth only=''
   while (($#)); do
     case $1 in
     --runtime)
       runtime=${2:?}
       shift 2
       ;;
+    --runtime-only)
+      only=1
+      shift
+      ;;
     *) usage ;;
     esac
   done
   [[ $runtime == berth || $runtime == containerd ]] || die "--runtime berth|containerd"
   [[ $(id -u) == 0 ]] || die "run as root"
-  if [[ -f $S/runtime ]] && pid_of apiserver >/dev/null; then
+  if [[ -f $S/runtime ]] && { pid_of apiserver || pid_of berth || pid_of containerd; } >/dev/null; then
     die "a node is up already ($S); kube.sh down first"
   fi
   start=$SECONDS
@@ -450,6 +457,11 @@ cmd_up() {
   make_pki
   start_registry
   log "registry and images ready after $((SECONDS - start))s"
+  if [[ -n $only ]]; then
+    start_runtime
+    log "$runtime up in $((SECONDS - start))s: unix://$(runtime_sock)"
+    return
+  fi
   start_etcd
   start_apiserver
   start_controllers

@@ -1,12 +1,25 @@
-//! Builds the images a Kubernetes node's tests use, under the names and tags
-//! of Kubernetes v1.37.2's `test/utils/image/manifest.go`, and pushes them to
-//! a local registry: `build_kube_images ADDR AGNHOST_BINARY`. The node
-//! (`hack/kube.sh`) maps `registry.k8s.io` and `docker.io` to ADDR, so pods
-//! name them as upstream does. Prints `ADDR/repo:tag@digest` for each name.
+//! Builds the images a Kubernetes node's tests and the node e2e suite use,
+//! under the names and tags of Kubernetes v1.37.2's
+//! `test/utils/image/manifest.go`, and pushes them to a local registry:
+//! `build_kube_images ADDR GOTOOLS_BIN KUBE_DIR` (GOTOOLS_BIN holds agnhost
+//! and nnp as hack/gotools.sh builds them, KUBE_DIR is the k8s.io/kubernetes
+//! module's source). The node (`hack/kube.sh`) maps `registry.k8s.io` and
+//! `docker.io` to ADDR, so pods name them as upstream does. Prints
+//! `ADDR/repo:tag@digest` for each name.
 //!
 //! - `e2e-test-images/agnhost:2.66.1`: busybox plus the agnhost binary
 //!   built from `k8s.io/kubernetes/test/images/agnhost` (entrypoint
-//!   `/agnhost`, command `pause`, as upstream's image);
+//!   `/agnhost`, command `pause`, as upstream's image); `agnhost:2.55`
+//!   (the suite's previous agnhost) the same with a marker file, so its
+//!   digest differs;
+//! - `e2e-test-images/kitten:1.8`, `nautilus:1.8`: agnhost plus the files of
+//!   upstream's `test/images/kitten` and `nautilus` (`html/`), command
+//!   `test-webserver`;
+//! - `e2e-test-images/nginx:1.27.0-2`, `1.28.0-2`: stand-ins serving
+//!   `/usr/share/nginx/html` on port 80 with busybox's httpd;
+//! - `e2e-test-images/nonewprivs:1.4`: busybox plus upstream's `nnp`
+//!   (`test/images/nonewprivs`), setuid root, as upstream's;
+//! - `e2e-test-images/busybox:1.36.1-1`: busybox with a marker file;
 //! - `pause:3.10.2`: the same layers, entrypoint `/agnhost pause` (the
 //!   sandbox image kubelet pins and containerd runs);
 //! - `e2e-test-images/busybox:1.37.0-2`, `library/busybox:1.37`: busybox;
@@ -17,6 +30,8 @@
 #[path = "../tests/support/images.rs"]
 mod images;
 
+use std::path::Path;
+
 use images::{Entry, Pushed, Pusher};
 
 const OCI_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
@@ -25,11 +40,11 @@ const OCI_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 async fn main() -> std::process::ExitCode {
     berth_oci_image::install_crypto_provider();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [addr, agnhost] = args.as_slice() else {
-        eprintln!("usage: build_kube_images ADDR AGNHOST_BINARY");
+    let [addr, bin, kube] = args.as_slice() else {
+        eprintln!("usage: build_kube_images ADDR GOTOOLS_BIN KUBE_DIR");
         return std::process::ExitCode::from(2);
     };
-    match build(addr, agnhost).await {
+    match build(addr, Path::new(bin), Path::new(kube)).await {
         Ok(pushed) => {
             for (name, digest) in pushed {
                 println!("{addr}/{name}@{digest}");
@@ -54,16 +69,70 @@ fn config_with(cfg: Vec<u8>, entrypoint: &[&str], cmd: &[&str], user: &str) -> V
     serde_json::to_vec(&v).expect("json")
 }
 
-async fn build(addr: &str, agnhost: &str) -> Result<Pushed, String> {
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A layer holding the files of upstream's `test/images/NAME/html` at `/`.
+fn html_layer(kube: &Path, name: &str) -> Result<images::Layer, String> {
+    let dir = kube.join("test/images").join(name).join("html");
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        files.push((name, read(&e.path())?));
+    }
+    files.sort();
+    let entries: Vec<Entry> = files
+        .iter()
+        .map(|(n, b)| Entry::File(n, 0o644, 0, b))
+        .collect();
+    Ok(images::layer(images::tar_of(&entries), OCI_GZIP))
+}
+
+async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
     let p = Pusher::new(addr, None);
     let arch = images::host_arch();
     let mut pushed = Pushed::new();
     let busybox = images::busybox_layer(OCI_GZIP)?;
-    let binary = std::fs::read(agnhost).map_err(|e| format!("{agnhost}: {e}"))?;
+    let binary = read(&bin.join("agnhost"))?;
     let agn = images::layer(
         images::tar_of(&[Entry::File("agnhost", 0o755, 0, &binary)]),
         OCI_GZIP,
     );
+    let nnp = read(&bin.join("nnp"))?;
+    let nnp = images::layer(
+        images::tar_of(&[
+            Entry::Dir("usr", 0o755),
+            Entry::Dir("usr/local", 0o755),
+            Entry::Dir("usr/local/bin", 0o755),
+            Entry::File("usr/local/bin/nnp", 0o4755, 0, &nnp),
+        ]),
+        OCI_GZIP,
+    );
+    let prev = images::marker_layer("agnhost-2.55", "a stand-in\n", OCI_GZIP);
+    let old_busybox = images::marker_layer("busybox-1.36.1-1", "a stand-in\n", OCI_GZIP);
+    let kitten = html_layer(kube, "kitten")?;
+    let nautilus = html_layer(kube, "nautilus")?;
+    let nginx_html = |v: &str| {
+        images::layer(
+            images::tar_of(&[
+                Entry::Dir("usr", 0o755),
+                Entry::Dir("usr/share", 0o755),
+                Entry::Dir("usr/share/nginx", 0o755),
+                Entry::Dir("usr/share/nginx/html", 0o755),
+                Entry::File(
+                    "usr/share/nginx/html/index.html",
+                    0o644,
+                    0,
+                    format!("<html><body>nginx {v} stand-in</body></html>\n").as_bytes(),
+                ),
+            ]),
+            OCI_GZIP,
+        )
+    };
+    let (nginx_old, nginx_new) = (nginx_html("1.27.0-2"), nginx_html("1.28.0-2"));
+    let httpd: &[&str] = &["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"];
     let both = [&busybox, &agn];
     let groups = images::layer(
         images::tar_of(&[
@@ -80,7 +149,17 @@ async fn build(addr: &str, agnhost: &str) -> Result<Pushed, String> {
     let with_groups = [&busybox, &groups];
     let base = images::config(arch, "", &both);
     let plain = images::config(arch, "", &[&busybox]);
-    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 6] = [
+    let prev_l = [&busybox, &agn, &prev];
+    let kitten_l = [&busybox, &agn, &kitten];
+    let nautilus_l = [&busybox, &agn, &nautilus];
+    let nginx_old_l = [&busybox, &nginx_old];
+    let nginx_new_l = [&busybox, &nginx_new];
+    let nnp_l = [&busybox, &nnp];
+    let old_busybox_l = [&busybox, &old_busybox];
+    let webserver = |l: &[&images::Layer]| {
+        config_with(images::config(arch, "", l), &["/agnhost"], &["test-webserver"], "")
+    };
+    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 13] = [
         (
             "e2e-test-images/agnhost",
             "2.66.1",
@@ -111,6 +190,48 @@ async fn build(addr: &str, agnhost: &str) -> Result<Pushed, String> {
             "1",
             images::config(arch, "", &with_groups),
             &with_groups,
+        ),
+        (
+            "e2e-test-images/agnhost",
+            "2.55",
+            config_with(images::config(arch, "", &prev_l), &["/agnhost"], &["pause"], ""),
+            &prev_l,
+        ),
+        (
+            "e2e-test-images/kitten",
+            "1.8",
+            webserver(&kitten_l),
+            &kitten_l,
+        ),
+        (
+            "e2e-test-images/nautilus",
+            "1.8",
+            webserver(&nautilus_l),
+            &nautilus_l,
+        ),
+        (
+            "e2e-test-images/nginx",
+            "1.27.0-2",
+            config_with(images::config(arch, "", &nginx_old_l), httpd, &[], ""),
+            &nginx_old_l,
+        ),
+        (
+            "e2e-test-images/nginx",
+            "1.28.0-2",
+            config_with(images::config(arch, "", &nginx_new_l), httpd, &[], ""),
+            &nginx_new_l,
+        ),
+        (
+            "e2e-test-images/nonewprivs",
+            "1.4",
+            config_with(images::config(arch, "", &nnp_l), &[], &["nnp"], ""),
+            &nnp_l,
+        ),
+        (
+            "e2e-test-images/busybox",
+            "1.36.1-1",
+            images::config(arch, "", &old_busybox_l),
+            &old_busybox_l,
         ),
     ];
     for (repo, tag, cfg, layers) in list {

@@ -109,6 +109,20 @@ pub fn listed_sandbox(meta: &SandboxMeta) -> &Entry {
     })
 }
 
+/// The image a container's status names: the image as the user specified
+/// it (kubelet's `user_specified_image`, the pod spec's image) when given,
+/// else the image as CreateContainer named it. kubelet creates containers
+/// from the image's id and shows this name as the pod's
+/// `containerStatuses[].image`; containerd shows the image's first tag,
+/// which for an image of several tags need not be the one the pod named.
+fn status_image(image: Option<&v1::ImageSpec>) -> Option<v1::ImageSpec> {
+    let mut image = image?.clone();
+    if !image.user_specified_image.is_empty() {
+        image.image.clone_from(&image.user_specified_image);
+    }
+    Some(image)
+}
+
 /// The CRI status of a container. `repo_digest` is the first repo digest
 /// of its image as the store has it now (`None`: the image is gone or has
 /// none), which becomes `image_ref`; `image_id` is always the image id.
@@ -126,7 +140,7 @@ pub fn container_status(
         started_at: status.started_at,
         finished_at: status.finished_at,
         exit_code: status.exit_code,
-        image: config.image.clone(),
+        image: status_image(config.image.as_ref()),
         image_ref: repo_digest.unwrap_or_else(|| meta.image_id.clone()),
         reason: status.reason.clone(),
         message: status.message.clone(),
@@ -366,6 +380,20 @@ mod tests {
         assert_eq!(without.image_ref, IMAGE_ID);
         assert_eq!(without.image_id, IMAGE_ID);
         assert_eq!(without.log_path, "/logs/c.log");
+    }
+
+    #[test]
+    fn container_status_names_the_image_the_user_specified() {
+        let status = ContainerStatus::default();
+        // kubelet creates from the id and names the pod spec's image.
+        let s = container_status(&kubelet_meta(), &status, None);
+        let image = s.image.unwrap();
+        assert_eq!(image.image, "registry.example/app:1.2.3");
+        assert_eq!(image.user_specified_image, "registry.example/app:1.2.3");
+        // Without one (crictl): the image as CreateContainer named it.
+        let s = container_status(&meta(), &status, None);
+        let asked = meta().config().image.clone().unwrap().image;
+        assert_eq!(s.image.unwrap().image, asked);
     }
 
     /// A kubelet-like container: labels, annotations and mounts as kubelet

@@ -480,6 +480,8 @@ fn crashing_container_backs_off_and_keeps_its_last_state() {
         "second restart {between:?} after the first"
     );
     let c = container(&pod, "c").unwrap();
+    // The image as the pod named it, not the id kubelet created it from.
+    assert_eq!(c["image"], BUSYBOX, "{c}");
     let last = &c["lastState"]["terminated"];
     assert_eq!(last["exitCode"], 3, "{last}");
     assert_eq!(last["reason"], "Error", "{last}");

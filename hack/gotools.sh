@@ -161,8 +161,9 @@ step agnhost kube "${kube_build[@]}" -ldflags "-w -X 'main.Version=$agnhost_vers
 step nnp kube env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
   -o "$tmp/bin/nnp" k8s.io/kubernetes/test/images/nonewprivs
 # The node e2e suite as hack/lib/golang.sh builds test binaries (the same
-# tags and ldflags), and ginkgo at the version Kubernetes requires.
-step e2e_node.test kube env CGO_ENABLED=0 go test -c -trimpath -tags selinux,notest,grpcnotrace \
+# tags and ldflags; no vet, a check that changes nothing in it), and ginkgo
+# at the version Kubernetes requires.
+step e2e_node.test kube env CGO_ENABLED=0 go test -c -vet=off -trimpath -tags selinux,notest,grpcnotrace \
   -ldflags "all=$kube_ldflags -s -w" -o "$tmp/bin/e2e_node.test" k8s.io/kubernetes/test/e2e_node
 step ginkgo kube env CGO_ENABLED=0 go build -trimpath \
   -o "$tmp/bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo

@@ -79,6 +79,8 @@ done
 [[ ! -e /var/lib/kubelet/pods ]] || die "/var/lib/kubelet/pods exists: another kubelet's state"
 
 bin=$(bash hack/gotools.sh | tail -1)
+kubelet_dir_mounted=''
+! mountpoint -q /var/lib/kubelet || kubelet_dir_mounted=1
 started=$SECONDS
 
 cleanup() {
@@ -95,6 +97,10 @@ down() {
   while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done < <(awk 'index($5, "/var/lib/kubelet/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  # kubelet makes /var/lib/kubelet a shared mount of itself.
+  if [[ -z $kubelet_dir_mounted ]] && mountpoint -q /var/lib/kubelet; then
+    umount -l /var/lib/kubelet 2>/dev/null || true
+  fi
   kube down || ok=1
   rm -rf /var/lib/kubelet/pods /var/lib/kubelet/plugins /var/lib/kubelet/plugins_registry \
     /var/lib/kubelet/pod-resources /var/lib/kubelet/checkpoints /var/lib/kubelet/*_state \
@@ -109,7 +115,8 @@ down() {
     log "left: address $NODE_IP on lo"
     ok=1
   fi
-  if awk 'index($5, "/var/lib/kubelet/") == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
+  if awk 'index($5, "/var/lib/kubelet/") == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo ||
+    { [[ -z $kubelet_dir_mounted ]] && mountpoint -q /var/lib/kubelet; }; then
     log "left: mounts under /var/lib/kubelet"
     ok=1
   fi

@@ -266,6 +266,23 @@ if bash hack/kube.sh down; then kube_pass=1; else kube_fail=1 status=1; fi
 KUBE_UP=''
 echo "test.sh: kube $(took "$start")"
 
+# Node conformance (hack/node-e2e.sh, docs/conformance.md): the suite brings
+# its own control plane and kubelet, so it runs after the node above is
+# down. CI runs the 83 NodeConformance specs of $NODE_E2E_CI_FOCUS (the
+# container runtime, probes, hooks, security context, sysctls, image volumes:
+# what kubelet asks of a runtime every day), not the suite's 432 parallel
+# and 36 serial ones, which take well over the budget (hack/node-e2e.sh runs
+# them all); its closing line is counted.
+NODE_E2E_CI_DEFAULT='Container Runtime|Probing container|Container Lifecycle Hook|Security Context|Variable Expansion|Kubelet when scheduling|Sysctls|Containers should be able|PrivilegedPod|ImageVolume|Lifecycle Sleep Hook|Pod Extended|Mount recursive read-only'
+NODE_E2E_CI_FOCUS=${NODE_E2E_CI_FOCUS:-$NODE_E2E_CI_DEFAULT}
+if [[ -z ${BERTH_SKIP_NODE_E2E:-} ]]; then
+  start=$SECONDS
+  BERTH_TARGET_DIR=$target/debug bash hack/node-e2e.sh --runtime berth \
+    --focus "\[NodeConformance\].*($NODE_E2E_CI_FOCUS)|($NODE_E2E_CI_FOCUS).*\[NodeConformance\]" 2>&1 |
+    tee -a "$log" || status=1
+  echo "test.sh: node-e2e $(took "$start")"
+fi
+
 # The Debian package, made of the debug build the tests just ran (no release
 # build of its own: it would be the longest phase; BERTH_PACKAGE_PROFILE=
 # release tests the package to ship): installed with dpkg, run from the
@@ -295,6 +312,7 @@ echo "test.sh: total $(took "$started") (CPU $(took -d "$CPU"), side jobs includ
 # skipped are the tests left out above (libtest's "filtered out") and the
 # package test when it could not run.
 awk -v p=$((pkg_pass + kube_pass)) -v f=$((pkg_fail + kube_fail)) -v s="$pkg_skip" '/^critest: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$/ { p += $2; f += $4; s += $6 }
+     /^node-e2e: berth: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$/ { p += $3; f += $5; s += $7 }
      /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/ || ($(i+1) == "filtered" && $(i+2) ~ /^out/)) s += $i } }
      END { printf "all tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"

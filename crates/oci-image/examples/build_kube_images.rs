@@ -20,6 +20,8 @@
 //! - `e2e-test-images/nonewprivs:1.4`: busybox plus upstream's `nnp`
 //!   (`test/images/nonewprivs`), setuid root, as upstream's;
 //! - `e2e-test-images/busybox:1.36.1-1`: busybox with a marker file;
+//! - both e2e busyboxes with a stand-in for the `nmeter` applet Debian's
+//!   busybox lacks ([`NMETER`]);
 //! - `pause:3.10.2`: the same layers, entrypoint `/agnhost pause` (the
 //!   sandbox image kubelet pins and containerd runs);
 //! - `e2e-test-images/busybox:1.37.0-2`, `library/busybox:1.37`: busybox;
@@ -35,6 +37,16 @@ use std::path::Path;
 use images::{Entry, Pushed, Pusher};
 
 const OCI_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// Debian's busybox has no `nmeter`, which the node e2e suite runs as
+/// `nmeter -d0 '%3t' | head -n1` for a time with milliseconds: this prints
+/// that line until its reader is gone.
+const NMETER: &str = r#"#!/bin/sh
+while :; do
+  adjtimex | awk '/time.tv_sec/ { s = $2 } /time.tv_usec/ { u = $2 }
+    END { printf "%s.%03d\n", strftime("%H:%M:%S", s, 1), u / 1000 }' || exit 1
+done
+"#;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::process::ExitCode {
@@ -111,7 +123,18 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
         OCI_GZIP,
     );
     let prev = images::marker_layer("agnhost-2.55", "a stand-in\n", OCI_GZIP);
-    let old_busybox = images::marker_layer("busybox-1.36.1-1", "a stand-in\n", OCI_GZIP);
+    let old_busybox = images::layer(
+        images::tar_of(&[
+            Entry::File("busybox-1.36.1-1", 0o644, 0, b"a stand-in\n"),
+            Entry::File("bin/nmeter", 0o755, 0, NMETER.as_bytes()),
+        ]),
+        OCI_GZIP,
+    );
+    let nmeter = images::layer(
+        images::tar_of(&[Entry::File("bin/nmeter", 0o755, 0, NMETER.as_bytes())]),
+        OCI_GZIP,
+    );
+    let e2e_busybox = [&busybox, &nmeter];
     let kitten = html_layer(kube, "kitten")?;
     let nautilus = html_layer(kube, "nautilus")?;
     let nginx_html = |v: &str| {
@@ -157,7 +180,12 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
     let nnp_l = [&busybox, &nnp];
     let old_busybox_l = [&busybox, &old_busybox];
     let webserver = |l: &[&images::Layer]| {
-        config_with(images::config(arch, "", l), &["/agnhost"], &["test-webserver"], "")
+        config_with(
+            images::config(arch, "", l),
+            &["/agnhost"],
+            &["test-webserver"],
+            "",
+        )
     };
     let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 13] = [
         (
@@ -175,8 +203,8 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
         (
             "e2e-test-images/busybox",
             "1.37.0-2",
-            plain.clone(),
-            &[&busybox],
+            images::config(arch, "", &e2e_busybox),
+            &e2e_busybox,
         ),
         ("library/busybox", "1.37", plain.clone(), &[&busybox]),
         (
@@ -194,7 +222,12 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
         (
             "e2e-test-images/agnhost",
             "2.55",
-            config_with(images::config(arch, "", &prev_l), &["/agnhost"], &["pause"], ""),
+            config_with(
+                images::config(arch, "", &prev_l),
+                &["/agnhost"],
+                &["pause"],
+                "",
+            ),
             &prev_l,
         ),
         (

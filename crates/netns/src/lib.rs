@@ -292,21 +292,29 @@ where
     })
 }
 
-/// Removes the namespace mounted at `path`: detaches the mount (and any mount
-/// stacked on it), then deletes the file. Idempotent: a missing file or a file
-/// that is no longer mounted is fine.
-pub fn remove_path(path: &Path) -> Result<(), Error> {
-    // A file can carry stacked mounts; a few rounds clear any sane history.
+/// Detaches every mount stacked on `path`; `false` when `path` is gone.
+pub(crate) fn unmount_stacked(path: &Path) -> Result<bool, Error> {
+    // A path can carry stacked mounts; a few rounds clear any sane history.
     const MAX_STACKED: usize = 8;
     for _ in 0..MAX_STACKED {
         match umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
             Ok(()) => continue,
             // Not a mount point (any more); or no privilege to unmount, and
-            // then unlink fails with EBUSY if it was mounted.
+            // then the removal fails with EBUSY if it was mounted.
             Err(Errno::EINVAL) | Err(Errno::EPERM) => break,
-            Err(Errno::ENOENT) => return Ok(()),
+            Err(Errno::ENOENT) => return Ok(false),
             Err(e) => return Err(os(path, "umount2(MNT_DETACH)", e)),
         }
+    }
+    Ok(true)
+}
+
+/// Removes the namespace mounted at `path`: detaches the mount (and any mount
+/// stacked on it), then deletes the file. Idempotent: a missing file or a file
+/// that is no longer mounted is fine.
+pub fn remove_path(path: &Path) -> Result<(), Error> {
+    if !unmount_stacked(path)? {
+        return Ok(());
     }
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),

@@ -21,8 +21,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 
 use crate::{make_shared_mount, namespace_type, os, remove_path, Error};
@@ -192,14 +191,8 @@ pub fn is_pinned(pinned: &Pinned) -> Result<bool, Error> {
 /// Unmounts what is mounted on the directory `path` and removes it.
 /// Idempotent.
 fn remove_mount_dir(path: &Path) -> Result<(), Error> {
-    const MAX_STACKED: usize = 8;
-    for _ in 0..MAX_STACKED {
-        match umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
-            Ok(()) => continue,
-            Err(Errno::EINVAL) | Err(Errno::EPERM) => break,
-            Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(os(path, "umount2(MNT_DETACH)", e)),
-        }
+    if !crate::unmount_stacked(path)? {
+        return Ok(());
     }
     match std::fs::remove_dir(path) {
         Ok(()) => Ok(()),

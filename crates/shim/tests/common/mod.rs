@@ -267,14 +267,20 @@ pub fn remove_cgroups(id: &str) {
     }
 }
 
-/// Whether `pid` exists (and is not a zombie).
+/// Whether any thread of `pid` is still running (not a zombie). A killed
+/// multi-threaded process shows its leader a zombie while its other threads
+/// still exit, holding its descriptors (a pipe's read end among them).
 pub fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
-    }
+    let running = |stat: &str| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| running(&stat))
+    })
 }
 
 /// The pids of shims whose command line names `state_dir` (as one of its

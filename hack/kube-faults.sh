@@ -10,7 +10,7 @@
 # complete image was pulled twice, takes the node down and writes a report.
 #
 #   bash hack/kube-faults.sh [--runtime berth|containerd] [--minutes N] [--ci]
-#                            [--faults K1,K2,...] [--keep]
+#                            [--faults K1,K2,...] [--count N] [--keep]
 #
 #   --runtime   the runtime under test (default berth); containerd v2.4.2 gives
 #               the reference column
@@ -20,7 +20,9 @@
 #               smaller workload and a few faults of each kind
 #   --faults    the kinds to inject, in order (default: all of them, then
 #               mixed); kinds: runtime-kill kubelet-kill both-kill run-wipe
-#               cni-flaky runc-kill registry-drop disk-full mixed
+#               cni-flaky runc-kill mixed
+#   --count     inject each kind N times (default: 20 runtime-kill, 5
+#               kubelet-kill, 3 both-kill, 2 of each other kind, 6 mixed)
 #   --keep      leave the node up at the end (no down, no end checks)
 #
 # Run it as root under the node lock (one node per machine):
@@ -67,17 +69,18 @@ die() {
   exit 2
 }
 usage() {
-  sed -n '2,52p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-runtime=berth minutes=30 ci='' keep='' kinds=''
+runtime=berth minutes=30 ci='' keep='' kinds='' count=''
 while (($#)); do
   case $1 in
   --runtime) runtime=${2:?}; shift 2 ;;
   --minutes) minutes=${2:?}; shift 2 ;;
   --ci) ci=1; shift ;;
   --faults) kinds=${2:?}; shift 2 ;;
+  --count) count=${2:?}; shift 2 ;;
   --keep) keep=1; shift ;;
   *) usage ;;
   esac
@@ -90,12 +93,12 @@ if [[ -n $ci ]]; then
   REPLICAS=10
   # kind:count; the CI run keeps within ten minutes.
   PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,mixed}
-  declare -A COUNT=([runtime-kill]=4 [kubelet-kill]=2 [both-kill]=1 [mixed]=2)
+  declare -A COUNT=([runtime-kill]=4 [kubelet-kill]=2 [both-kill]=1 [run-wipe]=1 [cni-flaky]=1 [runc-kill]=1 [mixed]=2)
   minutes=6
 else
   REPLICAS=30
-  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,mixed}
-  declare -A COUNT=([runtime-kill]=20 [kubelet-kill]=5 [both-kill]=3 [mixed]=6)
+  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,cni-flaky,runc-kill,mixed}
+  declare -A COUNT=([runtime-kill]=20 [kubelet-kill]=5 [both-kill]=3 [run-wipe]=2 [cni-flaky]=2 [runc-kill]=2 [mixed]=6)
 fi
 
 OUT=$S/faults/$runtime-$(date -u +%Y%m%dT%H%M%SZ)
@@ -116,6 +119,7 @@ finish() {
   wait 2>/dev/null || true
   if [[ -z $keep ]]; then
     bash hack/kube.sh down >>"$OUT/down.log" 2>&1 || log "kube.sh down failed: $(tail -n 5 "$OUT/down.log")"
+    rm -rf "$FAULTS_BIN"
   fi
   exit "$rc"
 }
@@ -124,12 +128,21 @@ node_up() {
   log "node up on $runtime (seed $SEED, output $OUT)"
   trap finish EXIT
   trap 'exit 130' INT TERM
-  bash hack/kube.sh up --runtime "$runtime" >"$OUT/up.log" 2>&1 || die "kube.sh up failed: $(tail -n 5 "$OUT/up.log")"
+  write_wrappers
+  KUBE_CNI_BIN_DIR=$FAULTS_BIN KUBE_RUNC=$FAULTS_BIN/runc bash hack/kube.sh up --runtime "$runtime" >"$OUT/up.log" 2>&1 || die "kube.sh up failed: $(tail -n 5 "$OUT/up.log")"
   case $runtime in
-  berth) SOCK=$S/berth/berth.sock NETNS_RE="^$S/berth/run/netns/" SHIM_RE='/berth-shim$' ;;
-  containerd) SOCK=$S/containerd/containerd.sock NETNS_RE='^/run/netns/cni-' SHIM_RE='/containerd-shim-runc-v2$' ;;
+  berth)
+    SOCK=$S/berth/berth.sock STATE_DIR=$S/berth/run
+    NETNS_RE="^$S/berth/run/netns/" SHIM_RE='/berth-shim$'
+    ;;
+  containerd)
+    SOCK=$S/containerd/containerd.sock STATE_DIR=$S/containerd/run
+    NETNS_RE='^/run/netns/cni-' SHIM_RE='/containerd-shim-runc-v2$'
+    ;;
   esac
   cni_rules >"$OUT/cni-rules.before"
+  all_ip_leases >"$OUT/leases.before"
+  flaky_network bridge faults-flaky
 }
 
 # ---- the workload ----
@@ -212,9 +225,9 @@ churn_loop() {
 }
 
 # kubectl exec and logs -f sessions on the steady pods, one after another,
-# each line "exec ok|cut" or "logs ok|cut" in sessions.log.
+# each line "TIME exec|logs ok|cut [error]" in sessions.log.
 sessions_loop() {
-  local kind=$1 pod n
+  local kind=$1 pod n err=$OUT/session-$1.err
   while :; do
     pod=$(kn get pods -l app=steady -o jsonpath='{.items[0].metadata.name}' 2>/dev/null) || pod=''
     if [[ -z $pod ]]; then
@@ -223,13 +236,13 @@ sessions_loop() {
     fi
     if [[ $kind == exec ]]; then
       n=$(timeout 40 kubectl --kubeconfig "$S/admin.kubeconfig" -n "$NS" exec "$pod" -- \
-        sh -c 'i=0; while [ $i -lt 20 ]; do echo $i; i=$((i+1)); sleep 1; done' 2>/dev/null | wc -l) || true
-      [[ $n == 20 ]] && echo "exec ok" || echo "exec cut"
+        sh -c 'i=0; while [ $i -lt 20 ]; do echo $i; i=$((i+1)); sleep 1; done' 2>"$err" | wc -l) || true
+      ((n == 20)) && echo "$(date +%T) exec ok" || echo "$(date +%T) exec cut $n $(tail -n 1 "$err")"
     else
-      n=$(timeout 20 kubectl --kubeconfig "$S/admin.kubeconfig" -n "$NS" logs -f --tail=0 "$pod" 2>/dev/null | wc -l) || true
-      ((n >= 15)) && echo "logs ok" || echo "logs cut"
+      n=$(timeout 20 kubectl --kubeconfig "$S/admin.kubeconfig" -n "$NS" logs -f --tail=0 "$pod" 2>"$err" | wc -l) || true
+      ((n >= 15)) && echo "$(date +%T) logs ok" || echo "$(date +%T) logs cut $n $(tail -n 1 "$err")"
     fi
-    sleep 1
+    sleep 2
   done >>"$OUT/sessions.log"
 }
 
@@ -315,8 +328,11 @@ failed_job_pods() {
 
 netns_mounts() { awk -v re="$NETNS_RE" '$5 ~ re { print $5 }' /proc/self/mountinfo | sort -u; }
 ready_sandboxes() { cri pods --state ready -q 2>/dev/null | grep -c . || true; }
-# host-local's lease files of each network in the node's CNI config dir.
-ip_leases() {
+# host-local's lease files of each network in the node's CNI config dir,
+# but those there before the node was up (berth's default network keeps its
+# leases in /var/lib/cni/networks, which the node shares with the host).
+ip_leases() { comm -13 "$OUT/leases.before" <(all_ip_leases); }
+all_ip_leases() {
   local f name dir
   for f in "$S"/net.d/*.conflist; do
     [[ -f $f ]] || continue
@@ -363,7 +379,100 @@ fault_both-kill() {
   sleep 1
   restart_part "$runtime" && restart_part kubelet
 }
-MIXABLE=(runtime-kill kubelet-kill both-kill)
+
+# A reboot as the node's parts see it: kubelet, the runtime, its shims and
+# every process of the pods killed; every mount of the runtime and kubelet
+# and every netns gone, the runtime's state dir (its /run) wiped, the pods'
+# cgroups removed; what is on disk stays (records, images, IP leases).
+# kubelet and the runtime start again and kubelet makes the pods anew.
+fault_run-wipe() {
+  local p f m
+  kill_part kubelet
+  kill_part "$runtime"
+  for p in $(shims); do kill -KILL "$p" 2>/dev/null || true; done
+  for f in $(find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* -name cgroup.procs 2>/dev/null); do
+    while read -r p; do kill -KILL "$p" 2>/dev/null || true; done <"$f"
+  done
+  sleep 1
+  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v a="$S/$runtime/" -v b="$S/kubelet/" \
+    -v re="$NETNS_RE" 'index($5, a) == 1 || index($5, b) == 1 || $5 ~ re { print $5 }' /proc/self/mountinfo | sort -r)
+  rm -rf "$STATE_DIR"
+  [[ $runtime != containerd ]] || rm -f /run/netns/cni-*
+  find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* -depth -mindepth 1 -type d -name 'pod*' \
+    -exec rmdir {} + 2>/dev/null || true
+  find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* -depth -mindepth 2 -type d \
+    -exec rmdir {} + 2>/dev/null || true
+  restart_part "$runtime" && restart_part kubelet
+}
+# The wrappers of cni-flaky and runc-kill: kube.sh runs the node with
+# KUBE_CNI_BIN_DIR and KUBE_RUNC pointing at them; each passes every call
+# through until its switch file (FAULTS_BIN/NAME.on) exists.
+FAULTS_BIN=$S/faults-bin
+write_wrappers() {
+  mkdir -p "$FAULTS_BIN"
+  rm -f "$FAULTS_BIN"/*.on
+  # bridge, failing one ADD or DEL in ten and hanging one in ten for 100 s
+  # (longer than berth's CNI timeout) before failing.
+  cat >"$FAULTS_BIN/faults-flaky" <<EOF
+#!/bin/bash
+if [[ -e $FAULTS_BIN/cni.on && (\$CNI_COMMAND == ADD || \$CNI_COMMAND == DEL) ]]; then
+  case \$((RANDOM % 10)) in
+  0) echo "\$(date +%T) fail \$CNI_COMMAND \$CNI_CONTAINERID" >>$FAULTS_BIN/cni.log
+     echo '{"cniVersion": "1.0.0", "code": 11, "msg": "kube-faults: injected failure"}'
+     exit 1 ;;
+  1) echo "\$(date +%T) hang \$CNI_COMMAND \$CNI_CONTAINERID" >>$FAULTS_BIN/cni.log
+     sleep 100
+     echo '{"cniVersion": "1.0.0", "code": 11, "msg": "kube-faults: injected hang"}'
+     exit 1 ;;
+  esac
+fi
+exec /usr/lib/cni/bridge
+EOF
+  # runc, killed with SIGKILL a moment into one create or run in ten.
+  cat >"$FAULTS_BIN/runc" <<EOF
+#!/bin/bash
+if [[ -e $FAULTS_BIN/runc.on && " \$* " =~ \ (create|run)\  && \$((RANDOM % 10)) == 0 ]]; then
+  $BIN/runc "\$@" &
+  sleep 0.0\$((RANDOM % 10))
+  kill -KILL \$! 2>/dev/null
+  echo "\$(date +%T) killed runc \$*" >>$FAULTS_BIN/runc.log
+  exit 137
+fi
+exec $BIN/runc "\$@"
+EOF
+  chmod 755 "$FAULTS_BIN/faults-flaky" "$FAULTS_BIN/runc"
+}
+
+# The bridge plugin of the node's network replaced by faults-flaky (the
+# runtimes read their CNI config again when it changes).
+flaky_network() {
+  local f
+  for f in "$S"/net.d/*.conflist; do
+    jq --arg from "$1" --arg to "$2" '.plugins |= map(if .type == $from then .type = $to else . end)' "$f" >"$f.new"
+    mv "$f.new" "$f"
+  done
+}
+
+# For WINDOW seconds, CNI calls fail or hang one in ten (cni-flaky), or
+# runc create/run is killed one in ten (runc-kill), while web rolls and
+# Jobs start; then the part is whole again.
+WINDOW=60
+window_fault() {
+  touch "$FAULTS_BIN/$1.on"
+  kn rollout restart deploy/web >/dev/null 2>&1 || true
+  sleep 20
+  new_job
+  sleep $((WINDOW - 20))
+  rm -f "$FAULTS_BIN/$1.on"
+  FAULT_END=1
+}
+fault_cni-flaky() { window_fault cni; }
+fault_runc-kill() { window_fault runc; }
+
+# The kinds after which the containers start again by design (a reboot).
+RESTARTS_EXPECTED=" run-wipe "
+
+MIXABLE=(runtime-kill kubelet-kill both-kill runtime-kill runtime-kill)
 
 REPORT_ROWS=()
 FAILED=0
@@ -383,7 +492,10 @@ one_fault() {
   sleep "$delay"
   t0=$SECONDS t0iso=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   touch "$OUT/pause"
+  FAULT_END=''
   "fault_$run_kind" || note="the restart failed; "
+  # A fault of a window is measured from its end.
+  [[ -z $FAULT_END ]] || t0=$SECONDS
   if took=$(wait_converged "$CONVERGE" "$t0"); then
     :
   else
@@ -407,7 +519,9 @@ one_fault() {
   elif [[ ${SUM_MAX[$kind]:-0} != ">"* ]] && ((took > ${SUM_MAX[$kind]:-0})); then
     SUM_MAX[$kind]=$took
   fi
-  if [[ $took == ">"* || $restarted != 0 || $conflicts != 0 || $leaks != "netns+0 ip+0" ]]; then
+  local restarts_bad=$restarted
+  [[ $RESTARTS_EXPECTED != *" $run_kind "* ]] || restarts_bad=0
+  if [[ $took == ">"* || $restarts_bad != 0 || $conflicts != 0 || $leaks != "netns+0 ip+0" ]]; then
     SUM_BAD[$kind]=$((${SUM_BAD[$kind]:-0} + 1))
     FAILED=1
   fi
@@ -419,7 +533,7 @@ run_plan() {
   local kind i n=0 deadline=$((SECONDS + minutes * 60))
   for kind in ${PLAN//,/ }; do
     declare -F "fault_$kind" >/dev/null || [[ $kind == mixed ]] || die "unknown fault kind $kind"
-    for ((i = 0; i < ${COUNT[$kind]:-3}; i++)); do
+    for ((i = 0; i < ${count:-${COUNT[$kind]:-3}}; i++)); do
       if ((SECONDS >= deadline)); then
         REPORT_ROWS+=("| - | $kind | | | | | | | skipped: past --minutes $minutes |")
         FAILED=1
@@ -473,10 +587,12 @@ end_checks() {
   keep=1 # down is done
 }
 
-# Mounts under the runtime's dirs, its container snapshots.
+# Mounts under the runtime's dirs (but the dirs it mounts on themselves to
+# share their mounts: its netns and podns dirs), its container snapshots.
 runtime_leftovers() {
   local m
-  while read -r m; do END_LEFT+=("mount $m"); done < <(awk -v s="$S/$runtime/" 'index($5, s) == 1 { print $5 }' /proc/self/mountinfo)
+  while read -r m; do END_LEFT+=("mount $m"); done < <(awk -v s="$S/$runtime/" -v own="^$STATE_DIR/(netns|podns)\$" \
+    'index($5, s) == 1 && $5 !~ own { print $5 }' /proc/self/mountinfo)
   case $runtime in
   berth) ;;
   containerd)
@@ -487,7 +603,7 @@ runtime_leftovers() {
 
 write_report() {
   local kind f="$OUT/report.md" sessions
-  sessions=$(sort "$OUT/sessions.log" 2>/dev/null | uniq -c | awk '{ printf "%s%s %s %s", sep, $2, $3, $1; sep = ", " }')
+  sessions=$(awk '{ print $2, $3 }' "$OUT/sessions.log" 2>/dev/null | sort | uniq -c | awk '{ printf "%s%s %s %s", sep, $2, $3, $1; sep = ", " }')
   {
     echo "## kube-faults on $runtime, $(date -u +%Y-%m-%d)"
     echo

@@ -31,7 +31,10 @@
 # cgroups and the pod network, which down removes), BERTH_TARGET_DIR (the
 # berth build to run, default target/debug; built when missing),
 # KUBE_FEATURE_GATES (kubelet's feature gates, e.g. EventedPLEG=true),
-# KUBE_KUBELET_CONFIG (a YAML fragment appended to kubelet's config).
+# KUBE_KUBELET_CONFIG (a YAML fragment appended to kubelet's config),
+# KUBE_RUNC (the runc binary of the runtime's default handler, default
+# gotools' runc 1.5.3), KUBE_CNI_BIN_DIR (a dir of CNI plugins searched
+# before /usr/lib/cni; hack/kube-faults.sh puts its wrappers there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -49,7 +52,7 @@ die() {
   exit 1
 }
 usage() {
-  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -273,6 +276,9 @@ runtime_sock() {
   esac
 }
 
+# The CNI plugin dirs of either runtime, as a TOML array's items.
+cni_bin_dirs() { echo "${KUBE_CNI_BIN_DIR:+\"$KUBE_CNI_BIN_DIR\", }\"/usr/lib/cni\""; }
+
 start_berth() {
   mkdir -p "$S/berth/config.d" "$S/net.d"
   local reg bin
@@ -288,7 +294,7 @@ default_handler = "runc"
 shim_binary = "$BT/berth-shim"
 
 [runtime.handlers.runc]
-binary = "$bin/runc"
+binary = "${KUBE_RUNC:-$bin/runc}"
 
 [runtime.handlers.runc-debian]
 binary = "/usr/sbin/runc"
@@ -298,6 +304,7 @@ binary = "crun"
 
 [cni]
 conf_dir = "$S/net.d"
+bin_dirs = [$(cni_bin_dirs)]
 default_bridge = "$POD_BRIDGE"
 default_subnet = "$POD_SUBNET"
 
@@ -346,12 +353,12 @@ state = "$S/containerd/run"
   # root here lacks CAP_SYS_RESOURCE: no oom_score_adj below its own.
   restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["/usr/lib/cni"]
+    bin_dirs = [$(cni_bin_dirs)]
     conf_dir = "$S/net.d"
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      BinaryName = "$bin/runc"
+      BinaryName = "${KUBE_RUNC:-$bin/runc}"
 EOF
   start_part containerd env "PATH=$bin:$PATH" "$bin/containerd" --config "$S/containerd/config.toml"
   wait_for 60 containerd "$bin/crictl" --runtime-endpoint "unix://$S/containerd/containerd.sock" version ||

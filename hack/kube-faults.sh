@@ -380,7 +380,25 @@ kill_part() {
 }
 restart_part() { bash hack/kube.sh restart "$@" >>"$OUT/faults.log" 2>&1; }
 
-fault_runtime-kill() { restart_part "$runtime" --kill; }
+# Every other time, a pull is in flight too: an image the workload does not
+# use, removed and pulled again; after the restart it must pull whole.
+AGNHOST=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+KILLS=0
+fault_runtime-kill() {
+  local puller=''
+  KILLS=$((KILLS + 1))
+  if ((KILLS % 2 == 0)); then
+    cri rmi "$AGNHOST" >/dev/null 2>&1 || true
+    cri pull "$AGNHOST" >/dev/null 2>&1 &
+    puller=$!
+    sleep 0.$((RANDOM % 10))
+  fi
+  restart_part "$runtime" --kill || return 1
+  if [[ -n $puller ]]; then
+    wait "$puller" || true
+    cri pull "$AGNHOST" >/dev/null 2>&1 || note+="the pull cut by the kill failed again; "
+  fi
+}
 fault_kubelet-kill() { restart_part kubelet --kill; }
 fault_both-kill() {
   kill_part kubelet
@@ -502,7 +520,7 @@ one_fault() {
   t0=$SECONDS t0iso=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   touch "$OUT/pause"
   FAULT_END=''
-  "fault_$run_kind" || note="the restart failed; "
+  "fault_$run_kind" || note+="the restart failed; "
   # A fault of a window is measured from its end.
   [[ -z $FAULT_END ]] || t0=$SECONDS
   if took=$(wait_converged "$CONVERGE" "$t0"); then

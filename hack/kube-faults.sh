@@ -510,8 +510,8 @@ one_fault() {
   local kind=$1 n=$2 run_kind=$1 delay t0 t0iso took restarted conflicts failed_before failed_after leaks note=''
   [[ $kind != mixed ]] || run_kind=${MIXABLE[RANDOM % ${#MIXABLE[@]}]}
   wait_converged "$CONVERGE" >/dev/null || log "fault $n: not converged before it: $(not_converged)"
-  running_containers >"$OUT/fault-$n.before"
-  failed_before=$(failed_job_pods)
+  running_containers >"$OUT/fault-$n.before" || true
+  failed_before=$(failed_job_pods) || failed_before=0
   # Work in flight when the fault lands.
   kn rollout restart deploy/web >/dev/null 2>&1 || true
   new_job
@@ -532,7 +532,7 @@ one_fault() {
   restarted_since "$OUT/fault-$n.before" >"$OUT/fault-$n.restarted" || true
   restarted=$(grep -c . "$OUT/fault-$n.restarted" || true)
   conflicts=$(name_conflicts "$t0iso" | tee "$OUT/fault-$n.conflicts" | grep -c . || true)
-  failed_after=$(failed_job_pods)
+  failed_after=$(failed_job_pods) || failed_after=$failed_before
   leaks=$(leaked)
   rm -f "$OUT/pause"
   local label=$run_kind
@@ -592,9 +592,9 @@ end_checks() {
   kill "${BG[@]}" 2>/dev/null || true
   wait "${BG[@]}" 2>/dev/null || true
   BG=()
-  pulled_twice >"$OUT/pulled-twice"
+  pulled_twice >"$OUT/pulled-twice" || true
   while read -r m; do END_LEFT+=("pulled twice: $m"); done <"$OUT/pulled-twice"
-  kc delete namespace "$NS" --wait=false >/dev/null
+  kc delete namespace "$NS" --wait=false >/dev/null || true
   local end=$((SECONDS + 180))
   while kc get namespace "$NS" >/dev/null 2>&1 && ((SECONDS < end)); do sleep 2; done
   kc get namespace "$NS" >/dev/null 2>&1 && END_LEFT+=("namespace $NS not deleted in 180 s")

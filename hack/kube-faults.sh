@@ -55,7 +55,6 @@
 # FAULTS_SEED (the random seed, default the time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-repo=$PWD
 
 S=${KUBE_STATE:-/var/tmp/berth-kube}
 NS=faults
@@ -93,7 +92,7 @@ RANDOM=$SEED
 
 if [[ -n $ci ]]; then
   REPLICAS=10
-  # kind:count; the CI run keeps within ten minutes.
+  # How many of each kind; the CI run keeps within ten minutes.
   PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,mixed}
   declare -A COUNT=([runtime-kill]=4 [kubelet-kill]=2 [both-kill]=1 [run-wipe]=1 [cni-flaky]=1 [runc-kill]=1 [mixed]=2)
   [[ -n $minutes_set ]] || minutes=6

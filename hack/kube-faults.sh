@@ -355,6 +355,8 @@ all_shims() {
 shims() {
   local p
   for p in $(all_shims); do
+    # (a zombie is gone but for its parent's wait)
+    [[ $(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null) != Z ]] || continue
     tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- ' --standby ' || echo "$p"
   done
 }
@@ -607,6 +609,9 @@ end_checks() {
   while read -r m; do END_LEFT+=("ip lease $m"); done < <(ip_leases)
   while read -r m; do END_LEFT+=("pod cgroup $m"); done < <(pod_cgroups)
   while read -r m; do END_LEFT+=("iptables $m"); done < <(comm -13 "$OUT/cni-rules.before" <(cni_rules))
+  # A shim exits a moment after its sandbox is removed.
+  end=$((SECONDS + 30))
+  while [[ -n $(shims) ]] && ((SECONDS < end)); do sleep 1; done
   while read -r m; do END_LEFT+=("shim $m $(tr '\0' ' ' <"/proc/$m/cmdline" 2>/dev/null | cut -c1-120)"); done < <(shims)
   runtime_leftovers
   bash hack/kube.sh down >"$OUT/down.log" 2>&1 || END_LEFT+=("kube.sh down: $(grep -A20 'left behind' "$OUT/down.log" | tail -n +2 | tr '\n' ';')")

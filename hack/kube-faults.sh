@@ -638,7 +638,8 @@ write_report() {
   {
     echo "## kube-faults on $runtime, $(date -u +%Y-%m-%d)"
     echo
-    echo "\`bash hack/kube-faults.sh --runtime $runtime${ci:+ --ci} --minutes $minutes\` (seed $SEED; web $REPLICAS replicas," \
+    echo "\`bash hack/kube-faults.sh --runtime $runtime${ci:+ --ci}${kinds:+ --faults $kinds}${count:+ --count $count}" \
+      "--minutes $minutes\` (seed $SEED; web $REPLICAS replicas," \
       "steady 3, a Job every 15 s; bound $CONVERGE s)"
     echo
     echo "| kind | faults | max time to converge (s) | restarts caused | faults not clean |"

@@ -339,7 +339,7 @@ all_ip_leases() {
     [[ -f $f ]] || continue
     name=$(jq -r .name "$f")
     dir=$(jq -r '[.plugins[].ipam.dataDir // empty][0] // "/var/lib/cni/networks"' "$f")
-    find "$dir/$name" -maxdepth 1 -type f -regextype egrep -regex '.*/[0-9a-f.:]+$' 2>/dev/null
+    find "$dir/$name" -maxdepth 1 -type f -regextype egrep -regex '.*/[0-9a-f.:]+$' 2>/dev/null || true
   done | sort -u
 }
 cni_rules() { { iptables-save; ip6tables-save; } 2>/dev/null | grep -E -- '-A CNI-|-j CNI-' | sort || true; }

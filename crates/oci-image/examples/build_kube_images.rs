@@ -27,6 +27,8 @@
 //! - `pause:3.10.2`: the same layers, entrypoint `/agnhost pause` (the
 //!   sandbox image kubelet pins and containerd runs);
 //! - `e2e-test-images/busybox:1.37.0-2`, `library/busybox:1.37`: busybox;
+//! - `e2e-test-images/glibc-dns-testing:2.1.1`: busybox (the specs run
+//!   `hostname` and `hostname -f`);
 //! - `e2e-test-images/nonroot:1.5`: busybox with user 1234, as upstream's;
 //! - `berth-kube-tests/groups:1`: busybox whose /etc/group makes `app`
 //!   (1000) a member of group 50000 (supplementalGroupsPolicy's tests).
@@ -215,7 +217,7 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
             "",
         )
     };
-    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 13] = [
+    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 14] = [
         (
             "e2e-test-images/agnhost",
             "2.66.1",
@@ -235,6 +237,12 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
             &e2e_busybox,
         ),
         ("library/busybox", "1.37", plain.clone(), &[&busybox]),
+        (
+            "e2e-test-images/glibc-dns-testing",
+            "2.1.1",
+            plain.clone(),
+            &[&busybox],
+        ),
         (
             "e2e-test-images/nonroot",
             "1.5",

@@ -50,8 +50,8 @@ where
 /// berth dies, possibly lost in a power cut). Only for a change recovery
 /// derives again from what it observes, so that losing it loses nothing:
 /// a container's start (its shim's state) or exit (its shim's exit file),
-/// and a pod becoming not ready (its pause or pins gone). README, *State
-/// and recovery*, lists each write and why.
+/// and a pod becoming not ready (its pause or pins gone). docs/architecture.md,
+/// *Which writes are synced*, lists each write and why.
 pub async fn save_volatile<M, S>(
     object: &Arc<Object<M, S>>,
     change: impl FnOnce(&mut S) + Send + 'static,

@@ -32,6 +32,7 @@
 //! a reserve of slots kept for valid tokens: every unproven slot is such a
 //! reserve.
 
+use berth_lock::MutexExt;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -182,7 +183,7 @@ impl Admission {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 }
 

@@ -270,14 +270,15 @@ echo "test.sh: kube $(took "$start")"
 
 # Node conformance (hack/node-e2e.sh, docs/conformance.md): the suite brings
 # its own control plane and kubelet, so it runs after the node above is
-# down. CI runs 64 NodeConformance specs: $NODE_E2E_CI_FOCUS (the
+# down. CI runs 156 NodeConformance specs: $NODE_E2E_CI_FOCUS (the
 # container runtime, hooks, security context, sysctls, image volumes, the
-# pod's hostname: what kubelet asks of a runtime every day), not the
+# pod's hostname, the 92 volume specs of sig-storage: what kubelet asks of
+# a runtime every day), not the
 # suite's 432 parallel and 36 serial ones, which take well over the budget
 # (hack/node-e2e.sh runs them all); the probe specs wait minutes each by
 # design, and crates/kube-tests covers probes; less $NODE_E2E_CI_SKIP. Its
 # closing line is counted.
-NODE_E2E_CI_DEFAULT='Container Runtime|Container Lifecycle Hook|Security Context|Variable Expansion|Kubelet when scheduling|Sysctls|Containers should be able|PrivilegedPod|ImageVolume|Lifecycle Sleep Hook|Pod Extended|Mount recursive read-only|Hostname of Pod'
+NODE_E2E_CI_DEFAULT='Container Runtime|Container Lifecycle Hook|Security Context|Variable Expansion|Kubelet when scheduling|Sysctls|Containers should be able|PrivilegedPod|ImageVolume|Lifecycle Sleep Hook|Pod Extended|Mount recursive read-only|Hostname of Pod|sig-storage'
 NODE_E2E_CI_FOCUS=${NODE_E2E_CI_FOCUS:-$NODE_E2E_CI_DEFAULT}
 # Left out: what this host cannot pass on any runtime (containerd 2.4.2
 # fails it here too; docs/conformance.md gives the cause): the kernel has no

@@ -1,6 +1,7 @@
 //! The composition root: the one place that builds the Layout's users, the
-//! record stores, the image store, the six real mechanisms, the core and
-//! the CRI layer, and wires them together. Everything else receives them.
+//! record stores, the image store, the real mechanisms, the core, the CRI
+//! layer and the streaming server, and wires them into a [`Node`], their
+//! owner. Everything else receives them.
 //!
 //! The order removes every back-reference: the stores are opened first, so
 //! the image store's garbage collection (which must keep the snapshots
@@ -14,6 +15,7 @@ use crate::core::mechanisms::{EventSink, Images, Plugins};
 use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
+use crate::node::Node;
 use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
 use crate::server::Cri;
@@ -89,8 +91,9 @@ fn mechanisms(
     }
 }
 
-/// The daemon's CRI layer over a core over the stores under `layout`.
-pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
+/// The daemon, complete: its CRI layer over a core over the stores under
+/// `layout`, and the parts its owner starts and stops.
+pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> {
     let stores = Stores::open(&layout)?;
     // Snapshots that containers use are kept by image garbage collection.
     let roots: berth_oci_image::GcRoots = {
@@ -141,8 +144,16 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
         .await
         .map_err(Error::join)?
     };
-    let core = Core::new(config, layout, stores, mech, options);
-    Ok(Cri::new(core, cni, images, hub).with_nri(nri))
+    let core = Core::new(config.clone(), layout.clone(), stores, mech, options);
+    let streaming = crate::server::streaming::server(&config.streaming, &layout, core.clone())?;
+    let cri = Cri::new(
+        core.clone(),
+        cni,
+        images.clone(),
+        hub.clone(),
+        Some(streaming.clone()),
+    );
+    Ok(Node::new(config, core, cri, images, hub, nri, streaming))
 }
 
 /// What recovery would change, from the records on disk; changes nothing.

@@ -332,41 +332,6 @@ impl Write for Chunks {
     }
 }
 
-impl Cri {
-    /// Imports the `*.tar` archives of `images.import_dir` (if set and
-    /// present), in name order; a failure is logged with the file's name
-    /// and the next archive is imported.
-    pub async fn import_dir(&self) {
-        let dir = self.core.config.images.import_dir.clone();
-        if dir.as_os_str().is_empty() {
-            return;
-        }
-        let mut names = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "tar"))
-                .collect::<Vec<_>>(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => {
-                return tracing::error!(dir = %dir.display(), error = %e, "reading the image import directory")
-            }
-        };
-        names.sort();
-        for path in names {
-            match self.images.import(&path).await {
-                Ok(images) => {
-                    let tags: Vec<&String> = images.iter().flat_map(|i| &i.repo_tags).collect();
-                    tracing::info!(archive = %path.display(), images = images.len(), ?tags, "image archive imported at start-up")
-                }
-                Err(e) => {
-                    tracing::error!(archive = %path.display(), error = %e, "image archive not imported")
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

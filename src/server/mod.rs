@@ -40,7 +40,7 @@ mod stats;
 mod status;
 mod stop_container;
 mod stop_pod_sandbox;
-mod streaming;
+pub mod streaming;
 mod update_container_resources;
 mod update_pod_sandbox_resources;
 mod update_runtime_config;
@@ -79,10 +79,9 @@ pub struct Cri {
     pub statuses: encode::Statuses,
     /// Cgroup mounts and the CPU sampler behind the stats RPCs.
     pub stats: stats::Collector,
-    /// The exec/attach/port-forward server, once started ([`Cri::start_streaming`]).
-    pub streaming: std::sync::OnceLock<berth_streaming::StreamingServer>,
-    /// NRI, when enabled ([`Cri::start_nri`]).
-    pub nri: Option<Arc<crate::nri::NriPlugins>>,
+    /// The exec/attach/port-forward server that Exec, Attach and
+    /// PortForward hand out URLs of (served by `crate::node`).
+    streaming: Option<berth_streaming::StreamingServer>,
     /// kubelet's relist answers, kept while nothing changes (`relist.rs`).
     kept_lists: relist::KeptLists,
 }
@@ -95,6 +94,7 @@ impl Cri {
         cni: berth_cni::Cni,
         images: Arc<berth_oci_image::ImageStore>,
         events: Arc<events::Events>,
+        streaming: Option<berth_streaming::StreamingServer>,
     ) -> Arc<Cri> {
         let statuses = encode::Statuses {
             sandboxes: core.sandboxes.clone(),
@@ -110,85 +110,9 @@ impl Cri {
             events,
             statuses,
             stats: stats::Collector::new(),
-            streaming: std::sync::OnceLock::new(),
-            nri: None,
+            streaming,
             kept_lists: Default::default(),
         })
-    }
-
-    /// `self` with NRI (see `crate::compose`).
-    pub fn with_nri(mut self: Arc<Cri>, nri: Option<Arc<crate::nri::NriPlugins>>) -> Arc<Cri> {
-        if let Some(cri) = Arc::get_mut(&mut self) {
-            cri.nri = nri;
-        }
-        self
-    }
-
-    /// Starts NRI (after recovery: plugins are synchronized with what is
-    /// there). A failure is logged: pods run on without plugins.
-    pub async fn start_nri(&self) {
-        self.try_start_nri().await;
-        // The exits found by recovery, to the plugins now synchronized.
-        self.core.plugins_started().await;
-    }
-
-    async fn try_start_nri(&self) {
-        let Some(nri) = &self.nri else { return };
-        let cfg = match self.core.config.nri.nri_config() {
-            Ok(cfg) => cfg,
-            Err((key, e)) => return tracing::error!(key, error = %e, "NRI not started"),
-        };
-        match nri.start(cfg, &self.core).await {
-            Ok(()) => {
-                tracing::info!(socket = %self.core.config.nri.socket_path.display(), "NRI started")
-            }
-            Err(e) => tracing::error!(error = %e, "NRI not started"),
-        }
-    }
-
-    /// Tells the NRI plugins berth is going (bounded by their timeout).
-    pub async fn stop_nri(&self) {
-        if let Some(nri) = self.nri.as_ref().and_then(|n| n.nri()) {
-            nri.shutdown().await;
-        }
-    }
-
-    /// Brings the records in line with what runs (before the gate opens).
-    pub async fn recover(&self) {
-        self.core.recover().await;
-        // What no image and no container uses any more (the start-up
-        // collection, deferred until the containers were known).
-        if let Err(e) = self.images.gc().await {
-            tracing::warn!(error = %e, "collecting unused image content");
-        }
-    }
-
-    /// Writes berth's default CNI network when the config dir holds none.
-    pub fn ensure_default_network(&self) -> Result<(), Error> {
-        let config = &self.core.config;
-        if !config.cni.write_default_network {
-            return Ok(());
-        }
-        let subnet = config.cni.default_subnet.parse().map_err(|e| {
-            Error::InvalidArgument(format!(
-                "cni.default_subnet {:?}: {e}",
-                config.cni.default_subnet
-            ))
-        })?;
-        let name = match config.cni.network_name.as_str() {
-            "" => "berth",
-            name => name,
-        };
-        let mut net = berth_cni::DefaultNetwork::new(name, subnet, &config.cni.default_bridge);
-        net.hostport_snat = config.cni.hostport_snat;
-        crate::host_dirs::make_dirs(&config.cni.conf_dir, 0o755).map_err(Error::io(
-            "cni",
-            "creating",
-            &config.cni.conf_dir,
-        ))?;
-        berth_cni::write_default_network(&config.cni.conf_dir, &net)
-            .map(|_| ())
-            .map_err(|e| Error::Internal(format!("writing the default CNI network: {e}")))
     }
 }
 

@@ -739,6 +739,7 @@ mod tests {
             berth_cni::Cni::new(Default::default()),
             Arc::new(images),
             Arc::new(super::super::events::Events::new()),
+            None,
         );
         cri.gate.open();
         (dir, core, cri)

@@ -16,6 +16,8 @@ use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
 use crate::node::Node;
+use crate::nri;
+use crate::objects::StoreExt;
 use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
 use crate::server::Cri;
@@ -118,12 +120,20 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
             images: images.clone(),
         },
     });
-    let nri = config
-        .nri
-        .enable
-        .then(|| crate::nri::NriPlugins::new(config.runtime.cdi_spec_dirs.clone()));
+    // NRI is built before the core that calls it; its requests to the
+    // core's update path wait in a channel served once the core is built.
+    let nri = config.nri.enable.then(|| {
+        let (sender, requests) = nri::update_channel();
+        let records = nri::Records {
+            sandboxes: stores.sandboxes.clone(),
+            containers: stores.containers.clone(),
+            layout: layout.clone(),
+        };
+        let cdi_dirs = config.runtime.cdi_spec_dirs.clone();
+        (nri::NriPlugins::new(records, sender, cdi_dirs), requests)
+    });
     let plugins: Arc<dyn Plugins> = match &nri {
-        Some(nri) => nri.clone(),
+        Some((nri, _)) => nri.clone(),
         None => Arc::new(real::NoPlugins),
     };
     let mech = mechanisms(&config, &layout, &cni, images.clone(), sink, plugins);
@@ -145,6 +155,11 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
         .map_err(Error::join)?
     };
     let core = Core::new(config.clone(), layout.clone(), stores, mech, options);
+    let nri = nri.map(|(plugins, requests)| {
+        let port = Arc::new(CoreUpdates(core.clone()));
+        let serving = tokio::spawn(nri::serve_updates(requests, port));
+        (plugins, serving.abort_handle())
+    });
     let streaming = crate::server::streaming::server(&config.streaming, &layout, core.clone())?;
     let cri = Cri::new(
         core.clone(),
@@ -154,6 +169,32 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
         Some(streaming.clone()),
     );
     Ok(Node::new(config, core, cri, images, hub, nri, streaming))
+}
+
+/// The core's update path, as NRI's plugins use it.
+struct CoreUpdates(Arc<Core>);
+
+#[tonic::async_trait]
+impl nri::ContainerUpdates for CoreUpdates {
+    fn resources(&self, id: &str) -> Result<(String, cri_api::v1::LinuxContainerResources), Error> {
+        let container = self.0.containers.lookup(id)?;
+        Ok((
+            container.meta.id.clone(),
+            self.0.current_resources(&container),
+        ))
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        resources: cri_api::v1::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        self.0.update_container_for_plugin(id, resources).await
+    }
+
+    async fn evict(&self, id: &str) -> Result<(), Error> {
+        self.0.stop_container(id, std::time::Duration::ZERO).await
+    }
 }
 
 /// What recovery would change, from the records on disk; changes nothing.

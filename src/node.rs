@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use berth_oci_image::ImageStore;
 use berth_streaming::StreamingServer;
+use tokio::task::AbortHandle;
 
 use crate::config::Config;
 use crate::container::ContainerState;
@@ -27,20 +28,23 @@ pub struct Node {
     cri: Arc<Cri>,
     images: Arc<ImageStore>,
     events: Arc<Events>,
-    nri: Option<Arc<NriPlugins>>,
+    /// NRI, when enabled, and the task that serves its requests to the
+    /// core's update path.
+    nri: Option<(Arc<NriPlugins>, AbortHandle)>,
     streaming: StreamingServer,
 }
 
 impl Node {
     /// The daemon over its parts (see `crate::compose::daemon`): NRI when
-    /// enabled, and the streaming server bound, not yet serving.
+    /// enabled (with the task serving its updates), and the streaming
+    /// server bound, not yet serving.
     pub fn new(
         config: Config,
         core: Arc<Core>,
         cri: Arc<Cri>,
         images: Arc<ImageStore>,
         events: Arc<Events>,
-        nri: Option<Arc<NriPlugins>>,
+        nri: Option<(Arc<NriPlugins>, AbortHandle)>,
         streaming: StreamingServer,
     ) -> Arc<Node> {
         Arc::new(Node {
@@ -104,8 +108,11 @@ impl Node {
     /// NRI's plugins are told berth is going (bounded by their timeout).
     pub async fn stop(&self) {
         self.streaming.shutdown();
-        if let Some(nri) = self.nri.as_ref().and_then(|n| n.nri()) {
-            nri.shutdown().await;
+        if let Some((plugins, updates)) = &self.nri {
+            if let Some(nri) = plugins.nri() {
+                nri.shutdown().await;
+            }
+            updates.abort();
         }
     }
 
@@ -128,12 +135,12 @@ impl Node {
     }
 
     async fn try_start_nri(&self) {
-        let Some(nri) = &self.nri else { return };
+        let Some((nri, _)) = &self.nri else { return };
         let cfg = match self.config.nri.nri_config() {
             Ok(cfg) => cfg,
             Err((key, e)) => return tracing::error!(key, error = %e, "NRI not started"),
         };
-        match nri.start(cfg, &self.core).await {
+        match nri.start(cfg).await {
             Ok(()) => {
                 tracing::info!(socket = %self.config.nri.socket_path.display(), "NRI started")
             }
@@ -217,7 +224,7 @@ impl Node {
             nri_plugins: self
                 .nri
                 .as_ref()
-                .and_then(|n| n.nri())
+                .and_then(|(n, _)| n.nri())
                 .map(|nri| nri.stats())
                 .unwrap_or_default()
                 .into_iter()

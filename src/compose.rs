@@ -17,7 +17,6 @@ use crate::error::Error;
 use crate::layout::Layout;
 use crate::node::Node;
 use crate::nri;
-use crate::objects::StoreExt;
 use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
 use crate::server::Cri;
@@ -112,13 +111,14 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
     );
     let cni = cni_client(&config, &layout);
     let hub = Arc::new(Events::new());
+    let statuses = Statuses {
+        sandboxes: stores.sandboxes.clone(),
+        containers: stores.containers.clone(),
+        images: images.clone(),
+    };
     let sink = Arc::new(CoreEvents {
         hub: hub.clone(),
-        statuses: Statuses {
-            sandboxes: stores.sandboxes.clone(),
-            containers: stores.containers.clone(),
-            images: images.clone(),
-        },
+        statuses: statuses.clone(),
     });
     // NRI is built before the core that calls it; its requests to the
     // core's update path wait in a channel served once the core is built.
@@ -163,8 +163,9 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
     let streaming = crate::server::streaming::server(&config.streaming, &layout, core.clone())?;
     let cri = Cri::new(
         core.clone(),
-        cni,
-        images.clone(),
+        config.clone(),
+        layout,
+        statuses,
         hub.clone(),
         Some(streaming.clone()),
     );
@@ -177,7 +178,7 @@ struct CoreUpdates(Arc<Core>);
 #[tonic::async_trait]
 impl nri::ContainerUpdates for CoreUpdates {
     fn resources(&self, id: &str) -> Result<(String, cri_api::v1::LinuxContainerResources), Error> {
-        let container = self.0.containers.lookup(id)?;
+        let container = self.0.container(id)?;
         Ok((
             container.meta.id.clone(),
             self.0.current_resources(&container),

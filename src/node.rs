@@ -190,15 +190,13 @@ impl Node {
     fn gauges(&self) -> Gauges {
         let containers: Vec<ContainerState> = self
             .core
-            .containers
-            .list()
+            .all_containers()
             .iter()
             .map(|c| c.status().state)
             .collect();
         let sandboxes: Vec<(SandboxState, bool)> = self
             .core
-            .sandboxes
-            .list()
+            .all_sandboxes()
             .iter()
             .map(|s| {
                 let status = s.status();

@@ -116,7 +116,7 @@ impl Cri {
     ) -> Result<BoxStream<admin::PullProgress>, Error> {
         let name = super::pull_image::image_name_str(&req.image)?.to_string();
         let auth = auth_of(&req);
-        let mut pulling = self.images.start_pull(&name, auth)?;
+        let mut pulling = self.images().start_pull(&name, auth)?;
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS);
         tokio::spawn(
             async move {
@@ -170,7 +170,7 @@ impl Cri {
                 req.path
             )));
         }
-        let images = self.images.import(&path).await?;
+        let images = self.images().import(&path).await?;
         Ok(admin::ImportResponse {
             images: images
                 .into_iter()
@@ -193,7 +193,7 @@ impl Cri {
             return Err(Error::InvalidArgument("no image to export".into()));
         }
         for name in &req.images {
-            if self.images.get(name).is_none() {
+            if self.images().get(name).is_none() {
                 return Err(Error::NotFound {
                     kind: "image",
                     id: name.clone(),
@@ -201,7 +201,7 @@ impl Cri {
             }
         }
         let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
-        let images = self.images.clone();
+        let images = self.images().clone();
         tokio::spawn(async move {
             let writer = Chunks {
                 tx: tx.clone(),

@@ -54,8 +54,10 @@ use cri_api::v1;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::config::Config;
 use crate::core::Core;
 use crate::error::Error;
+use crate::layout::Layout;
 use instrument::{Gate, RequestIds};
 
 /// A stream of replies for the server-streaming RPCs.
@@ -65,17 +67,17 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 's
 /// layer needs (the gate, images, events, stats, streaming).
 pub struct Cri {
     pub core: Arc<Core>,
+    /// The configuration (Status shows it) and the paths on disk.
+    config: Config,
+    layout: Layout,
     /// Closed until start-up has finished.
     pub gate: Gate,
     /// The pod CIDR kubelet last gave through UpdateRuntimeConfig.
     pod_cidr: Mutex<String>,
-    /// The CNI client (Status asks it whether the network is ready).
-    pub cni: berth_cni::Cni,
-    /// Images: content store, metadata and snapshots.
-    pub images: Arc<berth_oci_image::ImageStore>,
     /// Container and sandbox life-cycle events for GetContainerEvents.
     pub events: Arc<events::Events>,
-    /// What the statuses are read from (shared with the events).
+    /// What the statuses are read from (shared with the events), with
+    /// the image store the image RPCs serve.
     pub statuses: encode::Statuses,
     /// Cgroup mounts and the CPU sampler behind the stats RPCs.
     pub stats: stats::Collector,
@@ -91,28 +93,29 @@ impl Cri {
     /// that builds the mechanisms and the stores).
     pub fn new(
         core: Arc<Core>,
-        cni: berth_cni::Cni,
-        images: Arc<berth_oci_image::ImageStore>,
+        config: Config,
+        layout: Layout,
+        statuses: encode::Statuses,
         events: Arc<events::Events>,
         streaming: Option<berth_streaming::StreamingServer>,
     ) -> Arc<Cri> {
-        let statuses = encode::Statuses {
-            sandboxes: core.sandboxes.clone(),
-            containers: core.containers.clone(),
-            images: images.clone(),
-        };
         Arc::new(Cri {
             core,
+            config,
+            layout,
             gate: Gate::default(),
             pod_cidr: Mutex::new(String::new()),
-            cni,
-            images,
             events,
             statuses,
             stats: stats::Collector::new(),
             streaming,
             kept_lists: Default::default(),
         })
+    }
+
+    /// The image store: content, metadata and snapshots.
+    fn images(&self) -> &Arc<berth_oci_image::ImageStore> {
+        &self.statuses.images
     }
 }
 

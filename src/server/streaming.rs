@@ -27,7 +27,6 @@ use crate::container::Container;
 use crate::core::Core;
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
 
 /// Bound on connecting to a port inside a pod.
@@ -185,11 +184,7 @@ impl Backend for ShimBackend {
         port: u16,
         stream: PortStream,
     ) -> Result<(), BackendError> {
-        let sandbox = self
-            .core
-            .sandboxes
-            .lookup(pod_sandbox_id)
-            .map_err(backend_err)?;
+        let sandbox = self.core.sandbox(pod_sandbox_id).map_err(backend_err)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(BackendError::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",

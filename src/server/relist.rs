@@ -723,9 +723,10 @@ mod tests {
             all_capabilities: Some(Vec::new()),
             ..Default::default()
         };
+        let (sandboxes, containers) = (stores.sandboxes.clone(), stores.containers.clone());
         let core = crate::core::Core::new(
-            config,
-            layout,
+            config.clone(),
+            layout.clone(),
             stores,
             crate::core::fake::Fake::mechanisms(&fake),
             options,
@@ -734,11 +735,18 @@ mod tests {
             berth_oci_image::ImageStore::open(&dir.path().join("images"), Default::default())
                 .await
                 .unwrap();
+        let statuses = super::super::encode::Statuses {
+            sandboxes,
+            containers,
+            images: Arc::new(images),
+        };
         let cri = Cri::new(
             core.clone(),
-            berth_cni::Cni::new(Default::default()),
-            Arc::new(images),
+            config,
+            layout,
+            statuses,
             Arc::new(super::super::events::Events::new()),
+            None,
         );
         cri.gate.open();
         (dir, core, cri)

@@ -14,12 +14,12 @@ const NETWORK_READY: &str = "NetworkReady";
 
 impl Cri {
     pub async fn status(&self, req: v1::StatusRequest) -> Result<v1::StatusResponse, Error> {
-        let config = self.core.config.clone();
+        let config = self.config.clone();
         let runtime = tokio::task::spawn_blocking(move || runtime_condition(&config))
             .await
             .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
-        let cni = self.cni.clone();
-        let ready = tokio::task::spawn_blocking(move || cni.network_ready())
+        let core = self.core.clone();
+        let ready = tokio::task::spawn_blocking(move || core.network_ready())
             .await
             .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
         let network = match ready {
@@ -35,7 +35,7 @@ impl Cri {
 
         let mut info = HashMap::new();
         if req.verbose {
-            let config = serde_json::to_string(&self.core.config)
+            let config = serde_json::to_string(&self.config)
                 .map_err(|e| Error::Internal(format!("config to JSON: {e}")))?;
             info.insert("config".to_string(), config);
             info.insert(
@@ -43,7 +43,7 @@ impl Cri {
                 serde_json::Value::String(self.pod_cidr()).to_string(),
             );
             // What this host's security modules give containers.
-            let o = &self.core.spec_options;
+            let o = self.core.spec_options();
             let lsm = serde_json::json!({
                 "apparmor": {
                     "enabled": o.apparmor_enabled,
@@ -59,11 +59,8 @@ impl Cri {
             });
             info.insert("lsm".to_string(), lsm.to_string());
         }
-        let runtime_handlers = runtime_handlers(
-            &self.core.config,
-            user_namespaces_here(&self.core.config).await,
-        )
-        .await;
+        let runtime_handlers =
+            runtime_handlers(&self.config, user_namespaces_here(&self.config).await).await;
         // Host-network pods in their own user namespace (KEP-5607) run
         // wherever the default handler runs user namespace pods: the same
         // namespaces and idmapped mounts, with the host's /sys bound.

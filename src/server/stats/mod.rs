@@ -170,13 +170,13 @@ impl Cri {
                 ));
             }
         };
-        for container in self.core.containers.list() {
+        for container in self.core.all_containers() {
             let usage = self
                 .container_cgroup(&container)
                 .and_then(|cg| cg.cpu_usage_ns().ok());
             push(&container.meta.id, usage);
         }
-        for sandbox in self.core.sandboxes.list() {
+        for sandbox in self.core.all_sandboxes() {
             let usage = self.pod_cgroup(&sandbox).and_then(|pod| match pod {
                 PodCgroup::Own(cg) => cg.cpu_usage_ns().ok(),
                 // A container that just exited drops out of the sum.
@@ -277,7 +277,7 @@ impl Cri {
                 })
                 .ok()
         });
-        let layer = writable_layer(&self.core.layout, &container.meta.id);
+        let layer = writable_layer(&self.layout, &container.meta.id);
         ContainerReading { stats, layer }
     }
 

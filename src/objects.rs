@@ -1,5 +1,6 @@
 //! How the stores' errors become RPC errors, per kind of object.
 
+use berth_lock::MutexExt;
 use std::sync::{Arc, Mutex};
 
 use berth_store::{Durability, Locked, LookupError, Meta, Object, Store};
@@ -126,7 +127,7 @@ pub struct Memo<K, V>(Mutex<Option<Arc<(K, V)>>>);
 impl<K, V> Memo<K, V> {
     /// The value kept for a key that `same` accepts, else `make`'s (kept).
     pub fn get(&self, same: impl FnOnce(&K) -> bool, make: impl FnOnce() -> (K, V)) -> Arc<(K, V)> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some(kept) = lock().as_ref() {
             if same(&kept.0) {
                 return kept.clone();

@@ -1,6 +1,7 @@
 //! StopContainer and RemoveContainer, and the release of an exited
 //! container (runtime delete, rootfs unmount).
 
+use berth_lock::MutexExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -181,10 +182,7 @@ impl Core {
         self.notify_container_of_pod(ContainerEvent::Remove, container)
             .await;
         objects::delete(self.containers.clone(), container).await?;
-        self.plugin_stopped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.plugin_stopped.lock_unpoisoned().remove(&id);
         let config = container.meta.config();
         let volumes = config.mounts.iter().filter_map(|m| m.image.as_ref());
         let mut images = std::iter::once(container.meta.image_id.as_str()).chain(

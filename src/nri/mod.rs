@@ -10,6 +10,7 @@ mod adjust;
 pub mod convert;
 mod host;
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -63,7 +64,7 @@ impl SpecViews {
         resources: &[u8],
         read: impl FnOnce() -> Option<convert::SpecView>,
     ) -> Option<Arc<convert::SpecView>> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some((key, view)) = lock().get(id) {
             if key[..] == *resources {
                 return Some(view.clone());
@@ -77,7 +78,7 @@ impl SpecViews {
     /// Keeps `view` as container `id`'s while its record's resources are
     /// `resources`.
     fn put(&self, id: &str, resources: &[u8], view: Arc<convert::SpecView>) {
-        let mut views = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut views = self.0.lock_unpoisoned();
         if views.len() >= MAX_SPEC_VIEWS {
             views.clear();
         }
@@ -85,7 +86,7 @@ impl SpecViews {
     }
 
     fn forget(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.0.lock_unpoisoned().remove(id);
     }
 
     #[cfg(test)]

@@ -12,6 +12,7 @@
 //! instrument layer as every RPC does (the gate, the deadline, the log line,
 //! the metrics, a panic as Internal) and keep the message size limits.
 
+use berth_lock::MutexExt;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -250,7 +251,7 @@ impl KeptAnswer {
         changes: u64,
         make: impl FnOnce() -> Result<Bytes, E>,
     ) -> Result<Bytes, E> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some((at, answer)) = &*lock() {
             if *at == changes {
                 return Ok(answer.clone());

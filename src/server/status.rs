@@ -1,5 +1,6 @@
 //! RuntimeService.Status: whether the runtime and the network are ready.
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -178,11 +179,7 @@ type Known = std::sync::Mutex<std::collections::BTreeMap<String, bool>>;
 
 /// What `cache` knows about `binary`.
 fn known(cache: &Known, binary: &str) -> Option<bool> {
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(binary)
-        .copied()
+    cache.lock_unpoisoned().get(binary).copied()
 }
 
 /// Whether each runtime binary can run containers on this host, once known.
@@ -222,8 +219,7 @@ async fn runs_here(binary: &str) -> bool {
         tracing::warn!(%binary, %reason, "runtime handler cannot run containers on this host");
     }
     RUNS_HERE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_unpoisoned()
         .insert(binary.to_string(), refusal.is_none());
     refusal.is_none()
 }
@@ -281,8 +277,7 @@ async fn recursive_read_only(binary: &str) -> bool {
         false
     };
     RRO_SUPPORT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_unpoisoned()
         .insert(binary.to_string(), supported);
     supported
 }

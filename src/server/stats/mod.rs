@@ -30,6 +30,7 @@ mod readings;
 mod sample;
 mod values;
 
+use berth_lock::RwLockExt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -77,7 +78,7 @@ impl Collector {
 
     /// The cgroup of a live process; `None` when it is gone.
     fn cgroup_of(&self, pid: u32) -> Option<Cgroup> {
-        let mounts = self.mounts.read().unwrap_or_else(|e| e.into_inner());
+        let mounts = self.mounts.read_unpoisoned();
         match Cgroup::for_pid(&mounts, pid) {
             Ok(cgroup) => Some(cgroup),
             Err(e) => {

@@ -25,7 +25,8 @@
 #       deletes every pod, stops every part, kills what the runtime left
 #       running (shims naming the state dir, processes in kubepods cgroups),
 #       removes what the node made on the host (mounts, cgroups, links,
-#       iptables chains, bridge); exits non-zero, naming it, if any is left.
+#       iptables chains, bridge); exits non-zero, naming it, if any is left
+#       or if a live runtime left processes running after removing every pod.
 #
 # Env: KUBE_STATE (state dir, default /var/tmp/berth-kube: everything the
 # node writes is in it, but kubelet's links in /var/log/containers, its
@@ -646,7 +647,20 @@ cmd_down() {
     ep=unix://$(runtime_sock)
     # crictl's own 2 s deadline would abandon a slow pod stop just before
     # the runtime is stopped.
-    "$bin/crictl" --runtime-endpoint "$ep" --timeout 60s rmp -fa >/dev/null 2>&1 || true
+    if "$bin/crictl" --runtime-endpoint "$ep" --timeout 60s rmp -fa >/dev/null 2>&1; then
+      # Every pod removed: a live runtime must have ended their shims and
+      # processes (its standby shim aside). Killed below, but a leak.
+      local leaked=() i p
+      for ((i = 0; i < 50; i++)); do
+        mapfile -t leaked < <(runtime_leftovers | while read -r p; do
+          l=$(process_line "$p")
+          [[ $l == *--standby* ]] || echo "$l"
+        done)
+        ((${#leaked[@]})) || break
+        sleep 0.2
+      done
+      for p in "${leaked[@]}"; do leftovers+=("$p (left running by the runtime after every pod was removed)"); done
+    fi
     [[ $(<"$S/runtime") != containerd ]] || "$bin/crictl" --runtime-endpoint "$ep" rmi --all >/dev/null 2>&1 || true
   fi
   stop_part berth

@@ -86,8 +86,28 @@ started=$SECONDS
 cleanup() {
   local rc=$?
   trap - EXIT
+  stop_suite
   down || rc=1
   exit "$rc"
+}
+
+# The suite, if it still runs (the script was stopped while it ran): ginkgo,
+# its processes and the kubelet they started, all from $bin: TERM twice, 10 s
+# apart, then KILL.
+stop_suite() {
+  local sig p exe found
+  for sig in TERM TERM KILL; do
+    found=''
+    for p in /proc/[0-9]*; do
+      exe=$(readlink "$p/exe" 2>/dev/null) || continue
+      case $exe in
+      "$bin/ginkgo" | "$bin/e2e_node.test" | "$bin/kubelet") found=1; kill -"$sig" "${p#/proc/}" 2>/dev/null || true ;;
+      esac
+    done
+    [[ -n $found ]] || return 0
+    log "stopping the suite's processes ($sig)"
+    sleep 10
+  done
 }
 
 # What the suite's kubelet leaves on the host besides what kube.sh down

@@ -474,7 +474,7 @@ pub fn markdown(dir: &Path) -> Result<String> {
     let mut out = String::new();
     for (n, pair) in &sizes {
         out.push_str(&format!("#### {n} pods\n\n"));
-        out.push_str(&size_table(*n, pair).markdown().trim_start());
+        out.push_str(size_table(*n, pair).markdown().trim_start());
         out.push('\n');
         if let Some(step) = &pair[0] {
             out.push_str(&berth_split(*n, step));

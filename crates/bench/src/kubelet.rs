@@ -23,7 +23,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::report::{histogram_buckets, histogram_quantile, series_by_label, Report};
+use crate::report::{histogram_buckets, histogram_quantile, label_pairs, series_by_label, Report};
 
 /// The two runtimes, in the table's order (berth first: the ratio is
 /// berth/containerd).
@@ -87,13 +87,7 @@ pub fn series_sum(text: &str, metric: &str, labels: &[(&str, &str)]) -> Option<f
         } else {
             continue;
         };
-        let pairs: Vec<(&str, &str)> = inside
-            .split(',')
-            .filter_map(|kv| {
-                let (k, v) = kv.split_once('=')?;
-                Some((k, v.trim_matches('"')))
-            })
-            .collect();
+        let pairs = label_pairs(inside);
         if !labels.iter().all(|want| pairs.contains(want)) {
             continue;
         }

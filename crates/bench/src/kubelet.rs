@@ -219,13 +219,13 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
     };
     let g = format!("{n} pods");
     let g = g.as_str();
-    r.add(
+    r.add_partial(
         g,
         "all Ready, from the Deployment's creation",
         "s",
         each(pair, |s| s.fact("ready_s")),
     );
-    r.add(
+    r.add_partial(
         g,
         "all gone, from its deletion",
         "s",
@@ -237,7 +237,7 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             ("p99", |d: Delta| d.p99),
             ("mean", |d: Delta| d.mean),
         ] {
-            r.add(
+            r.add_partial(
                 g,
                 &format!("{name} {q}"),
                 "s",
@@ -251,7 +251,7 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             ("p99", |d: Delta| d.p99),
             ("mean", |d: Delta| d.mean),
         ] {
-            r.add(
+            r.add_partial(
                 g,
                 &format!("{name} {q}, {n} pods running"),
                 "ms",
@@ -261,8 +261,8 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
     }
     let pulls = each(pair, |s| Some(delta(&s.before, &s.gone, PULL, &[]).count));
     if pulls.iter().flatten().any(|c| *c > 0.0) {
-        r.add(g, "image pulls by kubelet", "count", pulls);
-        r.add(
+        r.add_partial(g, "image pulls by kubelet", "count", pulls);
+        r.add_partial(
             g,
             "image pull mean",
             "s",
@@ -272,15 +272,15 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
     for op in operations(pair) {
         let labels = [("operation_type", op.as_str())];
         let d = |s: &Step| delta(&s.before, &s.gone, OPS, &labels);
-        r.add(g, &format!("{op} p50"), "ms", each(pair, |s| ms(d(s).p50)));
-        r.add(g, &format!("{op} p99"), "ms", each(pair, |s| ms(d(s).p99)));
-        r.add(
+        r.add_partial(g, &format!("{op} p50"), "ms", each(pair, |s| ms(d(s).p50)));
+        r.add_partial(g, &format!("{op} p99"), "ms", each(pair, |s| ms(d(s).p99)));
+        r.add_partial(
             g,
             &format!("{op} mean"),
             "ms",
             each(pair, |s| ms(d(s).mean)),
         );
-        r.add(
+        r.add_partial(
             g,
             &format!("{op} calls"),
             "count",
@@ -288,19 +288,19 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
         );
     }
     let mib = |key: &'static str| move |s: &Step| s.fact(key).map(|k| k / 1024.0);
-    r.add(
+    r.add_partial(
         g,
         "daemon PSS, all running",
         "MiB",
         each(pair, mib("daemon_pss_kib")),
     );
-    r.add(
+    r.add_partial(
         g,
         "shims PSS, all running",
         "MiB",
         each(pair, mib("shims_pss_kib")),
     );
-    r.add(
+    r.add_partial(
         g,
         "daemon + shims PSS, all running",
         "MiB",
@@ -308,7 +308,7 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             Some((s.fact("daemon_pss_kib")? + s.fact("shims_pss_kib")?) / 1024.0)
         }),
     );
-    r.add(
+    r.add_partial(
         g,
         "daemon + shims RSS, all running",
         "MiB",
@@ -316,14 +316,14 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             Some((s.fact("daemon_rss_kib")? + s.fact("shims_rss_kib")?) / 1024.0)
         }),
     );
-    r.add(g, "shims", "count", each(pair, |s| s.fact("shims")));
-    r.add(
+    r.add_partial(g, "shims", "count", each(pair, |s| s.fact("shims")));
+    r.add_partial(
         g,
         "load average before the step",
         "1 min",
         each(pair, |s| s.fact("load_before")),
     );
-    r.add(
+    r.add_partial(
         g,
         "load average after the step",
         "1 min",
@@ -468,6 +468,13 @@ pub fn markdown(dir: &Path) -> Result<String> {
     let mut out = String::new();
     for (n, pair) in &sizes {
         out.push_str(&format!("#### {n} pods\n\n"));
+        for (rt, step) in RUNTIMES.iter().zip(pair) {
+            if step.is_none() {
+                out.push_str(&format!(
+                    "{rt}: not run at this size (its column is n/a).\n\n"
+                ));
+            }
+        }
         out.push_str(size_table(*n, pair).markdown().trim_start());
         out.push('\n');
         if let Some(step) = &pair[0] {

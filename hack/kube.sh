@@ -22,9 +22,11 @@
 #   kube.sh status
 #       each part: running or not.
 #   kube.sh down
-#       deletes every pod, stops every part, removes what the node made on
-#       the host (mounts, cgroups, links, iptables chains, bridge) and checks
-#       that nothing is left; exits non-zero, naming it, when something is.
+#       deletes every pod, stops every part, kills what the runtime left
+#       running (shims naming the state dir, processes in kubepods cgroups),
+#       removes what the node made on the host (mounts, cgroups, links,
+#       iptables chains, bridge); exits non-zero, naming it, if any is left
+#       or if a live runtime left processes running after removing every pod.
 #
 # Env: KUBE_STATE (state dir, default /var/tmp/berth-kube: everything the
 # node writes is in it, but kubelet's links in /var/log/containers, its
@@ -554,6 +556,87 @@ rm_cgroup_tree() {
   done
 }
 
+# The pids of the processes the runtime left: its shims (berth-shim,
+# containerd-shim-*, whose command line names the state dir) and their
+# descendants, and every process in the node's kubepods cgroups; never
+# this shell or its ancestors. Reads /proc without forking per process.
+runtime_leftovers() {
+  local p pid comm stat rest f
+  local -a fields args
+  local -A parent=() keep=() left=()
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
+    read -r stat 2>/dev/null <"$p/stat" || continue
+    rest=${stat##*) }
+    read -r -a fields <<<"$rest"
+    parent[$pid]=${fields[1]:-0}
+    read -r comm 2>/dev/null <"$p/comm" || continue
+    case $comm in
+    berth-shim | containerd-shim*)
+      mapfile -d '' -t args 2>/dev/null <"$p/cmdline" || continue
+      [[ " ${args[*]} " != *"$S/"* ]] || left[$pid]=1
+      ;;
+    esac
+  done
+  for f in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [[ -d $f ]] || continue
+    while read -r pid; do left[$pid]=1; done < <(find "$f" -name cgroup.procs -exec cat {} + 2>/dev/null)
+  done
+  # Descendants: a shim's container, and what it started.
+  local grew=1
+  while ((grew)); do
+    grew=0
+    for pid in "${!parent[@]}"; do
+      if [[ -z ${left[$pid]:-} && -n ${left[${parent[$pid]:-0}]:-} ]]; then
+        left[$pid]=1
+        grew=1
+      fi
+    done
+  done
+  pid=$$
+  while [[ -n $pid && $pid != 0 && -z ${keep[$pid]:-} ]]; do
+    keep[$pid]=1
+    pid=${parent[$pid]:-}
+  done
+  for pid in "${!left[@]}"; do
+    [[ -n ${keep[$pid]:-} || ! -d /proc/$pid ]] || echo "$pid"
+  done
+}
+
+# One line naming process $1: its pid and command line.
+process_line() {
+  local -a args
+  mapfile -d '' -t args 2>/dev/null <"/proc/$1/cmdline" || true
+  local cmd="${args[*]}"
+  echo "process $1 ${cmd:0:160}"
+}
+
+# Kills what the runtime left running (see runtime_leftovers): a runtime
+# that is dead, was stopped in the middle of a pod's stop, or forgot its
+# pods leaves its shims and their containers, whose cgroups then cannot be
+# removed. Thaws frozen pod cgroups first (a frozen process cannot die),
+# names each process on stderr, and waits up to 10 s for them to go.
+kill_runtime_leftovers() {
+  local pid f i
+  local -a pids
+  mapfile -t pids < <(runtime_leftovers)
+  ((${#pids[@]})) || return 0
+  log "down: killing what the runtime left running:"
+  for pid in "${pids[@]}"; do
+    echo "  $(process_line "$pid")" >&2
+  done
+  for f in /sys/fs/cgroup/freezer/kubepods; do
+    [[ -d $f ]] || continue
+    find "$f" -name freezer.state -exec sh -c 'for s; do echo THAWED >"$s"; done' _ {} + 2>/dev/null || true
+  done
+  for ((i = 0; i < 50; i++)); do
+    mapfile -t pids < <(runtime_leftovers)
+    ((${#pids[@]})) || return 0
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    sleep 0.2
+  done
+}
+
 cmd_down() {
   [[ -d $S ]] || return 0
   start=$SECONDS
@@ -569,7 +652,22 @@ cmd_down() {
   if pid_of berth >/dev/null || pid_of containerd >/dev/null; then
     local ep
     ep=unix://$(runtime_sock)
-    "$bin/crictl" --runtime-endpoint "$ep" rmp -fa >/dev/null 2>&1 || true
+    # crictl's own 2 s deadline would abandon a slow pod stop just before
+    # the runtime is stopped.
+    if "$bin/crictl" --runtime-endpoint "$ep" --timeout 60s rmp -fa >/dev/null 2>&1; then
+      # Every pod removed: a live runtime must have ended their shims and
+      # processes (its standby shim aside). Killed below, but a leak.
+      local leaked=() i p
+      for ((i = 0; i < 50; i++)); do
+        mapfile -t leaked < <(runtime_leftovers | while read -r p; do
+          l=$(process_line "$p")
+          [[ $l == *--standby* ]] || echo "$l"
+        done)
+        ((${#leaked[@]})) || break
+        sleep 0.2
+      done
+      for p in "${leaked[@]}"; do leftovers+=("$p (left running by the runtime after every pod was removed)"); done
+    fi
     [[ $(<"$S/runtime") != containerd ]] || "$bin/crictl" --runtime-endpoint "$ep" rmi --all >/dev/null 2>&1 || true
   fi
   stop_part berth
@@ -579,6 +677,7 @@ cmd_down() {
   stop_part apiserver
   stop_part etcd
   bash "$repo/hack/registry.sh" stop "$S/registry" >/dev/null 2>&1 || true
+  kill_runtime_leftovers
   # What kubelet leaves on the host: its mounts, cgroups, links, chains.
   local m
   while read -r m; do
@@ -604,6 +703,7 @@ cmd_down() {
     "$bin"/* | "$BT"/berth | "$BT"/berth-shim) leftovers+=("process ${p#/proc/} $exe") ;;
     esac
   done
+  while read -r p; do leftovers+=("$(process_line "$p")"); done < <(runtime_leftovers)
   while read -r m; do leftovers+=("mount $m"); done < <(awk -v s="$S/" 'index($5, s) == 1 { print $5 }' /proc/self/mountinfo)
   while read -r m; do leftovers+=("mount $m"); done < <(awk '$5 ~ "^/run/netns/berth|^/var/run/netns/cni-" { print $5 }' /proc/self/mountinfo)
   for m in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do

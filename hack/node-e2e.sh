@@ -77,6 +77,15 @@ for port in 6443 10250 10248 2379; do
   fi
 done
 [[ ! -e /var/lib/kubelet/pods ]] || die "/var/lib/kubelet/pods exists: another kubelet's state"
+# The suite's kubelet evicts below 10% free on the node's filesystem and
+# then wants 15% back (its evictionHard and evictionMinimumReclaim): with
+# less, pods are rejected for DiskPressure and specs fail for no fault of
+# the runtime's.
+mkdir -p /var/lib/kubelet "$S"
+for d in /var/lib/kubelet "$S"; do
+  free=$(df --output=avail,size -k "$d" | awk 'NR == 2 { printf "%d", 100 * $1 / $2 }')
+  ((free >= 16)) || die "$d's filesystem has $free% free: the suite's kubelet needs 16% (DiskPressure below 10%, until 15%)"
+done
 
 bin=$(bash hack/gotools.sh | tail -1)
 kubelet_dir_mounted=''
@@ -86,8 +95,28 @@ started=$SECONDS
 cleanup() {
   local rc=$?
   trap - EXIT
+  stop_suite
   down || rc=1
   exit "$rc"
+}
+
+# The suite, if it still runs (the script was stopped while it ran): ginkgo,
+# its processes and the kubelet they started, all from $bin: TERM twice, 10 s
+# apart, then KILL.
+stop_suite() {
+  local sig p exe found
+  for sig in TERM TERM KILL; do
+    found=''
+    for p in /proc/[0-9]*; do
+      exe=$(readlink "$p/exe" 2>/dev/null) || continue
+      case $exe in
+      "$bin/ginkgo" | "$bin/e2e_node.test" | "$bin/kubelet") found=1; kill -"$sig" "${p#/proc/}" 2>/dev/null || true ;;
+      esac
+    done
+    [[ -n $found ]] || return 0
+    log "stopping the suite's processes ($sig)"
+    sleep 10
+  done
 }
 
 # What the suite's kubelet leaves on the host besides what kube.sh down

@@ -126,6 +126,10 @@ dpkg -i "$deb" >/dev/null
 expected=$("$berth" --version)
 out=$(/usr/bin/berth --version)
 [[ $out == "$expected" && $out == berth\ * ]] || fail "berth --version said: $out"
+# The manual beside README (its links are relative: docs/NAME.md).
+for page in docs/*.md; do
+  cmp -s "$page" "/usr/share/doc/berth/$page" || fail "the package's /usr/share/doc/berth/$page is not $page"
+done
 
 # The installed config is all comments: the defaults, and nothing set by it.
 out=$(/usr/bin/berth config show)

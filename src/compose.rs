@@ -1,6 +1,7 @@
 //! The composition root: the one place that builds the Layout's users, the
-//! record stores, the image store, the six real mechanisms, the core and
-//! the CRI layer, and wires them together. Everything else receives them.
+//! record stores, the image store, the real mechanisms, the core, the CRI
+//! layer and the streaming server, and wires them into a [`Node`], their
+//! owner. Everything else receives them.
 //!
 //! The order removes every back-reference: the stores are opened first, so
 //! the image store's garbage collection (which must keep the snapshots
@@ -14,6 +15,8 @@ use crate::core::mechanisms::{EventSink, Images, Plugins};
 use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
+use crate::node::Node;
+use crate::nri;
 use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
 use crate::server::Cri;
@@ -89,8 +92,9 @@ fn mechanisms(
     }
 }
 
-/// The daemon's CRI layer over a core over the stores under `layout`.
-pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
+/// The daemon, complete: its CRI layer over a core over the stores under
+/// `layout`, and the parts its owner starts and stops.
+pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> {
     let stores = Stores::open(&layout)?;
     // Snapshots that containers use are kept by image garbage collection.
     let roots: berth_oci_image::GcRoots = {
@@ -107,20 +111,29 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
     );
     let cni = cni_client(&config, &layout);
     let hub = Arc::new(Events::new());
+    let statuses = Statuses {
+        sandboxes: stores.sandboxes.clone(),
+        containers: stores.containers.clone(),
+        images: images.clone(),
+    };
     let sink = Arc::new(CoreEvents {
         hub: hub.clone(),
-        statuses: Statuses {
+        statuses: statuses.clone(),
+    });
+    // NRI is built before the core that calls it; its requests to the
+    // core's update path wait in a channel served once the core is built.
+    let nri = config.nri.enable.then(|| {
+        let (sender, requests) = nri::update_channel();
+        let records = nri::Records {
             sandboxes: stores.sandboxes.clone(),
             containers: stores.containers.clone(),
-            images: images.clone(),
-        },
+            layout: layout.clone(),
+        };
+        let cdi_dirs = config.runtime.cdi_spec_dirs.clone();
+        (nri::NriPlugins::new(records, sender, cdi_dirs), requests)
     });
-    let nri = config
-        .nri
-        .enable
-        .then(|| crate::nri::NriPlugins::new(config.runtime.cdi_spec_dirs.clone()));
     let plugins: Arc<dyn Plugins> = match &nri {
-        Some(nri) => nri.clone(),
+        Some((nri, _)) => nri.clone(),
         None => Arc::new(real::NoPlugins),
     };
     let mech = mechanisms(&config, &layout, &cni, images.clone(), sink, plugins);
@@ -141,8 +154,48 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Cri>, Error> {
         .await
         .map_err(Error::join)?
     };
-    let core = Core::new(config, layout, stores, mech, options);
-    Ok(Cri::new(core, cni, images, hub).with_nri(nri))
+    let core = Core::new(config.clone(), layout.clone(), stores, mech, options);
+    let nri = nri.map(|(plugins, requests)| {
+        let port = Arc::new(CoreUpdates(core.clone()));
+        let serving = tokio::spawn(nri::serve_updates(requests, port));
+        (plugins, serving.abort_handle())
+    });
+    let streaming = crate::server::streaming::server(&config.streaming, &layout, core.clone())?;
+    let cri = Cri::new(
+        core.clone(),
+        config.clone(),
+        layout,
+        statuses,
+        hub.clone(),
+        Some(streaming.clone()),
+    );
+    Ok(Node::new(config, core, cri, images, hub, nri, streaming))
+}
+
+/// The core's update path, as NRI's plugins use it.
+struct CoreUpdates(Arc<Core>);
+
+#[tonic::async_trait]
+impl nri::ContainerUpdates for CoreUpdates {
+    fn resources(&self, id: &str) -> Result<(String, cri_api::v1::LinuxContainerResources), Error> {
+        let container = self.0.container(id)?;
+        Ok((
+            container.meta.id.clone(),
+            self.0.current_resources(&container),
+        ))
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        resources: cri_api::v1::LinuxContainerResources,
+    ) -> Result<(), Error> {
+        self.0.update_container_for_plugin(id, resources).await
+    }
+
+    async fn evict(&self, id: &str) -> Result<(), Error> {
+        self.0.stop_container(id, std::time::Duration::ZERO).await
+    }
 }
 
 /// What recovery would change, from the records on disk; changes nothing.

@@ -22,6 +22,7 @@
 //!   `..._timeouts_total` and `berth_nri_plugin_request_seconds_sum`, read
 //!   from NRI at scrape time.
 
+use berth_lock::RwLockExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{LazyLock, RwLock};
@@ -245,11 +246,7 @@ pub fn changes() -> u64 {
 pub fn rpc_done(method: &'static str, code: tonic::Code, elapsed: Duration) {
     if code == tonic::Code::Ok {
         let seconds = elapsed.as_secs_f64();
-        if let Some((calls, times)) = OK_SERIES
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(method)
-        {
+        if let Some((calls, times)) = OK_SERIES.read_unpoisoned().get(method) {
             calls.inc();
             times.observe(seconds);
             return;
@@ -261,10 +258,7 @@ pub fn rpc_done(method: &'static str, code: tonic::Code, elapsed: Duration) {
         );
         series.0.inc();
         series.1.observe(seconds);
-        OK_SERIES
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(method, series);
+        OK_SERIES.write_unpoisoned().insert(method, series);
         return;
     }
     let labels = [method, code_name(code)];

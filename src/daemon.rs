@@ -157,10 +157,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
     let listener = bind(&config.socket)?;
     let metrics_listener = metrics_endpoint::bind(&config.metrics.address).await?;
     let socket = config.socket.clone();
-    let cri = crate::compose::daemon(config, layout).await?;
-    let streaming = cri
-        .start_streaming()
-        .context("starting the streaming server")?;
+    let node = crate::compose::daemon(config, layout).await?;
 
     let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
@@ -180,28 +177,15 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
 
     // Clients that send the socket path as :authority (gRPC C-core,
     // grpc-java, older grpc-go) are served: see berth-h2-authority.
-    let server = crate::server::grpc::serve(listener, crate::server::grpc::routes(&cri), shutdown);
+    let routes = crate::server::grpc::routes(node.cri());
+    let server = crate::server::grpc::serve(listener, routes, shutdown);
     let server = tokio::spawn(server);
 
     // Start-up work (recovery) runs here, while the gate answers Unavailable.
-    {
-        let cri = cri.clone();
-        tokio::task::spawn_blocking(move || cri.ensure_default_network())
-            .await
-            .context("start-up task failed")??;
-    }
-    cri.recover().await;
-    // The node's own images (pause, system images) before kubelet's first call.
-    cri.import_dir().await;
-    cri.start_nri().await;
-    cri.gate.open();
-    cri.start_stats_sampler();
+    node.start(metrics_listener)
+        .await
+        .context("starting berth")?;
     tokio::spawn(trim_when_idle());
-    if let Some(listener) = metrics_listener {
-        let address = listener.local_addr().context("metrics endpoint address")?;
-        tracing::info!(%address, "serving Prometheus metrics on /metrics");
-        tokio::spawn(metrics_endpoint::serve(listener, cri.clone()));
-    }
     tracing::info!(socket = %socket.display(), version = env!("CARGO_PKG_VERSION"), "berth is serving CRI v1");
     // systemd (Type=notify): recovery has finished and the socket serves.
     crate::sd_notify::ready();
@@ -217,8 +201,7 @@ async fn serve(config: Config, layout: crate::layout::Layout) -> anyhow::Result<
         } => None,
     };
     remove_socket(&socket);
-    streaming.shutdown();
-    cri.stop_nri().await;
+    node.stop().await;
     match result {
         Some(result) => result.context("server task failed")?,
         None => tracing::warn!(

@@ -1,8 +1,8 @@
 //! Logging through `tracing` to stderr: human readable by default (colours
 //! only when stderr is a terminal), JSON lines on request.
 //!
-//! The JSON fields are a contract for log shippers (README, *Operating
-//! berth*): `timestamp` (RFC 3339, UTC), `level` (`ERROR`…`TRACE`), `target`
+//! The JSON fields are a contract for log shippers (docs/operating.md,
+//! *Logs*): `timestamp` (RFC 3339, UTC), `level` (`ERROR`…`TRACE`), `target`
 //! (the Rust module), `fields` (`message` and the event's own fields) and,
 //! inside a span, `span` (its `name` and fields, such as the RPC's `method`
 //! and the pod or container id). Fields are only ever added.

@@ -15,6 +15,7 @@ mod host_dirs;
 mod images_cli;
 mod layout;
 mod logging;
+mod node;
 mod nri;
 mod objects;
 mod process;

@@ -1,5 +1,6 @@
 //! How the stores' errors become RPC errors, per kind of object.
 
+use berth_lock::MutexExt;
 use std::sync::{Arc, Mutex};
 
 use berth_store::{Durability, Locked, LookupError, Meta, Object, Store};
@@ -50,8 +51,8 @@ where
 /// berth dies, possibly lost in a power cut). Only for a change recovery
 /// derives again from what it observes, so that losing it loses nothing:
 /// a container's start (its shim's state) or exit (its shim's exit file),
-/// and a pod becoming not ready (its pause or pins gone). README, *State
-/// and recovery*, lists each write and why.
+/// and a pod becoming not ready (its pause or pins gone). docs/architecture.md,
+/// *Which writes are synced*, lists each write and why.
 pub async fn save_volatile<M, S>(
     object: &Arc<Object<M, S>>,
     change: impl FnOnce(&mut S) + Send + 'static,
@@ -126,7 +127,7 @@ pub struct Memo<K, V>(Mutex<Option<Arc<(K, V)>>>);
 impl<K, V> Memo<K, V> {
     /// The value kept for a key that `same` accepts, else `make`'s (kept).
     pub fn get(&self, same: impl FnOnce(&K) -> bool, make: impl FnOnce() -> (K, V)) -> Arc<(K, V)> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some(kept) = lock().as_ref() {
             if same(&kept.0) {
                 return kept.clone();

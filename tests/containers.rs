@@ -6,7 +6,9 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::cri::{container_status, pull, remove_pod, start};
+use common::cri::{
+    as_kubelet_sends, container_status, pull, remove_pod, run_container, start, PodCgroup,
+};
 use common::faults::entries;
 use common::pods::{daemon, pod_config, pod_config_with_pause, TestNet};
 use common::{registry, Daemon};
@@ -1277,4 +1279,84 @@ async fn verbose_info_has_containerds_keys_as_crictl_reads_them() {
     assert!(info["runtimeSpec"].is_null(), "{info}");
     assert_eq!(info["netNamespaceClosed"], false);
     remove_pod(&daemon, &pod).await;
+}
+
+/// What the node e2e suite's isolated-PID-namespace pod met: containers
+/// that outlive SIGTERM were in kubelet's graceful StopContainer when
+/// StopPodSandbox came with a 2 s deadline. The pod's stop queued behind
+/// their grace past the deadline, and the node's take-down then stopped
+/// berth mid-stop, leaving the shims and their cgroups. The pod's stop
+/// kills at once: the graceful stops end with it, and the client's retry
+/// and the removal leave no shim, container cgroup (nor process), mount,
+/// netns or record. A pod without a pause, then one with.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_pod_stop_does_not_wait_out_its_containers_grace() {
+    require_root!();
+    for with_pause in [false, true] {
+        pod_stop_during_grace(with_pause).await;
+    }
+}
+
+async fn pod_stop_during_grace(with_pause: bool) {
+    let net = TestNet::new();
+    let daemon = daemon(&net).await;
+    let cri = daemon.cri().await;
+    let name = if with_pause { "grace-pause" } else { "grace" };
+    let cgroup = PodCgroup::new(name);
+    let mut config = cgroup.pod_config(name);
+    if with_pause {
+        let linux = config.linux.as_mut().unwrap();
+        let sc = linux.security_context.as_mut().unwrap();
+        sc.namespace_options.as_mut().unwrap().pid = v1::NamespaceMode::Pod as i32;
+    }
+    let logs = daemon.sandbox.path(&format!("logs/{name}"));
+    config.log_directory = logs.display().to_string();
+    let pod = cri.run_pod(&config).await.unwrap();
+    pull(&daemon, &registry().busybox()).await;
+    // Outlives SIGTERM (as the e2e's `sleep`, PID 1 of its own namespace),
+    // and says when it got one.
+    let script = "trap 'echo TERM ignored' TERM; while :; do sleep 1; done";
+    let names = ["one", "two"];
+    let mut ids = Vec::new();
+    for c in names {
+        let cfg = as_kubelet_sends(&config, container(c, &["sh", "-c", script]));
+        ids.push(run_container(&daemon, &pod, &config, cfg).await);
+    }
+    // kubelet's graceful stops, with a grace no test waits out.
+    let graceful: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (cri, id) = (cri.clone(), id.clone());
+            tokio::spawn(async move { cri.stop_container(&id, 3600).await })
+        })
+        .collect();
+    for c in names {
+        let log = logs.join(format!("{c}.log"));
+        let told = || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("TERM ignored"));
+        common::wait_until("the stop signal", Duration::from_secs(60), told).await;
+    }
+    // The pod's stop with kubelet's 2 s deadline: whether or not it ends in
+    // time, its client gives up then, and calls again.
+    let _ = cri
+        .with_deadline(Duration::from_secs(2))
+        .stop_pod(&pod)
+        .await;
+    let bound = Duration::from_secs(60);
+    let retried = cri.with_deadline(bound).stop_pod(&pod).await;
+    retried.expect("the retried StopPodSandbox waited out its containers' grace");
+    for call in graceful {
+        let ended = tokio::time::timeout(bound, call).await;
+        let stopped = ended.expect("a graceful StopContainer outlived its pod's stop");
+        stopped.unwrap().expect("StopContainer");
+    }
+    for id in &ids {
+        let status = container_status(&daemon, id).await;
+        assert_eq!(status.state, v1::ContainerState::ContainerExited as i32);
+        assert_eq!(status.exit_code, 137, "{status:?}");
+    }
+    cri.remove_pod(&pod).await.expect("RemovePodSandbox");
+    common::faults::assert_clean(&daemon, &net).await;
+    let left = cgroup.children();
+    assert!(left.is_empty(), "cgroups left: {left:?}");
 }

@@ -598,8 +598,8 @@ fn now_ns() -> i64 {
         .as_nanos() as i64
 }
 
-/// A container's Running and Exited writes are not fsynced (README, *State
-/// and recovery*). berth SIGKILLed right after StartContainer, or right
+/// A container's Running and Exited writes are not fsynced (docs/architecture.md,
+/// *Which writes are synced*). berth SIGKILLed right after StartContainer, or right
 /// after it saw the container exit, answers the same after its restart;
 /// and where a power cut took such a write back before it reached the disk
 /// (the test puts the record back as it was before the write), recovery

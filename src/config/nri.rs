@@ -26,62 +26,7 @@ pub struct NriConfig {
     pub disable_connections: bool,
     /// The built-in validator of plugins' adjustments (containerd 2.x's
     /// `[plugins."io.containerd.nri.v1.nri".default_validator]`).
-    pub default_validator: DefaultValidator,
-}
-
-/// What container adjustments the built-in validator refuses. Off by
-/// default, as in containerd.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DefaultValidator {
-    /// Run it at all (the other keys mean nothing without it).
-    pub enable: bool,
-    /// Refuse OCI hooks injected by plugins.
-    pub reject_oci_hook_adjustment: bool,
-    /// Refuse a seccomp policy set by plugins on a container whose profile
-    /// is the runtime default / unconfined / a custom (localhost) one.
-    pub reject_runtime_default_seccomp_adjustment: bool,
-    pub reject_unconfined_seccomp_adjustment: bool,
-    pub reject_custom_seccomp_adjustment: bool,
-    /// Refuse namespaces changed by plugins.
-    pub reject_namespace_adjustment: bool,
-    /// Refuse sysctls set by plugins.
-    pub reject_sysctl_adjustment: bool,
-    /// Plugins (`NAME` or `IDX-NAME`) every container creation needs
-    /// (pods may require more with the `required-plugins.noderesource.dev`
-    /// annotation).
-    pub required_plugins: Vec<String>,
-    /// An annotation key with which a pod (or `KEY/container.NAME`) says
-    /// `"true"` to be created without the required plugins; empty: none.
-    pub tolerate_missing_plugins_annotation: String,
-}
-
-impl DefaultValidator {
-    /// berth-nri's validator configuration, or the key that is wrong.
-    fn validator_config(&self) -> Result<berth_nri::ValidatorConfig, (&'static str, String)> {
-        const REQUIRED: &str = "nri.default_validator.required_plugins";
-        const TOLERATE: &str = "nri.default_validator.tolerate_missing_plugins_annotation";
-        for p in &self.required_plugins {
-            // `IDX-NAME` is also a valid NAME: the name rules cover both.
-            berth_nri::check_plugin_name(p).map_err(|e| (REQUIRED, e))?;
-        }
-        let key = &self.tolerate_missing_plugins_annotation;
-        if key.len() > 253 || key.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err((TOLERATE, format!("{key:?} is not an annotation key")));
-        }
-        Ok(berth_nri::ValidatorConfig {
-            enable: self.enable,
-            reject_oci_hook_adjustment: self.reject_oci_hook_adjustment,
-            reject_runtime_default_seccomp_adjustment: self
-                .reject_runtime_default_seccomp_adjustment,
-            reject_unconfined_seccomp_adjustment: self.reject_unconfined_seccomp_adjustment,
-            reject_custom_seccomp_adjustment: self.reject_custom_seccomp_adjustment,
-            reject_namespace_adjustment: self.reject_namespace_adjustment,
-            reject_sysctl_adjustment: self.reject_sysctl_adjustment,
-            required_plugins: self.required_plugins.clone(),
-            tolerate_missing_plugins_annotation: key.clone(),
-        })
-    }
+    pub default_validator: berth_nri::ValidatorConfig,
 }
 
 impl Default for NriConfig {
@@ -94,7 +39,7 @@ impl Default for NriConfig {
             plugin_registration_timeout: "5s".into(),
             plugin_request_timeout: "2s".into(),
             disable_connections: false,
-            default_validator: DefaultValidator::default(),
+            default_validator: berth_nri::ValidatorConfig::default(),
         }
     }
 }
@@ -131,8 +76,22 @@ impl NriConfig {
             )?,
             request_timeout: duration("nri.plugin_request_timeout", &self.plugin_request_timeout)?,
             disable_connections: self.disable_connections,
-            validator: self.default_validator.validator_config()?,
+            validator: self.validator()?,
             ..berth_nri::Config::default()
         })
+    }
+
+    /// The validator's section, checked; an error names its key.
+    fn validator(&self) -> Result<berth_nri::ValidatorConfig, (&'static str, String)> {
+        self.default_validator
+            .check()
+            .map_err(|(field, e)| match field {
+                "required_plugins" => ("nri.default_validator.required_plugins", e),
+                _ => (
+                    "nri.default_validator.tolerate_missing_plugins_annotation",
+                    e,
+                ),
+            })?;
+        Ok(self.default_validator.clone())
     }
 }

@@ -25,7 +25,7 @@ pub struct RuntimeConfig {
     /// On hosts with cgroup v1 hierarchies, start the kernel's wait for the
     /// runtime's first cgroup move (an RCU grace period) as soon as a call
     /// that will run the runtime arrives, beside berth's own work (see
-    /// README, *The cgroup lock warm-up*). `false`: the runtime waits for it
+    /// docs/architecture.md, *The cgroup lock warm-up*). `false`: the runtime waits for it
     /// itself, as under containerd and CRI-O.
     pub cgroup_warmup: bool,
     /// Where CDI device specs are, lowest priority first.

@@ -430,3 +430,33 @@ fn nri_default_validator_parsed_and_checked() {
     let err = parse("[nri.default_validator]\nreject_oci_hooks = true\n").unwrap_err();
     assert!(err.to_string().contains("reject_oci_hooks"), "{err}");
 }
+
+/// The `[nri.default_validator]` section is written as it always was (it is
+/// berth-nri's `ValidatorConfig` now): the same keys, in the same order.
+#[test]
+fn nri_default_validator_section_keeps_its_format() {
+    let mut cfg = Config::default();
+    let v = &mut cfg.nri.default_validator;
+    v.enable = true;
+    v.reject_sysctl_adjustment = true;
+    v.required_plugins = vec!["10-resmgr".into()];
+    let text = toml::to_string(&cfg).unwrap();
+    let section = text
+        .split("[nri.default_validator]\n")
+        .nth(1)
+        .and_then(|s| s.split("\n[").next())
+        .unwrap();
+    assert_eq!(
+        section.trim_end(),
+        "enable = true\n\
+         reject_oci_hook_adjustment = false\n\
+         reject_runtime_default_seccomp_adjustment = false\n\
+         reject_unconfined_seccomp_adjustment = false\n\
+         reject_custom_seccomp_adjustment = false\n\
+         reject_namespace_adjustment = false\n\
+         reject_sysctl_adjustment = true\n\
+         required_plugins = [\"10-resmgr\"]\n\
+         tolerate_missing_plugins_annotation = \"\""
+    );
+    assert_eq!(parse(&text).unwrap(), cfg);
+}

@@ -1,8 +1,11 @@
 //! StopContainer and RemoveContainer, and the release of an exited
 //! container (runtime delete, rootfs unmount).
 
+use berth_lock::MutexExt;
 use std::sync::Arc;
 use std::time::Duration;
+
+use berth_shim::ExitInfo;
 
 use super::container_start::record_exit;
 use super::mechanisms::{ContainerEvent, EventKind};
@@ -20,15 +23,34 @@ const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 const KILL_FAILED_WAIT: Duration = Duration::from_secs(2);
 
 impl Core {
-    /// StopContainer: gone or already stopped is fine.
+    /// StopContainer: gone or already stopped is fine. The grace period is
+    /// waited out without the container's lifecycle lock, so a forced stop
+    /// that comes meanwhile (a shorter grace, StopPodSandbox, a removal)
+    /// kills at once instead of queueing behind the grace: kubelet shortens
+    /// a grace that way, and gives up on a pod stop that waits.
     pub async fn stop_container(self: &Arc<Self>, id: &str, grace: Duration) -> Result<(), Error> {
         let container = match self.containers.lookup(id) {
             Ok(c) => c,
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
+        let exited = if grace.is_zero() {
+            None
+        } else {
+            self.signal_and_wait(&container, grace).await
+        };
         let _lifecycle = container.lifecycle.lock().await;
-        self.stop(&container, grace).await?;
+        if self.containers.lookup(id).is_err() {
+            // Removed while the grace ran: nothing left to stop.
+            return Ok(());
+        }
+        if let Some(info) = exited {
+            if container.status().state == ContainerState::Running {
+                record_exit(&container, &info).await?;
+                self.release_exited(&container).await;
+            }
+        }
+        self.stop(&container).await?;
         self.container_event(&container, EventKind::Stopped).await;
         Ok(())
     }
@@ -44,17 +66,38 @@ impl Core {
         self.remove(&container).await
     }
 
-    /// Stop signal, up to `grace` to exit, then SIGKILL; the exit recorded,
-    /// the container is deleted from the runtime. Idempotent.
-    pub(super) async fn stop(
+    /// Sends a running container its stop signal (under its lifecycle
+    /// lock) and waits up to `grace` for its exit (without the lock); the
+    /// exit, if it came. What fails here is left to the forced stop after.
+    async fn signal_and_wait(
         &self,
         container: &Arc<Container>,
         grace: Duration,
-    ) -> Result<(), Error> {
+    ) -> Option<ExitInfo> {
+        let id = &container.meta.id;
+        let task = {
+            let _lifecycle = container.lifecycle.lock().await;
+            if container.status().state != ContainerState::Running {
+                return None;
+            }
+            let task = self.shim_of(id).await.ok()?;
+            let signal = container.meta.stop_signal;
+            if let Err(e) = task.kill(signal, false).await {
+                tracing::debug!(container = %id, error = %e, "stop signal (may have exited)");
+            }
+            tracing::info!(container = %id, signal, grace_secs = grace.as_secs(), "stop signal sent");
+            task
+        };
+        tokio::time::timeout(grace, task.wait()).await.ok()?.ok()
+    }
+
+    /// SIGKILL, the exit recorded, the container deleted from the runtime.
+    /// Idempotent.
+    pub(super) async fn stop(&self, container: &Arc<Container>) -> Result<(), Error> {
         if container.status().state != ContainerState::Running {
             return Ok(());
         }
-        self.signal_until_exit(container, grace).await?;
+        self.kill_until_exit(container).await?;
         failpoint::hit("stop_container:before_release");
         self.release_exited(container).await;
         Ok(())
@@ -80,12 +123,8 @@ impl Core {
         }
     }
 
-    /// Stop signal, up to `grace` to exit, then SIGKILL; records the exit.
-    async fn signal_until_exit(
-        &self,
-        container: &Arc<Container>,
-        grace: Duration,
-    ) -> Result<(), Error> {
+    /// SIGKILL; records the exit.
+    async fn kill_until_exit(&self, container: &Arc<Container>) -> Result<(), Error> {
         let id = &container.meta.id;
         let task = match self.shim_of(id).await {
             Ok(task) => task,
@@ -97,12 +136,6 @@ impl Core {
                 return Ok(());
             }
         };
-        if !grace.is_zero() {
-            let _ = task.kill(container.meta.stop_signal, false).await;
-            if let Ok(Ok(info)) = tokio::time::timeout(grace, task.wait()).await {
-                return record_exit(container, &info).await;
-            }
-        }
         let kill_failed = task.kill(libc::SIGKILL, true).await.err();
         if let Some(e) = &kill_failed {
             tracing::debug!(container = %id, error = %e, "SIGKILL (may have exited)");
@@ -128,7 +161,7 @@ impl Core {
     /// lock the caller holds.
     pub(super) async fn remove(self: &Arc<Self>, container: &Arc<Container>) -> Result<(), Error> {
         let id = container.meta.id.clone();
-        self.stop(container, Duration::ZERO).await?;
+        self.stop(container).await?;
         self.container_event(container, EventKind::Stopped).await;
         timed("container.delete", self.delete_from_runtime(container)).await?;
         // The container's dirs and its shim's are independent trees: removed
@@ -149,10 +182,7 @@ impl Core {
         self.notify_container_of_pod(ContainerEvent::Remove, container)
             .await;
         objects::delete(self.containers.clone(), container).await?;
-        self.plugin_stopped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.plugin_stopped.lock_unpoisoned().remove(&id);
         let config = container.meta.config();
         let volumes = config.mounts.iter().filter_map(|m| m.image.as_ref());
         let mut images = std::iter::once(container.meta.image_id.as_str()).chain(

@@ -31,6 +31,9 @@ pub trait Network: Send + Sync {
     async fn del(&self, id: &str, attachment: &berth_cni::Attachment) -> Result<(), Error>;
     /// (sandbox id, interface) of every attachment DEL can still release.
     fn attachments(&self) -> Vec<(String, String)>;
+    /// Whether a network configuration is there to attach pods with; why
+    /// not (blocks: not on a worker).
+    fn ready(&self) -> Result<(), String>;
 }
 
 /// The user namespace of a pod (`userns_options` mode POD): where it is to

@@ -37,22 +37,23 @@ use crate::config::Config;
 use crate::container::{Container, ContainerState, ContainerStore};
 use crate::error::Error;
 pub use crate::layout::Layout;
-use crate::sandbox::SandboxStore;
+use crate::objects::StoreExt;
+use crate::sandbox::{Sandbox, SandboxStore};
 pub use container_create::ContainerRequest;
 pub use mechanisms::{EventKind, Mechanisms};
 pub use sandbox_run::SandboxRequest;
 
 /// Pods, containers and the mechanisms they are made with.
 pub struct Core {
-    pub config: Config,
-    pub layout: Layout,
-    pub sandboxes: Arc<SandboxStore>,
-    pub containers: Arc<ContainerStore>,
-    pub mech: Mechanisms,
+    config: Config,
+    layout: Layout,
+    sandboxes: Arc<SandboxStore>,
+    containers: Arc<ContainerStore>,
+    mech: Mechanisms,
     /// What the host supports and the configured policies, for spec generation.
-    pub spec_options: berth_spec::SpecOptions,
+    spec_options: berth_spec::SpecOptions,
     /// Records that could not be loaded at open: recovery quarantines them.
-    pub broken: Vec<berth_store::Broken>,
+    broken: Vec<berth_store::Broken>,
     /// Sandbox creations by name, for retries of abandoned calls.
     pods_in_flight: retry::Inflight<SandboxRequest>,
     /// Container creations by name, for retries of abandoned calls.
@@ -135,6 +136,46 @@ impl Core {
             plugin_stopped: Default::default(),
             deferred_stops: Default::default(),
         })
+    }
+
+    /// Container `id` (or the one its unique prefix names).
+    pub fn container(&self, id: &str) -> Result<Arc<Container>, Error> {
+        self.containers.lookup(id)
+    }
+
+    /// Sandbox `id` (or the one its unique prefix names).
+    pub fn sandbox(&self, id: &str) -> Result<Arc<Sandbox>, Error> {
+        self.sandboxes.lookup(id)
+    }
+
+    /// Every container record.
+    pub fn all_containers(&self) -> Vec<Arc<Container>> {
+        self.containers.list()
+    }
+
+    /// Every sandbox record.
+    pub fn all_sandboxes(&self) -> Vec<Arc<Sandbox>> {
+        self.sandboxes.list()
+    }
+
+    /// How many times the containers have changed (see `crates/store`).
+    pub fn container_changes(&self) -> u64 {
+        self.containers.changes()
+    }
+
+    /// How many times the sandboxes have changed (see `crates/store`).
+    pub fn sandbox_changes(&self) -> u64 {
+        self.sandboxes.changes()
+    }
+
+    /// What the host supports and the configured policies.
+    pub fn spec_options(&self) -> &berth_spec::SpecOptions {
+        &self.spec_options
+    }
+
+    /// Whether the pod network is ready (blocks: not on a worker).
+    pub fn network_ready(&self) -> Result<(), String> {
+        self.mech.network.ready()
     }
 
     /// The OCI runtime binary of a runtime handler (the default handler's

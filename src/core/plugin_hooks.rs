@@ -3,6 +3,7 @@
 //! StartContainer, the updates) return the plugin's error; the others are
 //! notifications whose failure is logged, as containerd does.
 
+use berth_lock::MutexExt;
 use std::sync::Arc;
 
 use super::mechanisms::{ContainerEvent, PodEvent};
@@ -109,12 +110,7 @@ impl Core {
     /// StopContainer's notification: once per exit of a container (a
     /// StopContainer after the exit, or a second release, says nothing).
     pub(super) async fn container_stopped_hook(&self, container: &Container) {
-        if let Some(deferred) = self
-            .deferred_stops
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_mut()
-        {
+        if let Some(deferred) = self.deferred_stops.lock_unpoisoned().as_mut() {
             if !deferred.contains(&container.meta.id) {
                 deferred.push(container.meta.id.clone());
             }
@@ -122,8 +118,7 @@ impl Core {
         }
         let first = self
             .plugin_stopped
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_unpoisoned()
             .insert(container.meta.id.clone());
         if first {
             self.notify_container_of_pod(ContainerEvent::Stop, container)
@@ -134,10 +129,7 @@ impl Core {
     /// From now until [`Core::plugins_started`], StopContainer
     /// notifications wait for the plugins.
     pub(super) fn defer_plugin_stops(&self) {
-        let mut d = self
-            .deferred_stops
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut d = self.deferred_stops.lock_unpoisoned();
         d.get_or_insert_with(Vec::new);
     }
 
@@ -147,8 +139,7 @@ impl Core {
     pub async fn plugins_started(&self) {
         let deferred = self
             .deferred_stops
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_unpoisoned()
             .take()
             .unwrap_or_default();
         for id in deferred {

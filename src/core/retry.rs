@@ -16,6 +16,7 @@
 //! pods all day keeps nothing of them (#28: each kept request was ~6 KiB of
 //! the daemon's RSS per pod life cycle).
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -90,7 +91,7 @@ pub enum Retry {
 
 impl<R: PartialEq + Clone> Inflight<R> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry<R>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.lock_unpoisoned()
     }
 
     /// A creation of `request` as `id` under `name` begins.

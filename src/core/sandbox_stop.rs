@@ -4,7 +4,6 @@
 //! its IP.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::mechanisms::{EventKind, PodEvent};
 use super::sandbox_run::attachment;
@@ -77,7 +76,7 @@ impl Core {
         // Its containers go first, forcibly, as kubelet expects.
         for container in self.sandbox_containers(id) {
             let _lifecycle = container.lifecycle.lock().await;
-            self.stop(&container, Duration::ZERO).await?;
+            self.stop(&container).await?;
             self.container_event(&container, EventKind::Stopped).await;
         }
         failpoint::hit("stop_pod_sandbox:after_containers");

@@ -1,6 +1,7 @@
 //! The NRI mechanism: [`crate::core::mechanisms::Plugins`] over berth-nri.
-//! Built empty by the composition root (the core needs it before NRI can
-//! read the core), started once the core has recovered; until then (and
+//! Built by the composition root over the record stores and a channel to
+//! the core's update path ([`host::ContainerUpdates`]), before the core
+//! (which calls it); started once the core has recovered; until then (and
 //! with NRI disabled) every hook is a no-op. NRI keeps no state a restart
 //! needs: plugins reconnect (pre-installed ones are relaunched) and are
 //! synchronized from the records.
@@ -9,6 +10,7 @@ mod adjust;
 pub mod convert;
 mod host;
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -21,15 +23,17 @@ use tonic::async_trait;
 
 use crate::container::Container;
 use crate::core::mechanisms::{ContainerEvent, Plugins, PodEvent, SyncBlock};
-use crate::core::Core;
 use crate::error::Error;
 use crate::sandbox::Sandbox;
-pub use host::NriHost;
+pub use host::{serve_updates, update_channel, ContainerUpdates, Records};
+use host::{NriHost, UpdateSender};
 
 /// NRI plugins, once started.
 pub struct NriPlugins {
+    /// Set once, when NRI has started.
     nri: OnceLock<Nri>,
-    core: OnceLock<std::sync::Weak<Core>>,
+    records: Records,
+    updates: UpdateSender,
     cdi_dirs: Vec<PathBuf>,
     views: SpecViews,
 }
@@ -60,7 +64,7 @@ impl SpecViews {
         resources: &[u8],
         read: impl FnOnce() -> Option<convert::SpecView>,
     ) -> Option<Arc<convert::SpecView>> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some((key, view)) = lock().get(id) {
             if key[..] == *resources {
                 return Some(view.clone());
@@ -74,7 +78,7 @@ impl SpecViews {
     /// Keeps `view` as container `id`'s while its record's resources are
     /// `resources`.
     fn put(&self, id: &str, resources: &[u8], view: Arc<convert::SpecView>) {
-        let mut views = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut views = self.0.lock_unpoisoned();
         if views.len() >= MAX_SPEC_VIEWS {
             views.clear();
         }
@@ -82,7 +86,7 @@ impl SpecViews {
     }
 
     fn forget(&self, id: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.0.lock_unpoisoned().remove(id);
     }
 
     #[cfg(test)]
@@ -96,21 +100,24 @@ fn failed(e: berth_nri::Error) -> Error {
 }
 
 impl NriPlugins {
-    pub fn new(cdi_dirs: Vec<PathBuf>) -> Arc<NriPlugins> {
+    /// NRI over `records`, asking the core's update path through
+    /// `updates`, not started yet.
+    pub fn new(records: Records, updates: UpdateSender, cdi_dirs: Vec<PathBuf>) -> Arc<NriPlugins> {
         Arc::new(NriPlugins {
             nri: OnceLock::new(),
-            core: OnceLock::new(),
+            records,
+            updates,
             cdi_dirs,
             views: SpecViews::default(),
         })
     }
 
-    /// Starts NRI over `core`: pre-installed plugins launched and
-    /// synchronized, the socket open for the others.
-    pub async fn start(&self, cfg: berth_nri::Config, core: &Arc<Core>) -> Result<(), Error> {
-        let _ = self.core.set(Arc::downgrade(core));
+    /// Starts NRI: pre-installed plugins launched and synchronized, the
+    /// socket open for the others.
+    pub async fn start(&self, cfg: berth_nri::Config) -> Result<(), Error> {
         let host = Arc::new(NriHost {
-            core: Arc::downgrade(core),
+            records: self.records.clone(),
+            updates: self.updates.clone(),
         });
         let nri = Nri::start(cfg, host).await.map_err(failed)?;
         let _ = self.nri.set(nri);
@@ -140,10 +147,7 @@ impl NriPlugins {
         if updates.is_empty() && evict.is_empty() {
             return;
         }
-        let (Some(nri), Some(core)) = (self.nri(), self.core.get().and_then(|c| c.upgrade()))
-        else {
-            return;
-        };
+        let Some(nri) = self.nri() else { return };
         updates.retain(|u| {
             let own = u.container_id == held;
             if own {
@@ -158,14 +162,13 @@ impl NriPlugins {
             }
             !own
         });
-        let task = tokio::spawn(async move { host::apply(&core, event, updates, evict).await });
-        match tokio::time::timeout(nri.request_timeout(), task).await {
-            Ok(Ok(failed)) if failed.is_empty() => {}
-            Ok(Ok(failed)) => {
+        let applied = self.updates.apply(event, updates, evict);
+        match tokio::time::timeout(nri.request_timeout(), applied).await {
+            Ok(failed) if failed.is_empty() => {}
+            Ok(failed) => {
                 let ids: Vec<&str> = failed.iter().map(|u| u.container_id.as_str()).collect();
                 tracing::warn!(%event, failed = ?ids, "NRI plugins' updates failed");
             }
-            Ok(Err(e)) => tracing::warn!(%event, error = %e, "NRI plugins' updates"),
             Err(_) => tracing::warn!(
                 %event,
                 "NRI plugins' updates not done within the request timeout: they go on after the answer"
@@ -177,8 +180,7 @@ impl NriPlugins {
     fn spec_of(&self, container: &Container) -> Option<Arc<convert::SpecView>> {
         let id = &container.meta.id;
         self.views.get(id, &container.status().resources, || {
-            let core = self.core.get()?.upgrade()?;
-            host::read_spec(&core, id)
+            self.records.read_spec(id)
         })
     }
 }

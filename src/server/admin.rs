@@ -116,7 +116,7 @@ impl Cri {
     ) -> Result<BoxStream<admin::PullProgress>, Error> {
         let name = super::pull_image::image_name_str(&req.image)?.to_string();
         let auth = auth_of(&req);
-        let mut pulling = self.images.start_pull(&name, auth)?;
+        let mut pulling = self.images().start_pull(&name, auth)?;
         let (tx, rx) = mpsc::channel(QUEUED_EVENTS);
         tokio::spawn(
             async move {
@@ -170,7 +170,7 @@ impl Cri {
                 req.path
             )));
         }
-        let images = self.images.import(&path).await?;
+        let images = self.images().import(&path).await?;
         Ok(admin::ImportResponse {
             images: images
                 .into_iter()
@@ -193,7 +193,7 @@ impl Cri {
             return Err(Error::InvalidArgument("no image to export".into()));
         }
         for name in &req.images {
-            if self.images.get(name).is_none() {
+            if self.images().get(name).is_none() {
                 return Err(Error::NotFound {
                     kind: "image",
                     id: name.clone(),
@@ -201,7 +201,7 @@ impl Cri {
             }
         }
         let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
-        let images = self.images.clone();
+        let images = self.images().clone();
         tokio::spawn(async move {
             let writer = Chunks {
                 tx: tx.clone(),
@@ -329,41 +329,6 @@ impl Write for Chunks {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.send()
-    }
-}
-
-impl Cri {
-    /// Imports the `*.tar` archives of `images.import_dir` (if set and
-    /// present), in name order; a failure is logged with the file's name
-    /// and the next archive is imported.
-    pub async fn import_dir(&self) {
-        let dir = self.core.config.images.import_dir.clone();
-        if dir.as_os_str().is_empty() {
-            return;
-        }
-        let mut names = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "tar"))
-                .collect::<Vec<_>>(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => {
-                return tracing::error!(dir = %dir.display(), error = %e, "reading the image import directory")
-            }
-        };
-        names.sort();
-        for path in names {
-            match self.images.import(&path).await {
-                Ok(images) => {
-                    let tags: Vec<&String> = images.iter().flat_map(|i| &i.repo_tags).collect();
-                    tracing::info!(archive = %path.display(), images = images.len(), ?tags, "image archive imported at start-up")
-                }
-                Err(e) => {
-                    tracing::error!(archive = %path.display(), error = %e, "image archive not imported")
-                }
-            }
-        }
     }
 }
 

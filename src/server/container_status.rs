@@ -9,7 +9,6 @@ use cri_api::{prepacked, v1};
 use super::{verbose, Cri};
 use crate::container::Container;
 use crate::error::Error;
-use crate::objects::StoreExt;
 
 impl Cri {
     /// The answer as the socket sends it: the status's kept encoding (see
@@ -18,7 +17,7 @@ impl Cri {
         &self,
         req: v1::ContainerStatusRequest,
     ) -> Result<prepacked::Encoded, Error> {
-        let container = self.core.containers.lookup(&req.container_id)?;
+        let container = self.core.container(&req.container_id)?;
         let kept = self.statuses.container_encoded(&container);
         let mut answer = prepacked::Encoded {
             bytes: Vec::with_capacity(kept.1.len() + 4),
@@ -39,7 +38,7 @@ impl Cri {
         &self,
         req: v1::ContainerStatusRequest,
     ) -> Result<v1::ContainerStatusResponse, Error> {
-        let container = self.core.containers.lookup(&req.container_id)?;
+        let container = self.core.container(&req.container_id)?;
         let status = self.encode_container_status(&container);
         let info = match req.verbose {
             true => self.container_info(&container).await,
@@ -57,7 +56,7 @@ impl Cri {
     async fn container_info(&self, container: &Container) -> HashMap<String, String> {
         let current = container.status();
         let meta = &container.meta;
-        let bundle = self.core.layout.container_dirs(&meta.id).bundle;
+        let bundle = self.layout.container_dirs(&meta.id).bundle;
         let privileged = meta
             .config()
             .linux
@@ -86,9 +85,9 @@ impl Cri {
     pub(super) fn runtime_options(&self, binary: &str) -> serde_json::Value {
         let mut options = serde_json::json!({
             "binary_name": binary,
-            "root": self.core.layout.runtime_root(),
+            "root": self.layout.runtime_root(),
         });
-        if self.core.spec_options.cgroup_driver_systemd {
+        if self.core.spec_options().cgroup_driver_systemd {
             options["systemd_cgroup"] = true.into();
         }
         options

@@ -16,6 +16,7 @@
 //! subscribes again and relists). Statuses are only built when someone
 //! listens.
 
+use berth_lock::MutexExt;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
@@ -67,7 +68,7 @@ impl Events {
     /// Whether an event of `kind` about `id` should go out (each id is
     /// STOPPED once, until it is DELETED).
     fn first(&self, id: &str, kind: v1::ContainerEventType) -> bool {
-        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stopped = self.stopped.lock_unpoisoned();
         match kind {
             v1::ContainerEventType::ContainerStoppedEvent => stopped.insert(id.to_string()),
             v1::ContainerEventType::ContainerDeletedEvent => {

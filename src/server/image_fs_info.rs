@@ -16,14 +16,14 @@ impl Cri {
         &self,
         _req: v1::ImageFsInfoRequest,
     ) -> Result<v1::ImageFsInfoResponse, Error> {
-        let images = self.images.clone();
-        let core = self.core.clone();
+        let images = self.images().clone();
+        let (core, layout) = (self.core.clone(), self.layout.clone());
         let (image, layers) = tokio::task::spawn_blocking(move || {
             let image = images.fs_info();
             // The writable layers (overlay upper dirs) of every container.
             let mut layers = berth_cgroup_stats::DiskUsage::default();
-            for container in core.containers.list() {
-                if let Some(u) = super::stats::writable_layer(&core.layout, &container.meta.id) {
+            for container in core.all_containers() {
+                if let Some(u) = super::stats::writable_layer(&layout, &container.meta.id) {
                     layers.bytes += u.bytes;
                     layers.inodes += u.inodes;
                 }
@@ -46,7 +46,7 @@ impl Cri {
                 image.inodes_used,
             )],
             container_filesystems: vec![usage(
-                self.core.layout.containers_root().display().to_string(),
+                self.layout.containers_root().display().to_string(),
                 layers.bytes,
                 layers.inodes,
             )],

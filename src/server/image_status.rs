@@ -18,12 +18,12 @@ impl Cri {
             // Under the store's lock, the CRI fields only: the stored image
             // (config, layers, manifests) is not copied.
             return Ok(v1::ImageStatusResponse {
-                image: self.images.with(name, encode::image),
+                image: self.images().with(name, encode::image),
                 info: HashMap::new(),
             });
         }
         // An absent image is an empty answer, not an error.
-        let Some(image) = self.images.get(name) else {
+        let Some(image) = self.images().get(name) else {
             return Ok(v1::ImageStatusResponse::default());
         };
         let mut details = serde_json::json!({
@@ -31,7 +31,7 @@ impl Cri {
             "chainIDs": image.chain_ids(),
             "layers": image.layers,
             "config": image.config,
-            "lowerdirs": self.images.lowerdirs(&image),
+            "lowerdirs": self.images().lowerdirs(&image),
         });
         // An OCI artifact: what it is (its config is a blob of its type).
         if let Some(a) = &image.artifact {

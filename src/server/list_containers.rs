@@ -33,7 +33,7 @@ impl Cri {
         if filter != v1::ContainerFilter::default() {
             return make();
         }
-        let changes = self.core.containers.changes();
+        let changes = self.core.container_changes();
         self.kept_lists.containers.get(changes, make)
     }
 
@@ -59,11 +59,10 @@ impl Cri {
         filter: &v1::ContainerFilter,
     ) -> Vec<(Arc<Container>, ContainerState)> {
         let candidates = if filter.id.is_empty() {
-            self.core.containers.list()
+            self.core.all_containers()
         } else {
             self.core
-                .containers
-                .get(&filter.id)
+                .container(&filter.id)
                 .map(|c| vec![c])
                 .unwrap_or_default()
         };
@@ -71,7 +70,7 @@ impl Cri {
             None
         } else {
             // A sandbox id filter may be a prefix too; unknown means no match.
-            match self.core.sandboxes.get(&filter.pod_sandbox_id) {
+            match self.core.sandbox(&filter.pod_sandbox_id) {
                 Ok(s) => Some(s.meta.id.clone()),
                 Err(_) => return Vec::new(),
             }

@@ -18,8 +18,12 @@ impl Cri {
         // Neither waits for a pull or a removal: the store hands out a
         // snapshot of its images (one `Arc`), not a copy.
         let images = match filter {
-            Some(name) => self.images.with(&name, encode::image).into_iter().collect(),
-            None => self.images.list().iter().map(encode::image).collect(),
+            Some(name) => self
+                .images()
+                .with(&name, encode::image)
+                .into_iter()
+                .collect(),
+            None => self.images().list().iter().map(encode::image).collect(),
         };
         Ok(v1::ListImagesResponse { images })
     }

@@ -32,7 +32,7 @@ impl Cri {
         if filter != v1::PodSandboxFilter::default() {
             return make();
         }
-        let changes = self.core.sandboxes.changes();
+        let changes = self.core.sandbox_changes();
         self.kept_lists.sandboxes.get(changes, make)
     }
 
@@ -58,12 +58,11 @@ impl Cri {
         filter: &v1::PodSandboxFilter,
     ) -> Vec<(Arc<Sandbox>, SandboxState)> {
         let candidates = if filter.id.is_empty() {
-            self.core.sandboxes.list()
+            self.core.all_sandboxes()
         } else {
             // An id filter is an id or a unique prefix; no match is an empty list.
             self.core
-                .sandboxes
-                .get(&filter.id)
+                .sandbox(&filter.id)
                 .map(|s| vec![s])
                 .unwrap_or_default()
         };

@@ -40,7 +40,7 @@ mod stats;
 mod status;
 mod stop_container;
 mod stop_pod_sandbox;
-mod streaming;
+pub mod streaming;
 mod update_container_resources;
 mod update_pod_sandbox_resources;
 mod update_runtime_config;
@@ -54,8 +54,10 @@ use cri_api::v1;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::config::Config;
 use crate::core::Core;
 use crate::error::Error;
+use crate::layout::Layout;
 use instrument::{Gate, RequestIds};
 
 /// A stream of replies for the server-streaming RPCs.
@@ -65,24 +67,23 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 's
 /// layer needs (the gate, images, events, stats, streaming).
 pub struct Cri {
     pub core: Arc<Core>,
+    /// The configuration (Status shows it) and the paths on disk.
+    config: Config,
+    layout: Layout,
     /// Closed until start-up has finished.
     pub gate: Gate,
     /// The pod CIDR kubelet last gave through UpdateRuntimeConfig.
     pod_cidr: Mutex<String>,
-    /// The CNI client (Status asks it whether the network is ready).
-    pub cni: berth_cni::Cni,
-    /// Images: content store, metadata and snapshots.
-    pub images: Arc<berth_oci_image::ImageStore>,
     /// Container and sandbox life-cycle events for GetContainerEvents.
     pub events: Arc<events::Events>,
-    /// What the statuses are read from (shared with the events).
+    /// What the statuses are read from (shared with the events), with
+    /// the image store the image RPCs serve.
     pub statuses: encode::Statuses,
     /// Cgroup mounts and the CPU sampler behind the stats RPCs.
     pub stats: stats::Collector,
-    /// The exec/attach/port-forward server, once started ([`Cri::start_streaming`]).
-    pub streaming: std::sync::OnceLock<berth_streaming::StreamingServer>,
-    /// NRI, when enabled ([`Cri::start_nri`]).
-    pub nri: Option<Arc<crate::nri::NriPlugins>>,
+    /// The exec/attach/port-forward server that Exec, Attach and
+    /// PortForward hand out URLs of (served by `crate::node`).
+    streaming: Option<berth_streaming::StreamingServer>,
     /// kubelet's relist answers, kept while nothing changes (`relist.rs`).
     kept_lists: relist::KeptLists,
 }
@@ -92,103 +93,29 @@ impl Cri {
     /// that builds the mechanisms and the stores).
     pub fn new(
         core: Arc<Core>,
-        cni: berth_cni::Cni,
-        images: Arc<berth_oci_image::ImageStore>,
+        config: Config,
+        layout: Layout,
+        statuses: encode::Statuses,
         events: Arc<events::Events>,
+        streaming: Option<berth_streaming::StreamingServer>,
     ) -> Arc<Cri> {
-        let statuses = encode::Statuses {
-            sandboxes: core.sandboxes.clone(),
-            containers: core.containers.clone(),
-            images: images.clone(),
-        };
         Arc::new(Cri {
             core,
+            config,
+            layout,
             gate: Gate::default(),
             pod_cidr: Mutex::new(String::new()),
-            cni,
-            images,
             events,
             statuses,
             stats: stats::Collector::new(),
-            streaming: std::sync::OnceLock::new(),
-            nri: None,
+            streaming,
             kept_lists: Default::default(),
         })
     }
 
-    /// `self` with NRI (see `crate::compose`).
-    pub fn with_nri(mut self: Arc<Cri>, nri: Option<Arc<crate::nri::NriPlugins>>) -> Arc<Cri> {
-        if let Some(cri) = Arc::get_mut(&mut self) {
-            cri.nri = nri;
-        }
-        self
-    }
-
-    /// Starts NRI (after recovery: plugins are synchronized with what is
-    /// there). A failure is logged: pods run on without plugins.
-    pub async fn start_nri(&self) {
-        self.try_start_nri().await;
-        // The exits found by recovery, to the plugins now synchronized.
-        self.core.plugins_started().await;
-    }
-
-    async fn try_start_nri(&self) {
-        let Some(nri) = &self.nri else { return };
-        let cfg = match self.core.config.nri.nri_config() {
-            Ok(cfg) => cfg,
-            Err((key, e)) => return tracing::error!(key, error = %e, "NRI not started"),
-        };
-        match nri.start(cfg, &self.core).await {
-            Ok(()) => {
-                tracing::info!(socket = %self.core.config.nri.socket_path.display(), "NRI started")
-            }
-            Err(e) => tracing::error!(error = %e, "NRI not started"),
-        }
-    }
-
-    /// Tells the NRI plugins berth is going (bounded by their timeout).
-    pub async fn stop_nri(&self) {
-        if let Some(nri) = self.nri.as_ref().and_then(|n| n.nri()) {
-            nri.shutdown().await;
-        }
-    }
-
-    /// Brings the records in line with what runs (before the gate opens).
-    pub async fn recover(&self) {
-        self.core.recover().await;
-        // What no image and no container uses any more (the start-up
-        // collection, deferred until the containers were known).
-        if let Err(e) = self.images.gc().await {
-            tracing::warn!(error = %e, "collecting unused image content");
-        }
-    }
-
-    /// Writes berth's default CNI network when the config dir holds none.
-    pub fn ensure_default_network(&self) -> Result<(), Error> {
-        let config = &self.core.config;
-        if !config.cni.write_default_network {
-            return Ok(());
-        }
-        let subnet = config.cni.default_subnet.parse().map_err(|e| {
-            Error::InvalidArgument(format!(
-                "cni.default_subnet {:?}: {e}",
-                config.cni.default_subnet
-            ))
-        })?;
-        let name = match config.cni.network_name.as_str() {
-            "" => "berth",
-            name => name,
-        };
-        let mut net = berth_cni::DefaultNetwork::new(name, subnet, &config.cni.default_bridge);
-        net.hostport_snat = config.cni.hostport_snat;
-        crate::host_dirs::make_dirs(&config.cni.conf_dir, 0o755).map_err(Error::io(
-            "cni",
-            "creating",
-            &config.cni.conf_dir,
-        ))?;
-        berth_cni::write_default_network(&config.cni.conf_dir, &net)
-            .map(|_| ())
-            .map_err(|e| Error::Internal(format!("writing the default CNI network: {e}")))
+    /// The image store: content, metadata and snapshots.
+    fn images(&self) -> &Arc<berth_oci_image::ImageStore> {
+        &self.statuses.images
     }
 }
 

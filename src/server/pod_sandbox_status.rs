@@ -6,7 +6,6 @@ use cri_api::{prepacked, v1};
 
 use super::{encode, verbose, Cri};
 use crate::error::Error;
-use crate::objects::StoreExt;
 use crate::sandbox::Sandbox;
 
 impl Cri {
@@ -20,7 +19,7 @@ impl Cri {
         &self,
         req: v1::PodSandboxStatusRequest,
     ) -> Result<prepacked::Encoded, Error> {
-        let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let sandbox = self.core.sandbox(&req.pod_sandbox_id)?;
         let pod = self.statuses.pod_encoded(&sandbox);
         let mut answer = prepacked::Encoded {
             bytes: Vec::with_capacity(pod.1.len() + 16),
@@ -41,7 +40,7 @@ impl Cri {
         &self,
         req: v1::PodSandboxStatusRequest,
     ) -> Result<v1::PodSandboxStatusResponse, Error> {
-        let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let sandbox = self.core.sandbox(&req.pod_sandbox_id)?;
         let status = sandbox.status();
         let info = match req.verbose {
             true => self.pod_info(&sandbox).await,
@@ -62,7 +61,7 @@ impl Cri {
         let id = &sandbox.meta.id;
         let pause = !sandbox.meta.facts().pinned;
         let spec = match pause {
-            true => verbose::runtime_spec(self.core.layout.sandbox_files(id).bundle()).await,
+            true => verbose::runtime_spec(self.layout.sandbox_files(id).bundle()).await,
             false => None,
         };
         let closed = verbose::netns_closed(sandbox.meta.netns.clone()).await;

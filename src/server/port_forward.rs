@@ -5,7 +5,6 @@ use cri_api::v1;
 use super::streaming::invalid;
 use super::Cri;
 use crate::error::Error;
-use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
 
 impl Cri {
@@ -28,7 +27,7 @@ impl Cri {
             ports,
         };
         request.validate().map_err(invalid)?;
-        let sandbox = self.core.sandboxes.lookup(&request.pod_sandbox_id)?;
+        let sandbox = self.core.sandbox(&request.pod_sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",

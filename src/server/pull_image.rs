@@ -42,7 +42,7 @@ impl Cri {
             identity_token: a.identity_token,
             registry_token: a.registry_token,
         });
-        let image = self.images.pull(name, auth).await?;
+        let image = self.images().pull(name, auth).await?;
         tracing::info!(image = %name, id = %image.id, "pulled");
         Ok(image)
     }

@@ -12,6 +12,7 @@
 //! instrument layer as every RPC does (the gate, the deadline, the log line,
 //! the metrics, a panic as Internal) and keep the message size limits.
 
+use berth_lock::MutexExt;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -250,7 +251,7 @@ impl KeptAnswer {
         changes: u64,
         make: impl FnOnce() -> Result<Bytes, E>,
     ) -> Result<Bytes, E> {
-        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = || self.0.lock_unpoisoned();
         if let Some((at, answer)) = &*lock() {
             if *at == changes {
                 return Ok(answer.clone());
@@ -723,9 +724,10 @@ mod tests {
             all_capabilities: Some(Vec::new()),
             ..Default::default()
         };
+        let (sandboxes, containers) = (stores.sandboxes.clone(), stores.containers.clone());
         let core = crate::core::Core::new(
-            config,
-            layout,
+            config.clone(),
+            layout.clone(),
             stores,
             crate::core::fake::Fake::mechanisms(&fake),
             options,
@@ -734,11 +736,18 @@ mod tests {
             berth_oci_image::ImageStore::open(&dir.path().join("images"), Default::default())
                 .await
                 .unwrap();
+        let statuses = super::super::encode::Statuses {
+            sandboxes,
+            containers,
+            images: Arc::new(images),
+        };
         let cri = Cri::new(
             core.clone(),
-            berth_cni::Cni::new(Default::default()),
-            Arc::new(images),
+            config,
+            layout,
+            statuses,
             Arc::new(super::super::events::Events::new()),
+            None,
         );
         cri.gate.open();
         (dir, core, cri)

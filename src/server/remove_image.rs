@@ -13,7 +13,7 @@ impl Cri {
     ) -> Result<v1::RemoveImageResponse, Error> {
         let name = image_name(req.image.as_ref())?;
         // Removing an absent image is not an error.
-        if self.images.remove(name).await? {
+        if self.images().remove(name).await? {
             tracing::info!(image = %name, "removed");
         }
         Ok(v1::RemoveImageResponse {})

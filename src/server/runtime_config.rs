@@ -11,7 +11,7 @@ impl Cri {
         &self,
         _req: v1::RuntimeConfigRequest,
     ) -> Result<v1::RuntimeConfigResponse, Error> {
-        let driver = match self.core.config.runtime.cgroup_driver {
+        let driver = match self.config.runtime.cgroup_driver {
             CgroupDriver::Cgroupfs => v1::CgroupDriver::Cgroupfs,
             CgroupDriver::Systemd => v1::CgroupDriver::Systemd,
         };

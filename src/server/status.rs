@@ -1,5 +1,6 @@
 //! RuntimeService.Status: whether the runtime and the network are ready.
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -14,12 +15,12 @@ const NETWORK_READY: &str = "NetworkReady";
 
 impl Cri {
     pub async fn status(&self, req: v1::StatusRequest) -> Result<v1::StatusResponse, Error> {
-        let config = self.core.config.clone();
+        let config = self.config.clone();
         let runtime = tokio::task::spawn_blocking(move || runtime_condition(&config))
             .await
             .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
-        let cni = self.cni.clone();
-        let ready = tokio::task::spawn_blocking(move || cni.network_ready())
+        let core = self.core.clone();
+        let ready = tokio::task::spawn_blocking(move || core.network_ready())
             .await
             .map_err(|e| Error::Internal(format!("status check failed: {e}")))?;
         let network = match ready {
@@ -35,7 +36,7 @@ impl Cri {
 
         let mut info = HashMap::new();
         if req.verbose {
-            let config = serde_json::to_string(&self.core.config)
+            let config = serde_json::to_string(&self.config)
                 .map_err(|e| Error::Internal(format!("config to JSON: {e}")))?;
             info.insert("config".to_string(), config);
             info.insert(
@@ -43,7 +44,7 @@ impl Cri {
                 serde_json::Value::String(self.pod_cidr()).to_string(),
             );
             // What this host's security modules give containers.
-            let o = &self.core.spec_options;
+            let o = self.core.spec_options();
             let lsm = serde_json::json!({
                 "apparmor": {
                     "enabled": o.apparmor_enabled,
@@ -59,11 +60,8 @@ impl Cri {
             });
             info.insert("lsm".to_string(), lsm.to_string());
         }
-        let runtime_handlers = runtime_handlers(
-            &self.core.config,
-            user_namespaces_here(&self.core.config).await,
-        )
-        .await;
+        let runtime_handlers =
+            runtime_handlers(&self.config, user_namespaces_here(&self.config).await).await;
         // Host-network pods in their own user namespace (KEP-5607) run
         // wherever the default handler runs user namespace pods: the same
         // namespaces and idmapped mounts, with the host's /sys bound.
@@ -181,11 +179,7 @@ type Known = std::sync::Mutex<std::collections::BTreeMap<String, bool>>;
 
 /// What `cache` knows about `binary`.
 fn known(cache: &Known, binary: &str) -> Option<bool> {
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(binary)
-        .copied()
+    cache.lock_unpoisoned().get(binary).copied()
 }
 
 /// Whether each runtime binary can run containers on this host, once known.
@@ -225,8 +219,7 @@ async fn runs_here(binary: &str) -> bool {
         tracing::warn!(%binary, %reason, "runtime handler cannot run containers on this host");
     }
     RUNS_HERE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_unpoisoned()
         .insert(binary.to_string(), refusal.is_none());
     refusal.is_none()
 }
@@ -284,8 +277,7 @@ async fn recursive_read_only(binary: &str) -> bool {
         false
     };
     RRO_SUPPORT
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .lock_unpoisoned()
         .insert(binary.to_string(), supported);
     supported
 }

@@ -1,6 +1,6 @@
 //! The streaming server (`crates/streaming`) behind Exec, Attach and
 //! PortForward (`exec.rs`, `attach.rs`, `port_forward.rs` hand out its URLs):
-//! its start, and the backend that serves its sessions: exec and attach
+//! its making, and the backend that serves its sessions: exec and attach
 //! through the container's shim, port-forward to the pod's loopback from
 //! inside its network namespace. With `streaming.enable_tls` it serves
 //! HTTPS: the configured certificate, or a self-signed one made at each
@@ -22,10 +22,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::Cri;
+use crate::config::StreamingConfig;
 use crate::container::Container;
 use crate::core::Core;
 use crate::error::Error;
-use crate::objects::StoreExt;
+use crate::layout::Layout;
 use crate::sandbox::SandboxState;
 
 /// Bound on connecting to a port inside a pod.
@@ -33,83 +34,73 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the client's direction may go on after the pod's has ended.
 const HALF_CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// The streaming server on the configured address (bound, not yet
+/// serving: its owner, `crate::node`, serves it and shuts it down), over
+/// `core`'s shims and pods.
+pub fn server(
+    config: &StreamingConfig,
+    layout: &Layout,
+    core: Arc<Core>,
+) -> Result<StreamingServer, Error> {
+    let mut server_config = config
+        .server_config()
+        .map_err(|(key, message)| Error::InvalidArgument(format!("{key}: {message}")))?;
+    if config.enable_tls {
+        server_config.tls = Some(identity(config, layout, server_config.addr.ip())?);
+    }
+    let backend = Arc::new(ShimBackend { core });
+    StreamingServer::new(server_config, backend).map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// The certificate the streaming server serves: the configured files,
+/// or a new self-signed one for `ip`, the loopbacks and this host's
+/// name, whose certificate is written to `Layout::streaming_cert`.
+fn identity(
+    streaming: &StreamingConfig,
+    layout: &Layout,
+    ip: IpAddr,
+) -> Result<TlsIdentity, Error> {
+    if !streaming.tls_cert_file.as_os_str().is_empty() {
+        return TlsIdentity::from_files(&streaming.tls_cert_file, &streaming.tls_key_file)
+            .map_err(|e| Error::InvalidArgument(format!("streaming.tls_cert_file: {e}")));
+    }
+    let mut names = vec![
+        "localhost".to_string(),
+        Ipv4Addr::LOCALHOST.to_string(),
+        Ipv6Addr::LOCALHOST.to_string(),
+    ];
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        names.push(ip.to_string());
+    }
+    if let Ok(host) = nix::unistd::gethostname() {
+        if let Some(host) = host.to_str().filter(|h| !h.is_empty()) {
+            names.push(host.to_string());
+        }
+    }
+    let identity = TlsIdentity::self_signed(&names).map_err(|e| Error::Internal(e.to_string()))?;
+    let path = layout.streaming_cert();
+    let written = (|| {
+        let dir = path.parent().unwrap_or(&path);
+        std::fs::create_dir_all(dir)?;
+        // Like every subtree of the state dir (root reads it there).
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        berth_atomic_file::write(&path, identity.cert_pem().as_bytes(), 0o644)
+    })();
+    written.map_err(|e| {
+        Error::Internal(format!(
+            "writing the streaming certificate {}: {e}",
+            path.display()
+        ))
+    })?;
+    tracing::info!(cert = %path.display(), "streaming server: self-signed certificate");
+    Ok(identity)
+}
+
 impl Cri {
-    /// Starts the streaming server on the configured address and keeps it
-    /// for the RPCs; it serves until [`StreamingServer::shutdown`].
-    pub fn start_streaming(self: &Arc<Self>) -> Result<StreamingServer, Error> {
-        let mut config = self
-            .core
-            .config
-            .streaming
-            .server_config()
-            .map_err(|(key, message)| Error::InvalidArgument(format!("{key}: {message}")))?;
-        if self.core.config.streaming.enable_tls {
-            config.tls = Some(self.streaming_identity(config.addr.ip())?);
-        }
-        let backend = Arc::new(ShimBackend {
-            core: self.core.clone(),
-        });
-        let server =
-            StreamingServer::new(config, backend).map_err(|e| Error::Internal(e.to_string()))?;
-        self.streaming
-            .set(server.clone())
-            .map_err(|_| Error::Internal("the streaming server is already started".into()))?;
-        let serving = server.clone();
-        tokio::spawn(async move {
-            if let Err(e) = serving.serve().await {
-                tracing::error!(error = %e, "streaming server");
-            }
-        });
-        tracing::info!(url = server.base_url(), "streaming server listening");
-        Ok(server)
-    }
-
-    /// The certificate the streaming server serves: the configured files,
-    /// or a new self-signed one for `ip`, the loopbacks and this host's
-    /// name, whose certificate is written to `Layout::streaming_cert`.
-    fn streaming_identity(&self, ip: IpAddr) -> Result<TlsIdentity, Error> {
-        let streaming = &self.core.config.streaming;
-        if !streaming.tls_cert_file.as_os_str().is_empty() {
-            return TlsIdentity::from_files(&streaming.tls_cert_file, &streaming.tls_key_file)
-                .map_err(|e| Error::InvalidArgument(format!("streaming.tls_cert_file: {e}")));
-        }
-        let mut names = vec![
-            "localhost".to_string(),
-            Ipv4Addr::LOCALHOST.to_string(),
-            Ipv6Addr::LOCALHOST.to_string(),
-        ];
-        if !ip.is_unspecified() && !ip.is_loopback() {
-            names.push(ip.to_string());
-        }
-        if let Ok(host) = nix::unistd::gethostname() {
-            if let Some(host) = host.to_str().filter(|h| !h.is_empty()) {
-                names.push(host.to_string());
-            }
-        }
-        let identity =
-            TlsIdentity::self_signed(&names).map_err(|e| Error::Internal(e.to_string()))?;
-        let path = self.core.layout.streaming_cert();
-        let written = (|| {
-            let dir = path.parent().unwrap_or(&path);
-            std::fs::create_dir_all(dir)?;
-            // Like every subtree of the state dir (root reads it there).
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-            berth_atomic_file::write(&path, identity.cert_pem().as_bytes(), 0o644)
-        })();
-        written.map_err(|e| {
-            Error::Internal(format!(
-                "writing the streaming certificate {}: {e}",
-                path.display()
-            ))
-        })?;
-        tracing::info!(cert = %path.display(), "streaming server: self-signed certificate");
-        Ok(identity)
-    }
-
-    /// The streaming server, once started.
+    /// The streaming server (none in the unit tests of the CRI layer).
     pub(super) fn streaming_server(&self) -> Result<&StreamingServer, Error> {
         self.streaming
-            .get()
+            .as_ref()
             .ok_or_else(|| Error::Unavailable("the streaming server is not running".into()))
     }
 }
@@ -193,11 +184,7 @@ impl Backend for ShimBackend {
         port: u16,
         stream: PortStream,
     ) -> Result<(), BackendError> {
-        let sandbox = self
-            .core
-            .sandboxes
-            .lookup(pod_sandbox_id)
-            .map_err(backend_err)?;
+        let sandbox = self.core.sandbox(pod_sandbox_id).map_err(backend_err)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(BackendError::FailedPrecondition(format!(
                 "pod sandbox {} is not ready",

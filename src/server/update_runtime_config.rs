@@ -1,6 +1,7 @@
 //! RuntimeService.UpdateRuntimeConfig: the pod CIDR kubelet gives, kept for
 //! Status.
 
+use berth_lock::MutexExt;
 use cri_api::v1;
 
 use super::Cri;
@@ -21,7 +22,7 @@ impl Cri {
                 validate_cidr(part.trim())?;
             }
         }
-        let mut current = self.pod_cidr.lock().unwrap_or_else(|e| e.into_inner());
+        let mut current = self.pod_cidr.lock_unpoisoned();
         if *current != cidr {
             tracing::info!(old = %current, new = %cidr, "pod CIDR updated");
             *current = cidr;
@@ -31,10 +32,7 @@ impl Cri {
 
     /// The pod CIDR from the last UpdateRuntimeConfig, empty if none.
     pub fn pod_cidr(&self) -> String {
-        self.pod_cidr
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.pod_cidr.lock_unpoisoned().clone()
     }
 }
 

@@ -585,6 +585,18 @@ impl PodCgroup {
         config
     }
 
+    /// The cgroups below this one, in any hierarchy (a container's, a
+    /// pause's): what a removed pod must not leave.
+    pub fn children(&self) -> Vec<PathBuf> {
+        let subdirs = |d: PathBuf| std::fs::read_dir(d).into_iter().flatten().flatten();
+        self.dirs()
+            .into_iter()
+            .flat_map(subdirs)
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect()
+    }
+
     /// This cgroup's directory in every mounted hierarchy.
     fn dirs(&self) -> Vec<PathBuf> {
         let rel = self.parent.trim_start_matches('/');

@@ -19,6 +19,7 @@
 //! (an error or a call over its time limit is a failure); the verdict is
 //! in the JSON summary and the exit code.
 
+use berth_lock::MutexExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -178,7 +179,7 @@ impl Tally {
 
     fn fail(&self, what: &str, e: &anyhow::Error) {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        let mut m = self.messages.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = self.messages.lock_unpoisoned();
         if m.len() < KEPT_FAILURES {
             m.push(format!("{what}: {e:#}"));
         }
@@ -660,11 +661,7 @@ pub async fn run(
         .map(|x| x.rss_kib)
         .max()
         .unwrap_or(end.rss_kib);
-    let failure_messages = tally
-        .messages
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let failure_messages = tally.messages.lock_unpoisoned().clone();
     let mut summary = Summary {
         settings: s.clone(),
         runtime: t.version.clone(),

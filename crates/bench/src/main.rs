@@ -13,9 +13,12 @@
 //! - `berth-bench churn --target ... --image IMAGE`: kubelet-like churn
 //!   against one runtime, sampling its RSS, fds and threads (`churn.rs`;
 //!   `hack/endurance.sh` runs it).
+//! - `berth-bench kubelet-report DIR`: the kubelet group's tables from the
+//!   metrics `hack/kube-bench.sh` saved (`kubelet.rs`).
 
 mod churn;
 mod floor;
+mod kubelet;
 mod memory;
 mod push;
 mod report;
@@ -53,6 +56,9 @@ enum Command {
     /// Kubelet-like churn against one runtime, sampling its memory, fds
     /// and threads (the endurance test).
     Churn(Box<ChurnArgs>),
+    /// The kubelet group's tables (Markdown) from the steps
+    /// hack/kube-bench.sh saved in DIR (DIR/RUNTIME/SIZE/).
+    KubeletReport { dir: PathBuf },
 }
 
 #[derive(Args)]
@@ -291,6 +297,10 @@ async fn main() -> Result<()> {
         Command::Run(a) => run(*a).await,
         Command::Cleanup(a) => cleanup(a).await,
         Command::Churn(a) => churn(*a).await,
+        Command::KubeletReport { dir } => {
+            print!("{}", kubelet::markdown(&dir)?);
+            Ok(())
+        }
         Command::Floor(a) => {
             let floor = floor::Floor {
                 conflist: a.cni,

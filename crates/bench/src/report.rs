@@ -64,6 +64,17 @@ pub fn series_by_label(text: &str, metric: &str, label: &str) -> Vec<(String, f6
         .collect()
 }
 
+/// The `name="value"` pairs inside a series' braces.
+pub fn label_pairs(inside: &str) -> Vec<(&str, &str)> {
+    inside
+        .split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            Some((k, v.trim_matches('"')))
+        })
+        .collect()
+}
+
 /// The cumulative buckets of one Prometheus histogram series in `text`
 /// (the text exposition format): `(upper bound in the metric's unit,
 /// count)` for the series `metric` whose labels include every `labels`
@@ -75,13 +86,7 @@ pub fn histogram_buckets(text: &str, metric: &str, labels: &[(&str, &str)]) -> V
         .filter_map(|line| {
             let rest = line.strip_prefix(&prefix)?;
             let (inside, value) = rest.split_once("} ")?;
-            let pairs: Vec<(&str, &str)> = inside
-                .split(',')
-                .filter_map(|kv| {
-                    let (k, v) = kv.split_once('=')?;
-                    Some((k, v.trim_matches('"')))
-                })
-                .collect();
+            let pairs = label_pairs(inside);
             if !labels.iter().all(|want| pairs.contains(want)) {
                 return None;
             }

@@ -2,6 +2,7 @@
 //! background thread, so that the CPU rate (`usage_nano_cores`) is a lookup
 //! rather than a wait between two reads.
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,7 +45,7 @@ impl CpuSampler {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pair>> {
-        self.samples.lock().unwrap_or_else(|e| e.into_inner())
+        self.samples.lock_unpoisoned()
     }
 
     /// Keeps `sample` as the newest of `key`; one not newer than the newest is ignored.

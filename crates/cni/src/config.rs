@@ -7,6 +7,7 @@
 //! Files are taken directory by directory, in lexical order of file name;
 //! invalid ones are skipped and reported.
 
+use berth_lock::MutexExt;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -295,7 +296,7 @@ impl ConfDirs {
     /// Every candidate file, parsed; re-read only when the dirs changed.
     fn load(&self) -> Result<Arc<Loaded>, Error> {
         let stamps = self.stamps()?;
-        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.cached.lock_unpoisoned();
         if let Some((old, loaded)) = cached.as_ref() {
             if *old == stamps {
                 return Ok(loaded.clone());

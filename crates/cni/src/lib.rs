@@ -39,6 +39,7 @@ mod exec;
 mod result;
 mod version;
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
@@ -449,7 +450,7 @@ impl Cni {
     async fn lock(&self, att: &Attachment) -> tokio::sync::OwnedMutexGuard<()> {
         let key = format!("{}+{}", att.container_id, att.ifname);
         let mutex = {
-            let mut locks = self.inner.locks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut locks = self.inner.locks.lock_unpoisoned();
             locks.retain(|_, lock| lock.strong_count() > 0);
             match locks.get(&key).and_then(Weak::upgrade) {
                 Some(lock) => lock,

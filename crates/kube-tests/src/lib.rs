@@ -8,6 +8,7 @@
 //! dropped. Tests that stop a part of the node take [`disrupt`]; the others
 //! take [`share`], so they never run while a part is down.
 
+use berth_lock::RwLockExt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,13 +52,13 @@ static PARTS: RwLock<()> = RwLock::new(());
 
 /// Held by a test that needs every part of the node up.
 pub fn share() -> RwLockReadGuard<'static, ()> {
-    PARTS.read().unwrap_or_else(|e| e.into_inner())
+    PARTS.read_unpoisoned()
 }
 
 /// Held by a test that stops or restarts a part of the node: no other test
 /// runs meanwhile.
 pub fn disrupt() -> RwLockWriteGuard<'static, ()> {
-    PARTS.write().unwrap_or_else(|e| e.into_inner())
+    PARTS.write_unpoisoned()
 }
 
 /// Runs `program args`, with `input` on its stdin, bounded by [`CALL_LIMIT`]

@@ -30,6 +30,7 @@
 //!
 //! Everything here is blocking; async callers use `tokio::task::spawn_blocking`.
 
+use berth_lock::MutexExt;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -380,7 +381,7 @@ static SHARED_DIR: Mutex<()> = Mutex::new(());
 /// Makes `dir` a shared mount point, bind-mounting it onto itself first if it
 /// is not a mount point (what `ip netns add` does for /run/netns).
 fn make_shared_mount(dir: &Path) -> Result<(), Error> {
-    let _guard = SHARED_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = SHARED_DIR.lock_unpoisoned();
     let mut bound = false;
     loop {
         match mount(

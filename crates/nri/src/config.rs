@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// Where and how NRI runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -26,8 +28,11 @@ pub struct Config {
 }
 
 /// Options of the built-in default validator (containerd/nri's
-/// `default-validator`): what container adjustments to reject.
-#[derive(Debug, Clone, Default)]
+/// `default-validator`): what container adjustments to reject. Off by
+/// default, as in containerd. It is also the daemon's
+/// `[nri.default_validator]` section, key for key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct ValidatorConfig {
     /// Run the validator at all.
     pub enable: bool,
@@ -76,5 +81,24 @@ impl Default for Config {
             runtime_version: env!("CARGO_PKG_VERSION").into(),
             validator: ValidatorConfig::default(),
         }
+    }
+}
+
+impl ValidatorConfig {
+    /// Checks the names it holds: every required plugin's, and the
+    /// tolerate annotation's key. The error names the field that is wrong.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        for p in &self.required_plugins {
+            // `IDX-NAME` is also a valid NAME: the name rules cover both.
+            crate::check_plugin_name(p).map_err(|e| ("required_plugins", e))?;
+        }
+        let key = &self.tolerate_missing_plugins_annotation;
+        if key.len() > 253 || key.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err((
+                "tolerate_missing_plugins_annotation",
+                format!("{key:?} is not an annotation key"),
+            ));
+        }
+        Ok(())
     }
 }

@@ -16,6 +16,7 @@
 //! was posted. The queue is bounded ([`MAX_POSTED`]): past it, a post waits
 //! for its delivery as the other events do.
 
+use berth_lock::MutexExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -44,6 +45,40 @@ macro_rules! rpc {
             async move { p.client().$method(p.context(), &req).await.map(|_| ()) }.boxed()
         }) as Rpc
     }};
+}
+
+/// Notification events about a pod: each builds its request, then is sent
+/// (`notify`) or queued (`post`).
+macro_rules! pod_events {
+    ($($(#[$doc:meta])* $method:ident: $req:ident, $event:ident, $how:ident;)*) => {$(
+        $(#[$doc])*
+        pub async fn $method(&self, pod: &api::PodSandbox) -> Result<(), Error> {
+            let req = api::$req {
+                pod: some(pod),
+                ..Default::default()
+            };
+            self.$how(Event::$event, pod, None, rpc!($method, req)).await
+        }
+    )*};
+}
+
+/// Notification events about a container of a pod, as [`pod_events`].
+macro_rules! container_events {
+    ($($(#[$doc:meta])* $method:ident: $req:ident, $event:ident, $how:ident;)*) => {$(
+        $(#[$doc])*
+        pub async fn $method(
+            &self,
+            pod: &api::PodSandbox,
+            ctr: &api::Container,
+        ) -> Result<(), Error> {
+            let req = api::$req {
+                pod: some(pod),
+                container: some(ctr),
+                ..Default::default()
+            };
+            self.$how(Event::$event, pod, Some(ctr), rpc!($method, req)).await
+        }
+    )*};
 }
 
 fn some<T>(v: &T) -> MessageField<T>
@@ -134,12 +169,7 @@ impl Nri {
     /// event lock.
     async fn deliver_posted(&self) {
         loop {
-            let next = self
-                .inner
-                .posted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .pop_front();
+            let next = self.inner.posted.lock_unpoisoned().pop_front();
             let Some(posted) = next else { break };
             let (pod, ctr) = (&posted.pod, posted.ctr.as_ref());
             if let Err(e) = deliver(posted.event, pod, ctr, &posted.rpc, posted.plugins).await {
@@ -176,7 +206,7 @@ impl Nri {
             plugins,
         };
         let queued = {
-            let mut q = self.inner.posted.lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = self.inner.posted.lock_unpoisoned();
             if q.len() < MAX_POSTED {
                 q.push_back(posted);
                 None
@@ -216,120 +246,23 @@ impl Nri {
         deliver(event, pod, ctr, &rpc, self.subscribers(event)).await
     }
 
-    pub async fn run_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
-        let req = api::RunPodSandboxRequest {
-            pod: some(pod),
-            ..Default::default()
-        };
-        let rpc = rpc!(run_pod_sandbox, req);
-        self.notify(Event::RUN_POD_SANDBOX, pod, None, rpc).await
+    pod_events! {
+        run_pod_sandbox: RunPodSandboxRequest, RUN_POD_SANDBOX, notify;
+        /// Queued (see the module's doc): answers at once.
+        post_update_pod_sandbox: PostUpdatePodSandboxRequest, POST_UPDATE_POD_SANDBOX, post;
+        stop_pod_sandbox: StopPodSandboxRequest, STOP_POD_SANDBOX, notify;
+        remove_pod_sandbox: RemovePodSandboxRequest, REMOVE_POD_SANDBOX, notify;
     }
 
-    /// Queued (see the module's doc): answers at once.
-    pub async fn post_update_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
-        let req = api::PostUpdatePodSandboxRequest {
-            pod: some(pod),
-            ..Default::default()
-        };
-        let rpc = rpc!(post_update_pod_sandbox, req);
-        self.post(Event::POST_UPDATE_POD_SANDBOX, pod, None, rpc)
-            .await
-    }
-
-    pub async fn stop_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
-        let req = api::StopPodSandboxRequest {
-            pod: some(pod),
-            ..Default::default()
-        };
-        let rpc = rpc!(stop_pod_sandbox, req);
-        self.notify(Event::STOP_POD_SANDBOX, pod, None, rpc).await
-    }
-
-    pub async fn remove_pod_sandbox(&self, pod: &api::PodSandbox) -> Result<(), Error> {
-        let req = api::RemovePodSandboxRequest {
-            pod: some(pod),
-            ..Default::default()
-        };
-        let rpc = rpc!(remove_pod_sandbox, req);
-        self.notify(Event::REMOVE_POD_SANDBOX, pod, None, rpc).await
-    }
-
-    /// Queued (see the module's doc): answers at once.
-    pub async fn post_create_container(
-        &self,
-        pod: &api::PodSandbox,
-        ctr: &api::Container,
-    ) -> Result<(), Error> {
-        let req = api::PostCreateContainerRequest {
-            pod: some(pod),
-            container: some(ctr),
-            ..Default::default()
-        };
-        let rpc = rpc!(post_create_container, req);
-        self.post(Event::POST_CREATE_CONTAINER, pod, Some(ctr), rpc)
-            .await
-    }
-
-    pub async fn start_container(
-        &self,
-        pod: &api::PodSandbox,
-        ctr: &api::Container,
-    ) -> Result<(), Error> {
-        let req = api::StartContainerRequest {
-            pod: some(pod),
-            container: some(ctr),
-            ..Default::default()
-        };
-        let rpc = rpc!(start_container, req);
-        self.notify(Event::START_CONTAINER, pod, Some(ctr), rpc)
-            .await
-    }
-
-    /// Queued (see the module's doc): answers at once.
-    pub async fn post_start_container(
-        &self,
-        pod: &api::PodSandbox,
-        ctr: &api::Container,
-    ) -> Result<(), Error> {
-        let req = api::PostStartContainerRequest {
-            pod: some(pod),
-            container: some(ctr),
-            ..Default::default()
-        };
-        let rpc = rpc!(post_start_container, req);
-        self.post(Event::POST_START_CONTAINER, pod, Some(ctr), rpc)
-            .await
-    }
-
-    /// Queued (see the module's doc): answers at once.
-    pub async fn post_update_container(
-        &self,
-        pod: &api::PodSandbox,
-        ctr: &api::Container,
-    ) -> Result<(), Error> {
-        let req = api::PostUpdateContainerRequest {
-            pod: some(pod),
-            container: some(ctr),
-            ..Default::default()
-        };
-        let rpc = rpc!(post_update_container, req);
-        self.post(Event::POST_UPDATE_CONTAINER, pod, Some(ctr), rpc)
-            .await
-    }
-
-    pub async fn remove_container(
-        &self,
-        pod: &api::PodSandbox,
-        ctr: &api::Container,
-    ) -> Result<(), Error> {
-        let req = api::RemoveContainerRequest {
-            pod: some(pod),
-            container: some(ctr),
-            ..Default::default()
-        };
-        let rpc = rpc!(remove_container, req);
-        self.notify(Event::REMOVE_CONTAINER, pod, Some(ctr), rpc)
-            .await
+    container_events! {
+        /// Queued (see the module's doc): answers at once.
+        post_create_container: PostCreateContainerRequest, POST_CREATE_CONTAINER, post;
+        start_container: StartContainerRequest, START_CONTAINER, notify;
+        /// Queued (see the module's doc): answers at once.
+        post_start_container: PostStartContainerRequest, POST_START_CONTAINER, post;
+        /// Queued (see the module's doc): answers at once.
+        post_update_container: PostUpdateContainerRequest, POST_UPDATE_CONTAINER, post;
+        remove_container: RemoveContainerRequest, REMOVE_CONTAINER, notify;
     }
 
     /// UpdatePodSandbox (no StateChange fallback in NRI: a plugin without it

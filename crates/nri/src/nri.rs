@@ -9,6 +9,7 @@
 //! until the object is in the state the snapshot reads, and a plugin's
 //! Synchronize holds the write side, so no object is missed by both.
 
+use berth_lock::MutexExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex as StdMutex};
@@ -159,8 +160,7 @@ impl Nri {
         let mut by_name: std::collections::BTreeMap<String, PluginStats> = self
             .inner
             .retired
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_unpoisoned()
             .0
             .iter()
             .map(|(name, (base, last))| {
@@ -188,8 +188,7 @@ impl Nri {
         let _ = std::fs::remove_file(&self.inner.cfg.socket_path);
         // Queued post-events go out before the plugins hear of the end.
         drop(self.lock_events().await);
-        let plugins =
-            std::mem::take(&mut *self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner()));
+        let plugins = std::mem::take(&mut *self.inner.plugins.lock_unpoisoned());
         self.retire(&plugins);
         for p in plugins {
             let _ = p
@@ -204,7 +203,7 @@ impl Nri {
 
     /// The plugins still connected (dropping the closed ones).
     pub(crate) fn active(&self) -> Vec<Arc<Plugin>> {
-        let mut g = self.inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.plugins.lock_unpoisoned();
         let (closed, open): (Vec<_>, Vec<_>) = g.drain(..).partition(|p| p.is_closed());
         *g = open;
         let active = g.clone();
@@ -218,7 +217,7 @@ impl Nri {
         if plugins.is_empty() {
             return;
         }
-        let mut r = self.inner.retired.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self.inner.retired.lock_unpoisoned();
         for p in plugins {
             r.retire(p.full_name(), p.shared_stats());
         }
@@ -325,7 +324,7 @@ async fn attach(
         }
     }
     let _events = inner.event_lock.lock().await;
-    let mut g = inner.plugins.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = inner.plugins.lock_unpoisoned();
     g.push(p.clone());
     g.sort_by(|a, b| (&a.idx, &a.name).cmp(&(&b.idx, &b.name)));
     tracing::info!(plugin = %p.full_name(), kind = ?p.kind, "NRI plugin connected and synchronized");

@@ -9,7 +9,9 @@
 //!
 //! - `e2e-test-images/agnhost:2.66.1`: busybox plus the agnhost binary
 //!   built from `k8s.io/kubernetes/test/images/agnhost` (entrypoint
-//!   `/agnhost`, command `pause`, as upstream's image); `agnhost:2.55`
+//!   `/agnhost`, command `pause`, as upstream's image), with upstream's
+//!   `/agnhost-2` link, porter's `/localhost.crt` and `.key` (read from the
+//!   module), stand-ins for `curl` ([`CURL`]) and `bash` ([`BASH`]); `agnhost:2.55`
 //!   (the suite's previous agnhost) the same with a marker file, so its
 //!   digest differs;
 //! - `e2e-test-images/kitten:1.8`, `nautilus:1.8`: agnhost plus the files of
@@ -25,6 +27,8 @@
 //! - `pause:3.10.2`: the same layers, entrypoint `/agnhost pause` (the
 //!   sandbox image kubelet pins and containerd runs);
 //! - `e2e-test-images/busybox:1.37.0-2`, `library/busybox:1.37`: busybox;
+//! - `e2e-test-images/glibc-dns-testing:2.1.1`: busybox (the specs run
+//!   `hostname` and `hostname -f`);
 //! - `e2e-test-images/nonroot:1.5`: busybox with user 1234, as upstream's;
 //! - `berth-kube-tests/groups:1`: busybox whose /etc/group makes `app`
 //!   (1000) a member of group 50000 (supplementalGroupsPolicy's tests).
@@ -37,6 +41,20 @@ use std::path::Path;
 use images::{Entry, Pushed, Pusher};
 
 const OCI_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// Upstream's agnhost image has curl, which the lifecycle hook specs run
+/// as `curl http://HOST:PORT/PATH`: this fetches the URL (the last
+/// argument not an option) with busybox's wget, failing as curl -f would.
+const CURL: &str = r#"#!/bin/sh
+url=
+for a in "$@"; do case $a in -*) ;; *) url=$a ;; esac; done
+[ -n "$url" ] || { echo "curl stand-in: no URL" >&2; exit 2; }
+exec wget -q -O - "$url"
+"#;
+
+/// Upstream's agnhost image has bash (the probe specs run `/bin/bash -c`):
+/// busybox's sh runs what they give it.
+const BASH: &str = "#!/bin/sh\nexec /bin/sh \"$@\"\n";
 
 /// Debian's busybox has no `nmeter`, which the node e2e suite runs as
 /// `nmeter -d0 '%3t' | head -n1` for a time with milliseconds: this prints
@@ -108,8 +126,20 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
     let mut pushed = Pushed::new();
     let busybox = images::busybox_layer(OCI_GZIP)?;
     let binary = read(&bin.join("agnhost"))?;
+    let porter = kube.join("test/images/agnhost/porter");
+    let (crt, key) = (
+        read(&porter.join("localhost.crt"))?,
+        read(&porter.join("localhost.key"))?,
+    );
     let agn = images::layer(
-        images::tar_of(&[Entry::File("agnhost", 0o755, 0, &binary)]),
+        images::tar_of(&[
+            Entry::File("agnhost", 0o755, 0, &binary),
+            Entry::Symlink("agnhost-2", "agnhost"),
+            Entry::File("localhost.crt", 0o644, 0, &crt),
+            Entry::File("localhost.key", 0o644, 0, &key),
+            Entry::File("bin/curl", 0o755, 0, CURL.as_bytes()),
+            Entry::File("bin/bash", 0o755, 0, BASH.as_bytes()),
+        ]),
         OCI_GZIP,
     );
     let nnp = read(&bin.join("nnp"))?;
@@ -187,7 +217,7 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
             "",
         )
     };
-    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 13] = [
+    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 14] = [
         (
             "e2e-test-images/agnhost",
             "2.66.1",
@@ -207,6 +237,12 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
             &e2e_busybox,
         ),
         ("library/busybox", "1.37", plain.clone(), &[&busybox]),
+        (
+            "e2e-test-images/glibc-dns-testing",
+            "2.1.1",
+            plain.clone(),
+            &[&busybox],
+        ),
         (
             "e2e-test-images/nonroot",
             "1.5",

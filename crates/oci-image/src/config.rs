@@ -294,7 +294,7 @@ mod tests {
         cfg.validate().unwrap();
         assert_eq!(cfg.max_concurrent_downloads, 3);
         assert_eq!(cfg.progress_timeout, Duration::from_secs(300));
-        let eps = crate::hosts::hosts_for(&cfg, "registry.k8s.io").unwrap();
+        let eps = crate::registry::hosts::hosts_for(&cfg, "registry.k8s.io").unwrap();
         let eps: Vec<_> = eps
             .iter()
             .map(|h| (h.host.as_str(), h.plain_http, h.upstream))
@@ -306,7 +306,12 @@ mod tests {
                 ("registry.k8s.io", false, true)
             ]
         );
-        assert_eq!(crate::hosts::hosts_for(&cfg, "quay.io").unwrap().len(), 1);
+        assert_eq!(
+            crate::registry::hosts::hosts_for(&cfg, "quay.io")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -395,7 +400,7 @@ mod tests {
             .into(),
             ..Default::default()
         };
-        let eps = crate::hosts::hosts_for(&cfg, "docker.io").unwrap();
+        let eps = crate::registry::hosts::hosts_for(&cfg, "docker.io").unwrap();
         assert_eq!(eps.len(), 3);
         assert!(eps[0].plain_http && !eps[1].plain_http && eps[1].host == "m.io");
         assert_eq!(eps[2].host, "registry-1.docker.io");

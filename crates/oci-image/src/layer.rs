@@ -15,6 +15,7 @@
 //! Until the checks pass, everything lives under a temp name that a restart
 //! removes; a snapshot never gets its name unless it is whole.
 
+use berth_lock::MutexExt;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -27,8 +28,8 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::error::Error;
+use crate::store::content::{self, Paths, Usage, TMP_PREFIX};
 use crate::unpack::{
     check_free_space, show_bytes, start_writeback, Applier, UnpackError, UnpackLimits,
     WRITEBACK_EVERY,
@@ -132,7 +133,7 @@ impl AbortProbe {
     pub(crate) fn aborted(&self) -> bool {
         match &self.0 {
             None => false,
-            Some(ch) => ch.lock().unwrap_or_else(|p| p.into_inner()).aborted(),
+            Some(ch) => ch.lock_unpoisoned().aborted(),
         }
     }
 }
@@ -212,11 +213,7 @@ impl Read for ChannelReader {
             }
             // Only this thread locks it (the probe runs here too), so the
             // blocking receive holds it without harm.
-            let msg = self
-                .channel
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .next();
+            let msg = self.channel.lock_unpoisoned().next();
             match msg {
                 Some(Msg::Data(bytes)) => self.current = bytes,
                 Some(Msg::End) => self.ended = true,
@@ -631,7 +628,7 @@ pub(crate) struct ActiveGuard(Arc<Active>);
 
 impl Active {
     pub(crate) fn enter(self: &Arc<Self>) -> ActiveGuard {
-        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        *self.count.lock_unpoisoned() += 1;
         ActiveGuard(self.clone())
     }
 
@@ -640,7 +637,7 @@ impl Active {
         let _ = tokio::time::timeout(limit, async {
             loop {
                 let notified = self.idle.notified();
-                if *self.count.lock().unwrap_or_else(|p| p.into_inner()) == 0 {
+                if *self.count.lock_unpoisoned() == 0 {
                     return;
                 }
                 notified.await;
@@ -652,7 +649,7 @@ impl Active {
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        let mut n = self.0.count.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = self.0.count.lock_unpoisoned();
         *n = n.saturating_sub(1);
         if *n == 0 {
             self.0.idle.notify_waiters();

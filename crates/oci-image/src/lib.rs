@@ -16,33 +16,31 @@
 //! # Ok(()) }
 //! ```
 
+// Each module does one job: `registry` talks to registries, `store` keeps
+// content and image records, `pull` fetches an image into the store,
+// `archive` imports and exports tarballs; `layer` and `unpack` turn a layer
+// into a snapshot for the last two.
 mod archive;
-mod artifact;
-mod auth;
-mod client;
 mod config;
-mod content;
 mod error;
-mod hosts;
-mod image;
 mod layer;
 pub mod parse;
-mod progress;
+mod pull;
 mod reference;
-mod remote;
+mod registry;
 mod store;
 mod unpack;
 
 pub use archive::{ANNOTATION_IMAGE_NAME, ANNOTATION_REF_NAME};
-pub use auth::Auth;
-pub use client::install_crypto_provider;
 pub use config::{format_duration, parse_duration, Mirror, RegistryConfig};
 pub use error::{Error, ErrorKind};
-pub use image::{Artifact, Image, ImageConfig, Layer};
 pub use layer::unpack_layer;
-pub use progress::{
+pub use pull::progress::{
     LayerProgress, LayerState, PullEvent, PullState, PullWatcher, ResolvedImage, BYTES_EVERY,
 };
 pub use reference::Reference;
+pub use registry::auth::Auth;
+pub use registry::client::install_crypto_provider;
+pub use store::image::{Artifact, Image, ImageConfig, Layer};
 pub use store::{FsUsage, GcRoots, ImageStore, Images, Pulling};
 pub use unpack::{get_xattr, UnpackError, UnpackLimits};

@@ -9,14 +9,14 @@
 //! Nothing here checks digests against content: the pull does that before
 //! it parses a document (see `remote.rs`).
 
-pub use crate::auth::parse_challenge as challenge;
-pub use crate::image::{ConfigFile, Descriptor, ManifestKind, Platform};
+pub use crate::registry::auth::parse_challenge as challenge;
+pub use crate::store::image::{ConfigFile, Descriptor, ManifestKind, Platform};
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::content::sha256_digest;
-use crate::image::{self, Image, Layer, RawManifest};
 use crate::reference::check_digest;
+use crate::store::content::sha256_digest;
+use crate::store::image::{self, Image, Layer, RawManifest};
 use crate::unpack::UnpackLimits;
 
 /// Largest manifest or index accepted (the pull reads no more).

@@ -8,6 +8,7 @@
 //! last unterminated piece at the end of the stream is written with `P`, as
 //! containerd does.
 
+use berth_lock::MutexExt;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -292,7 +293,7 @@ impl LogFile {
     /// Writes one record.
     pub fn write(&self, stream: Stream, tag: Tag, content: &[u8]) -> io::Result<()> {
         let rec = format_record(SystemTime::now(), stream, tag, content);
-        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = self.file.lock_unpoisoned();
         file.write_all(&rec)
     }
 
@@ -300,7 +301,7 @@ impl LogFile {
     /// there from now on. On an error the old file stays in use.
     pub fn reopen(&self) -> Result<(), LogError> {
         let new = open_below(&self.dir, &self.target)?;
-        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        *self.file.lock_unpoisoned() = new;
         Ok(())
     }
 }

@@ -27,12 +27,13 @@
 //!
 //! [`spawn`]: ShimLauncher::spawn
 
+use berth_lock::MutexExt;
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncWriteExt;
@@ -132,10 +133,6 @@ fn file_id(path: &Path) -> Option<FileId> {
         mtime: m.mtime(),
         mtime_nsec: m.mtime_nsec(),
     })
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Why a handover did not give a shim.
@@ -238,7 +235,7 @@ impl ShimLauncher {
         }
         let until = Instant::now() + FIRST_PROCESS + Duration::from_secs(1);
         loop {
-            if lock(&self.inner.spare).is_some() {
+            if self.inner.spare.lock_unpoisoned().is_some() {
                 return true;
             }
             if !self.inner.refilling.swap(true, Ordering::SeqCst) {
@@ -255,7 +252,7 @@ impl ShimLauncher {
     /// The spare, if one is ready and still of the current executable (as
     /// far as can be told: a name looked up in PATH cannot be).
     fn take(&self) -> Option<Spare> {
-        let spare = lock(&self.inner.spare).take()?;
+        let spare = self.inner.spare.lock_unpoisoned().take()?;
         if spare.binary != file_id(&self.inner.binary) {
             // Dropped: its stdin closes and it exits.
             self.lost("was started from an executable since replaced");
@@ -273,10 +270,14 @@ impl ShimLauncher {
     /// starting, standby is off, or a start failed lately.
     fn refill_in_background(&self) {
         let inner = &self.inner;
-        if !inner.standby || lock(&inner.spare).is_some() {
+        if !inner.standby || inner.spare.lock_unpoisoned().is_some() {
             return;
         }
-        if lock(&inner.failed_at).is_some_and(|t| t.elapsed() < RETRY_AFTER) {
+        if inner
+            .failed_at
+            .lock_unpoisoned()
+            .is_some_and(|t| t.elapsed() < RETRY_AFTER)
+        {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -309,20 +310,20 @@ impl Inner {
     /// one is ready.
     async fn refill(self: Arc<Self>) -> bool {
         // One may have been made ready since the caller looked.
-        if lock(&self.spare).is_some() {
+        if self.spare.lock_unpoisoned().is_some() {
             self.refilling.store(false, Ordering::SeqCst);
             return true;
         }
         let started = Spare::start(&self.binary, &self.state_root).await;
         let ready = match started {
             Ok(spare) => {
-                *lock(&self.spare) = Some(spare);
-                *lock(&self.failed_at) = None;
+                *self.spare.lock_unpoisoned() = Some(spare);
+                *self.failed_at.lock_unpoisoned() = None;
                 self.spares_started.fetch_add(1, Ordering::Relaxed);
                 true
             }
             Err(e) => {
-                *lock(&self.failed_at) = Some(Instant::now());
+                *self.failed_at.lock_unpoisoned() = Some(Instant::now());
                 self.notify(LaunchNotice::SpareFailed(&e));
                 false
             }

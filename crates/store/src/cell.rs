@@ -7,6 +7,7 @@
 //! on an async worker) never waits for a writer's fsync: it sees the status
 //! before the update until the update is persisted, then the new one.
 
+use berth_lock::{MutexExt, RwLockExt};
 use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// Holds a status `S`.
@@ -28,16 +29,13 @@ impl<S: Clone> StatusCell<S> {
 
     /// A copy of the current status; never waits for a persist.
     pub fn get(&self) -> S {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.read_unpoisoned().clone()
     }
 
     /// `f` of the current status, without copying it; never waits for a
     /// persist (for a reader that needs one field, many times over).
     pub fn with<R>(&self, f: impl FnOnce(&S) -> R) -> R {
-        f(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+        f(&self.current.read_unpoisoned())
     }
 
     /// Applies `change` to a copy, hands the copy to `persist`, and only if
@@ -51,7 +49,7 @@ impl<S: Clone> StatusCell<S> {
         let mut next = self.get();
         change(&mut next)?;
         persist(&next)?;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next.clone();
+        *self.current.write_unpoisoned() = next.clone();
         Ok(next)
     }
 
@@ -59,11 +57,11 @@ impl<S: Clone> StatusCell<S> {
     /// until it returns.
     pub fn exclusive<R>(&self, f: impl FnOnce(&S) -> R) -> R {
         let _writer = self.writer();
-        f(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+        f(&self.current.read_unpoisoned())
     }
 
     fn writer(&self) -> MutexGuard<'_, ()> {
-        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+        self.writer.lock_unpoisoned()
     }
 }
 

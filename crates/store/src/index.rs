@@ -1,5 +1,6 @@
 //! Finds a full id from a unique prefix, as `crictl` users type them.
 
+use berth_lock::RwLockExt;
 use std::collections::BTreeSet;
 use std::sync::RwLock;
 
@@ -22,17 +23,11 @@ pub struct IdIndex {
 
 impl IdIndex {
     pub fn add(&self, id: &str) {
-        self.ids
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.to_string());
+        self.ids.write_unpoisoned().insert(id.to_string());
     }
 
     pub fn remove(&self, id: &str) {
-        self.ids
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        self.ids.write_unpoisoned().remove(id);
     }
 
     /// The one id that equals or starts with `prefix`.
@@ -40,7 +35,7 @@ impl IdIndex {
         if prefix.is_empty() {
             return Err(LookupError::Empty);
         }
-        let ids = self.ids.read().unwrap_or_else(|e| e.into_inner());
+        let ids = self.ids.read_unpoisoned();
         if ids.contains(prefix) {
             return Ok(prefix.to_string());
         }

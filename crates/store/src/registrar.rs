@@ -1,6 +1,7 @@
 //! Reserves names (a pod's or container's full name) so two requests cannot
 //! create the same one.
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -21,7 +22,7 @@ pub struct Registrar {
 impl Registrar {
     /// Reserves `name` for `key`. Reserving it again for the same key is fine.
     pub fn reserve(&self, name: &str, key: &str) -> Result<(), Reserved> {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names = self.names.lock_unpoisoned();
         match names.get(name) {
             Some(holder) if holder == key => Ok(()),
             Some(holder) => Err(Reserved {
@@ -37,16 +38,13 @@ impl Registrar {
 
     /// Releases `name` (no matter who holds it).
     pub fn release(&self, name: &str) {
-        self.names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
+        self.names.lock_unpoisoned().remove(name);
     }
 
     /// Releases `name` if `key` holds it (an undo must not free a name
     /// someone else has taken since).
     pub fn release_if(&self, name: &str, key: &str) {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut names = self.names.lock_unpoisoned();
         if names.get(name).is_some_and(|holder| holder == key) {
             names.remove(name);
         }
@@ -54,11 +52,7 @@ impl Registrar {
 
     /// The key holding `name`.
     pub fn holder(&self, name: &str) -> Option<String> {
-        self.names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()
+        self.names.lock_unpoisoned().get(name).cloned()
     }
 }
 

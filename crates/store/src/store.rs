@@ -2,6 +2,7 @@
 //! status behind its own lock, every change persisted as one record before
 //! it is visible, names reserved, ids found by unique prefix.
 
+use berth_lock::RwLockExt;
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::path::Path;
@@ -237,16 +238,12 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
         self.index.add(&id);
         if let Some(group) = object.meta.group() {
             self.groups
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
+                .write_unpoisoned()
                 .entry(group.to_string())
                 .or_default()
                 .insert(id.clone());
         }
-        self.objects
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, object.clone());
+        self.objects.write_unpoisoned().insert(id, object.clone());
         self.changes.fetch_add(1, Ordering::Release);
         (object, guard)
     }
@@ -264,8 +261,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
     pub fn get(&self, id: &str) -> Result<Arc<Object<M, S>>, LookupError> {
         let full = self.index.get(id)?;
         self.objects
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_unpoisoned()
             .get(&full)
             .cloned()
             .ok_or(LookupError::NotFound(full))
@@ -273,11 +269,11 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
 
     /// The objects of `group`, by id.
     pub fn in_group(&self, group: &str) -> Vec<Arc<Object<M, S>>> {
-        let groups = self.groups.read().unwrap_or_else(|e| e.into_inner());
+        let groups = self.groups.read_unpoisoned();
         let Some(ids) = groups.get(group) else {
             return Vec::new();
         };
-        let objects = self.objects.read().unwrap_or_else(|e| e.into_inner());
+        let objects = self.objects.read_unpoisoned();
         ids.iter()
             .filter_map(|id| objects.get(id).cloned())
             .collect()
@@ -285,12 +281,7 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
 
     /// Every object.
     pub fn list(&self) -> Vec<Arc<Object<M, S>>> {
-        self.objects
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.objects.read_unpoisoned().values().cloned().collect()
     }
 
     /// Forgets an object: its record first, then memory, then its name.
@@ -302,13 +293,10 @@ impl<M: Meta, S: Clone + Serialize + DeserializeOwned> Store<M, S> {
             object.deleted.store(true, Ordering::Release);
             Ok::<(), RecordError>(())
         })?;
-        self.objects
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id);
+        self.objects.write_unpoisoned().remove(id);
         self.index.remove(id);
         if let Some(group) = object.meta.group() {
-            let mut groups = self.groups.write().unwrap_or_else(|e| e.into_inner());
+            let mut groups = self.groups.write_unpoisoned();
             if let Some(ids) = groups.get_mut(group) {
                 ids.remove(id);
                 if ids.is_empty() {

@@ -23,15 +23,16 @@
 //! server listens on, where kubelet connects from) have no per-peer cap:
 //! there kubelet shares the address with every local user and host-network
 //! pod, and a cap would only shorten the race above from all unproven
-//! connections to `per_peer` of them (measured with a flooder on 127.0.0.1
-//! that reconnects whenever it is closed: 3 to 13 in 100 of kubelet's execs
-//! lost with a cap of 16, none in 400 without). Sessions never count against
+//! connections to `per_peer` of them (a flooder on 127.0.0.1 that
+//! reconnects whenever it is closed made kubelet's execs fail with a cap,
+//! and none without: docs/security.md). Sessions never count against
 //! the cap either (kubelet makes them all from one address).
 //!
 //! Closing the oldest unproven connection to make room takes the place of
 //! a reserve of slots kept for valid tokens: every unproven slot is such a
 //! reserve.
 
+use berth_lock::MutexExt;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -182,7 +183,7 @@ impl Admission {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 }
 

@@ -25,6 +25,9 @@
 mod admission;
 mod backend;
 mod channel;
+/// A client of the server for tests and tools, behind the `test-client`
+/// feature: the daemon does not carry it.
+#[cfg(feature = "test-client")]
 pub mod client;
 mod error;
 mod idle;

@@ -22,6 +22,7 @@
 //! with a valid token whose upgrade is refused may be followed by another
 //! within [`Config::keepalive_timeout`] of the answer.
 
+use berth_lock::MutexExt;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -177,8 +178,7 @@ impl StreamingServer {
         let listener = self
             .inner
             .listener
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .lock_unpoisoned()
             .take()
             .ok_or(Error::AlreadyServing)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -374,7 +374,7 @@ async fn serve_http<IO>(
     if let Err(e) = served {
         tracing::debug!(%peer, error = %e, "streaming server: connection");
     }
-    let session = upgraded.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let session = upgraded.lock_unpoisoned().take();
     if let Some(session) = session {
         session.await;
     }
@@ -704,6 +704,6 @@ fn handle(
             _ => {}
         }
     });
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(session);
+    *slot.lock_unpoisoned() = Some(session);
     (response, Outcome::Upgrade)
 }

@@ -2,6 +2,7 @@
 //! returns a URL with it; the first request to that URL takes it out. A
 //! token that is not used in time expires.
 
+use berth_lock::MutexExt;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,7 +48,7 @@ impl<T: Clone> TokenCache<T> {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, (T, Instant)>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+        self.entries.lock_unpoisoned()
     }
 
     /// Stores `value` under a fresh token.

@@ -25,6 +25,10 @@ impl Network for Fake {
         self.world.lock().unwrap().attached.remove(id);
         Ok(())
     }
+    fn ready(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     fn attachments(&self) -> Vec<(String, String)> {
         let world = self.world.lock().unwrap();
         world

@@ -63,9 +63,8 @@ fn is_mount_root(path: &Path) -> Option<bool> {
 /// kernel does not say or the walk failed.
 ///
 /// It costs a statx per entry of the tree, where reading the mount table
-/// costs every mount of the host: with 500 containers' overlays, 3.4 ms a
-/// read on the 2-core test VM against 45 µs for a bundle's walk, and each
-/// removal read it twice.
+/// costs every mount of the host (hundreds of overlays on a full node), and
+/// each removal would read it twice.
 fn mounted_below(dir: &Path) -> Option<bool> {
     let mut dirs = vec![dir.to_path_buf()];
     if is_mount_root(dir)? {

@@ -40,6 +40,13 @@ impl Network for Cni {
             .map_err(Error::network(id, "tearing down the pod network"))
     }
 
+    fn ready(&self) -> Result<(), String> {
+        self.0
+            .network_ready()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     fn attachments(&self) -> Vec<(String, String)> {
         self.0.cached_attachments().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "listing the CNI cache");

@@ -270,6 +270,57 @@ async fn stop_and_remove_pod_take_their_containers_down() {
     r.assert_empty();
 }
 
+/// A graceful StopContainer waiting out a long grace (the fake ignores
+/// every signal but SIGKILL, as a PID 1 without handlers does) holds up
+/// neither a shorter StopContainer nor StopPodSandbox: each kills at once,
+/// and the graceful calls end with them.
+#[tokio::test]
+async fn a_graceful_stop_holds_up_no_forced_stop() {
+    let (r, pod_id, a) = running().await;
+    let b = r
+        .core
+        .create_container(container(&pod_id, "b"))
+        .await
+        .unwrap();
+    r.core.start_container(&b).await.unwrap();
+    let graceful = |id: &String| {
+        let (core, id) = (r.core.clone(), id.clone());
+        tokio::spawn(async move { core.stop_container(&id, Duration::from_secs(3600)).await })
+    };
+    let (graceful_a, graceful_b) = (graceful(&a), graceful(&b));
+    // Both stop signals sent: both calls are in their grace now.
+    let signalled = tokio::time::timeout(Duration::from_secs(30), async {
+        while r.fake.count("task.kill") < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    signalled.await.expect("the stop signals were never sent");
+    let bound = Duration::from_secs(60);
+    let forced = tokio::time::timeout(bound, r.core.stop_container(&a, Duration::ZERO)).await;
+    forced
+        .expect("StopContainer waited out the other's grace")
+        .unwrap();
+    let pod_stop = tokio::time::timeout(bound, r.core.stop_pod_sandbox(&pod_id)).await;
+    pod_stop
+        .expect("StopPodSandbox waited out a container's grace")
+        .unwrap();
+    for call in [graceful_a, graceful_b] {
+        let ended = tokio::time::timeout(bound, call).await;
+        ended
+            .expect("the graceful stop outlived the kill")
+            .unwrap()
+            .unwrap();
+    }
+    for id in [&a, &b] {
+        let status = r.core.containers.get(id).unwrap().status();
+        assert_eq!(status.state, ContainerState::Exited);
+        assert_eq!(status.exit_code, 137);
+        assert!(!r.fake.world.lock().unwrap().runtime.contains_key(id));
+    }
+    r.core.remove_pod_sandbox(&pod_id).await.unwrap();
+    r.assert_empty();
+}
+
 #[tokio::test]
 async fn concurrent_calls_on_one_pod() {
     let r = rig();

@@ -6,14 +6,13 @@ use cri_api::v1;
 
 use super::Cri;
 use crate::error::Error;
-use crate::objects::StoreExt;
 
 impl Cri {
     pub async fn container_stats(
         self: &Arc<Self>,
         req: v1::ContainerStatsRequest,
     ) -> Result<v1::ContainerStatsResponse, Error> {
-        let container = self.core.containers.lookup(&req.container_id)?;
+        let container = self.core.container(&req.container_id)?;
         let stats = self
             .blocking(move |cri| cri.container_stats_now(&container))
             .await?;

@@ -113,7 +113,7 @@ impl Cri {
             writable_layer: reading.layer.map(|u| v1::FilesystemUsage {
                 timestamp,
                 fs_id: Some(v1::FilesystemIdentifier {
-                    mountpoint: self.core.layout.containers_root().display().to_string(),
+                    mountpoint: self.layout.containers_root().display().to_string(),
                 }),
                 used_bytes: u64_value(u.bytes),
                 inodes_used: u64_value(u.inodes),

@@ -30,6 +30,7 @@ mod readings;
 mod sample;
 mod values;
 
+use berth_lock::RwLockExt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -77,7 +78,7 @@ impl Collector {
 
     /// The cgroup of a live process; `None` when it is gone.
     fn cgroup_of(&self, pid: u32) -> Option<Cgroup> {
-        let mounts = self.mounts.read().unwrap_or_else(|e| e.into_inner());
+        let mounts = self.mounts.read_unpoisoned();
         match Cgroup::for_pid(&mounts, pid) {
             Ok(cgroup) => Some(cgroup),
             Err(e) => {
@@ -170,13 +171,13 @@ impl Cri {
                 ));
             }
         };
-        for container in self.core.containers.list() {
+        for container in self.core.all_containers() {
             let usage = self
                 .container_cgroup(&container)
                 .and_then(|cg| cg.cpu_usage_ns().ok());
             push(&container.meta.id, usage);
         }
-        for sandbox in self.core.sandboxes.list() {
+        for sandbox in self.core.all_sandboxes() {
             let usage = self.pod_cgroup(&sandbox).and_then(|pod| match pod {
                 PodCgroup::Own(cg) => cg.cpu_usage_ns().ok(),
                 // A container that just exited drops out of the sum.
@@ -277,7 +278,7 @@ impl Cri {
                 })
                 .ok()
         });
-        let layer = writable_layer(&self.core.layout, &container.meta.id);
+        let layer = writable_layer(&self.layout, &container.meta.id);
         ContainerReading { stats, layer }
     }
 

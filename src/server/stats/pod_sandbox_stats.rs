@@ -6,7 +6,6 @@ use cri_api::v1;
 
 use super::Cri;
 use crate::error::Error;
-use crate::objects::StoreExt;
 use crate::sandbox::SandboxState;
 
 impl Cri {
@@ -14,7 +13,7 @@ impl Cri {
         self: &Arc<Self>,
         req: v1::PodSandboxStatsRequest,
     ) -> Result<v1::PodSandboxStatsResponse, Error> {
-        let sandbox = self.core.sandboxes.lookup(&req.pod_sandbox_id)?;
+        let sandbox = self.core.sandbox(&req.pod_sandbox_id)?;
         if sandbox.status().state != SandboxState::Ready {
             return Err(Error::FailedPrecondition(format!(
                 "pod sandbox {} is not ready: it has no stats",

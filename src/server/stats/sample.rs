@@ -54,7 +54,7 @@ impl Cri {
             reading,
             memory,
             io,
-            fs: readings::fs_capacity(&self.core.layout.container_dirs(&c.meta.id).upper()),
+            fs: readings::fs_capacity(&self.layout.container_dirs(&c.meta.id).upper()),
             processes,
             max_open_files: pid.and_then(procs::max_open_files),
             resources: status.resources(&c.meta),

@@ -2,6 +2,7 @@
 //! output into CRI log records and hand it to attached clients, its stdin,
 //! its terminal, and the console socket a runtime sends a pty master over.
 
+use berth_lock::MutexExt;
 use std::fs::File;
 use std::io::{self, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -9,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
@@ -55,10 +56,6 @@ pub struct ContainerIo {
     copiers_done: Condvar,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl ContainerIo {
     /// Opens the CRI log of `log` (when there is one).
     pub fn new(log: Option<&LogTarget>) -> Result<ContainerIo, LogError> {
@@ -74,23 +71,23 @@ impl ContainerIo {
 
     /// Keeps `stdin` as the writing end of the container's stdin.
     pub fn set_stdin(&self, stdin: File) {
-        *lock(&self.stdin) = Some(stdin);
+        *self.stdin.lock_unpoisoned() = Some(stdin);
     }
 
     /// Keeps the container's pty master (for resizes).
     pub fn set_terminal(&self, master: File) {
-        *lock(&self.terminal) = Some(master);
+        *self.terminal.lock_unpoisoned() = Some(master);
     }
 
     /// Whether the container's stdin is (still) open.
     pub fn has_stdin(&self) -> bool {
-        lock(&self.stdin).is_some()
+        self.stdin.lock_unpoisoned().is_some()
     }
 
     /// Writes to the container's stdin.
     pub fn write_stdin(&self, data: &[u8]) -> io::Result<()> {
         // A clone, so a blocked write does not hold the lock.
-        let file = match &*lock(&self.stdin) {
+        let file = match &*self.stdin.lock_unpoisoned() {
             Some(f) => f.try_clone()?,
             None => return Err(io::ErrorKind::BrokenPipe.into()),
         };
@@ -99,12 +96,12 @@ impl ContainerIo {
 
     /// Closes the container's stdin (it reads EOF).
     pub fn close_stdin(&self) {
-        lock(&self.stdin).take();
+        self.stdin.lock_unpoisoned().take();
     }
 
     /// Resizes the container's terminal.
     pub fn resize(&self, width: u16, height: u16) -> io::Result<()> {
-        match &*lock(&self.terminal) {
+        match &*self.terminal.lock_unpoisoned() {
             Some(master) => sys::set_winsize(master, width, height),
             None => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -122,7 +119,7 @@ impl ContainerIo {
     /// attached clients as `stream`, until EOF: counted from now on (the
     /// exit monitor waits for it), copying once [started](Copier::start).
     pub fn copier(self: &Arc<Self>, source: File, stream: Stream) -> Copier {
-        *lock(&self.copiers) += 1;
+        *self.copiers.lock_unpoisoned() += 1;
         Copier {
             live: Live(self.clone()),
             source,
@@ -161,7 +158,7 @@ impl ContainerIo {
     /// Waits up to `timeout` for every copier to reach EOF.
     pub fn wait_copiers(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        let mut live = lock(&self.copiers);
+        let mut live = self.copiers.lock_unpoisoned();
         while *live > 0 {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -176,7 +173,7 @@ impl ContainerIo {
     }
 
     fn publish(&self, stream: Stream, data: &[u8]) {
-        let mut subs = lock(&self.subs);
+        let mut subs = self.subs.lock_unpoisoned();
         subs.list.retain(|s| {
             let wanted = match stream {
                 Stream::Stdout => s.stdout,
@@ -200,7 +197,7 @@ impl ContainerIo {
     /// receiver gets the exit at once.
     pub fn subscribe(&self, stdout: bool, stderr: bool) -> (u64, Receiver<OutEvent>) {
         let (tx, rx) = sync_channel(SUBSCRIBER_QUEUE);
-        let mut subs = lock(&self.subs);
+        let mut subs = self.subs.lock_unpoisoned();
         subs.next_id += 1;
         let id = subs.next_id;
         match subs.exit {
@@ -219,12 +216,12 @@ impl ContainerIo {
 
     /// Forgets subscriber `id`.
     pub fn unsubscribe(&self, id: u64) {
-        lock(&self.subs).list.retain(|s| s.id != id);
+        self.subs.lock_unpoisoned().list.retain(|s| s.id != id);
     }
 
     /// Tells every subscriber the container exited, and ends their streams.
     pub fn broadcast_exit(&self, code: i32) {
-        let mut subs = lock(&self.subs);
+        let mut subs = self.subs.lock_unpoisoned();
         subs.exit = Some(code);
         for s in subs.list.drain(..) {
             // A full queue drops the exit: that client was dropped anyway.
@@ -246,7 +243,7 @@ struct Live(Arc<ContainerIo>);
 
 impl Drop for Live {
     fn drop(&mut self) {
-        *lock(&self.0.copiers) -= 1;
+        *self.0.copiers.lock_unpoisoned() -= 1;
         self.0.copiers_done.notify_all();
     }
 }

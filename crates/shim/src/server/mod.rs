@@ -23,6 +23,7 @@ mod setup;
 mod standby;
 mod worker;
 
+use berth_lock::MutexExt;
 use std::fmt;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -261,7 +262,7 @@ fn serve(shim: Arc<Shim>) -> ! {
 
 impl Shim {
     fn life(&self) -> MutexGuard<'_, Life> {
-        self.life.lock().unwrap_or_else(|e| e.into_inner())
+        self.life.lock_unpoisoned()
     }
 
     fn next_seq(&self) -> u64 {

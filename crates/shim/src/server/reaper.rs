@@ -18,6 +18,7 @@
 //! reaper's, then the waiter's through the notify pipe) off the start-up's
 //! path after `runtime run` exits.
 
+use berth_lock::MutexExt;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, Write};
@@ -87,7 +88,7 @@ impl Reaper {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// Reaps every child that has exited.

@@ -376,7 +376,7 @@ pub(super) enum OomWatch {
     /// the container has exited ([`OomWatch::resolve`]), off the start's
     /// path: where the hierarchy is not at its usual mount point, finding
     /// it reads the whole mount table, which costs every mount of the
-    /// host (3.6 ms with 500 containers' overlays on the 2-core test VM).
+    /// host (hundreds of overlays on a full node).
     /// The cgroup is new, so its count before is 0, and it stays until
     /// the runtime deletes the container, after the exit is recorded.
     Later,

@@ -27,6 +27,7 @@
 //! the peer's TCP window closes), and the data queued for the writer is at
 //! most [`CONNECTION_BYTES`] too, whatever the peer reads.
 
+use berth_lock::MutexExt;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -131,10 +132,6 @@ impl std::fmt::Debug for OutItem {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn broken() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "the SPDY connection is closed")
 }
@@ -177,7 +174,7 @@ impl StreamWriter {
     /// Sends `data` (in as many DATA frames as needed).
     pub async fn write(&self, data: &[u8]) -> io::Result<()> {
         for chunk in data.chunks(DATA_CHUNK) {
-            if !lock(&self.shared.open_local).contains(&self.id) {
+            if !self.shared.open_local.lock_unpoisoned().contains(&self.id) {
                 return Err(io::Error::new(
                     io::ErrorKind::BrokenPipe,
                     format!("SPDY stream {} is closed", self.id),
@@ -190,7 +187,7 @@ impl StreamWriter {
 
     /// Ends this side of the stream (DATA with FIN); once only.
     pub async fn close(&self) -> io::Result<()> {
-        if !lock(&self.shared.open_local).remove(&self.id) {
+        if !self.shared.open_local.lock_unpoisoned().remove(&self.id) {
             return Ok(());
         }
         self.shared
@@ -204,8 +201,8 @@ impl StreamWriter {
 
     /// Abandons the stream in both directions (RST_STREAM).
     pub async fn reset(&self, status: u32) -> io::Result<()> {
-        lock(&self.shared.open_local).remove(&self.id);
-        lock(&self.shared.inbound).remove(&self.id);
+        self.shared.open_local.lock_unpoisoned().remove(&self.id);
+        self.shared.inbound.lock_unpoisoned().remove(&self.id);
         self.shared
             .send(Frame::RstStream {
                 stream_id: self.id,
@@ -326,9 +323,9 @@ impl Connection {
         let id = self.shared.next_id.fetch_add(2, Ordering::SeqCst);
         let (tx, rx) = self.shared.pool.channel(STREAM_BYTES);
         let (reply_tx, reply_rx) = oneshot::channel();
-        lock(&self.shared.inbound).insert(id, tx);
-        lock(&self.shared.replies).insert(id, reply_tx);
-        lock(&self.shared.open_local).insert(id);
+        self.shared.inbound.lock_unpoisoned().insert(id, tx);
+        self.shared.replies.lock_unpoisoned().insert(id, reply_tx);
+        self.shared.open_local.lock_unpoisoned().insert(id);
         self.shared
             .send(Frame::SynStream {
                 stream_id: id,
@@ -360,7 +357,7 @@ impl Connection {
     /// ended, GOAWAY, the end of the writing direction; then waits up to
     /// `linger` for the peer to read everything and hang up.
     pub async fn finish(&self, linger: Duration) {
-        let open: Vec<u32> = lock(&self.shared.open_local).drain().collect();
+        let open: Vec<u32> = self.shared.open_local.lock_unpoisoned().drain().collect();
         for stream_id in open {
             let _ = self
                 .shared
@@ -470,8 +467,8 @@ fn answer(control: &mpsc::Sender<Frame>, frame: Frame) -> bool {
 
 /// Streams of the peer still open in either direction.
 fn open_streams(shared: &Shared) -> usize {
-    let local = lock(&shared.open_local);
-    let inbound = lock(&shared.inbound);
+    let local = shared.open_local.lock_unpoisoned();
+    let inbound = shared.inbound.lock_unpoisoned();
     local.len() + inbound.keys().filter(|id| !local.contains(id)).count()
 }
 
@@ -483,7 +480,7 @@ async fn read_data<R: AsyncRead>(
     stream_id: u32,
     len: usize,
 ) -> io::Result<()> {
-    let mut tx = lock(&shared.inbound).get(&stream_id).cloned();
+    let mut tx = shared.inbound.lock_unpoisoned().get(&stream_id).cloned();
     let mut left = len;
     while left > 0 {
         let mut piece = vec![0u8; left.min(DATA_CHUNK)];
@@ -493,7 +490,7 @@ async fn read_data<R: AsyncRead>(
             // Waits while the stream or the connection holds its most.
             if sender.send(piece).await.is_err() {
                 // The consumer is gone: drop the rest of this stream.
-                lock(&shared.inbound).remove(&stream_id);
+                shared.inbound.lock_unpoisoned().remove(&stream_id);
                 tx = None;
             }
         }
@@ -526,8 +523,8 @@ async fn read_loop<R: AsyncRead>(
     }
     // The peer is gone: every stream's data ends, waiting openers fail.
     let shared = &reader.shared;
-    lock(&shared.inbound).clear();
-    lock(&shared.replies).clear();
+    shared.inbound.lock_unpoisoned().clear();
+    shared.replies.lock_unpoisoned().clear();
     shared.closed.send_replace(true);
 }
 
@@ -577,7 +574,7 @@ impl Reader {
                 return Incoming::End;
             }
             if head[4] & FLAG_FIN != 0 {
-                lock(&self.shared.inbound).remove(&stream_id);
+                self.shared.inbound.lock_unpoisoned().remove(&stream_id);
             }
             return Incoming::Data;
         }
@@ -622,11 +619,11 @@ impl Reader {
             Frame::SynReply {
                 stream_id, flags, ..
             } => {
-                if let Some(reply) = lock(&shared.replies).remove(&stream_id) {
+                if let Some(reply) = shared.replies.lock_unpoisoned().remove(&stream_id) {
                     let _ = reply.send(Ok(()));
                 }
                 if flags & FLAG_FIN != 0 {
-                    lock(&shared.inbound).remove(&stream_id);
+                    shared.inbound.lock_unpoisoned().remove(&stream_id);
                 }
                 true
             }
@@ -636,14 +633,14 @@ impl Reader {
                 stream_id, flags, ..
             } => {
                 if flags & FLAG_FIN != 0 {
-                    lock(&shared.inbound).remove(&stream_id);
+                    shared.inbound.lock_unpoisoned().remove(&stream_id);
                 }
                 true
             }
             Frame::RstStream { stream_id, status } => {
-                lock(&shared.inbound).remove(&stream_id);
-                lock(&shared.open_local).remove(&stream_id);
-                if let Some(reply) = lock(&shared.replies).remove(&stream_id) {
+                shared.inbound.lock_unpoisoned().remove(&stream_id);
+                shared.open_local.lock_unpoisoned().remove(&stream_id);
+                if let Some(reply) = shared.replies.lock_unpoisoned().remove(&stream_id) {
                     let _ = reply.send(Err(status));
                 }
                 true
@@ -696,9 +693,9 @@ impl Reader {
         }
         let (tx, rx) = shared.pool.channel(STREAM_BYTES);
         if flags & FLAG_FIN == 0 {
-            lock(&shared.inbound).insert(stream_id, tx);
+            shared.inbound.lock_unpoisoned().insert(stream_id, tx);
         }
-        lock(&shared.open_local).insert(stream_id);
+        shared.open_local.lock_unpoisoned().insert(stream_id);
         if !answer(
             &self.control,
             Frame::SynReply {
@@ -747,8 +744,8 @@ impl Reader {
         if delivered {
             return true;
         }
-        lock(&self.shared.inbound).remove(&stream_id);
-        lock(&self.shared.open_local).remove(&stream_id);
+        self.shared.inbound.lock_unpoisoned().remove(&stream_id);
+        self.shared.open_local.lock_unpoisoned().remove(&stream_id);
         self.acceptor = None;
         answer(
             &self.control,

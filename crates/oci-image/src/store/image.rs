@@ -94,7 +94,7 @@ pub struct ImageConfig {
 impl Image {
     /// The config digest without `sha256:`.
     pub fn id_hex(&self) -> &str {
-        crate::content::hex_of(&self.id)
+        crate::store::content::hex_of(&self.id)
     }
 
     /// The snapshots of the image, bottom first: each layer's chain id, once
@@ -314,7 +314,7 @@ pub(crate) fn chain_ids(diff_ids: &[String]) -> Vec<String> {
     for diff in diff_ids {
         let next = match out.last() {
             None => diff.clone(),
-            Some(prev) => crate::content::sha256_digest(format!("{prev} {diff}").as_bytes()),
+            Some(prev) => crate::store::content::sha256_digest(format!("{prev} {diff}").as_bytes()),
         };
         out.push(next);
     }
@@ -372,7 +372,7 @@ mod tests {
         assert_eq!(ids[0], a);
         assert_eq!(
             ids[1],
-            crate::content::sha256_digest(b"sha256:aaaa sha256:bbbb")
+            crate::store::content::sha256_digest(b"sha256:aaaa sha256:bbbb")
         );
     }
 

@@ -10,16 +10,16 @@ use bytes::Bytes;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 
-use crate::auth::{Auth, Creds, NodeAuths};
-use crate::client::{ClientCache, HostClient};
 use crate::config::RegistryConfig;
-use crate::content::sha256_digest;
 use crate::error::Error;
-use crate::hosts::{self, HostSpec};
-use crate::image::{Descriptor, ManifestKind};
 use crate::layer::Progress;
 use crate::parse;
 use crate::reference::{Reference, DEFAULT_DOMAIN};
+use crate::registry::auth::{Auth, Creds, NodeAuths};
+use crate::registry::client::{ClientCache, HostClient};
+use crate::registry::hosts::{self, HostSpec};
+use crate::store::content::sha256_digest;
+use crate::store::image::{Descriptor, ManifestKind};
 
 /// Largest manifest or index accepted.
 pub(crate) const MAX_MANIFEST: usize = parse::MAX_MANIFEST;
@@ -449,7 +449,10 @@ impl Remote {
         Error::Registry {
             reference: self.reference.clone(),
             registry: host.to_string(),
-            message: format!("downloading {digest}: {}", crate::client::error_chain(e)),
+            message: format!(
+                "downloading {digest}: {}",
+                crate::registry::client::error_chain(e)
+            ),
         }
     }
 }

@@ -58,7 +58,7 @@ impl Auth {
     pub(crate) fn fingerprint(auth: Option<&Auth>) -> String {
         match auth {
             None => String::new(),
-            Some(a) => crate::content::sha256_digest(
+            Some(a) => crate::store::content::sha256_digest(
                 [
                     &a.username,
                     &a.password,
@@ -178,7 +178,7 @@ impl NodeAuths {
     /// Reads `path`; a missing file means no credentials. Errors name the
     /// file and never quote its content.
     pub(crate) fn load(path: &Path) -> Result<NodeAuths, Error> {
-        let bytes = match crate::hosts::read_small(path) {
+        let bytes = match crate::registry::hosts::read_small(path) {
             Ok(b) => b,
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
                 tracing::debug!(path = %path.display(), "no registry auth file");

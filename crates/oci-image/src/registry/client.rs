@@ -21,20 +21,28 @@
 //! whole before any size check, has no client certificates and one TLS
 //! setting per client, and cannot use a path prefix or extra headers.
 
+use berth_lock::MutexExt;
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use base64::Engine;
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, LOCATION, WWW_AUTHENTICATE};
 use reqwest::{Response, StatusCode, Url};
 use sha2::{Digest, Sha256};
 
-use crate::auth::{parse_challenge, Creds};
 use crate::error::Error;
-use crate::hosts::{read_small, HostSpec};
+use crate::registry::auth::Creds;
+use crate::registry::hosts::{read_small, HostSpec};
+
+mod guard;
+mod token;
+
+#[cfg(test)]
+use guard::DnsTable;
+use guard::GuardedResolver;
+pub(crate) use guard::{reach, Reach};
+use token::bearer;
 
 /// Largest token endpoint answer read.
 pub(crate) const MAX_TOKEN: usize = 1 << 20;
@@ -46,173 +54,6 @@ pub(crate) const SMALL_TIMEOUT: Duration = Duration::from_secs(120);
 const MAX_CLIENTS: usize = 64;
 /// Redirects followed for one request (as many as reqwest's default).
 pub(crate) const MAX_REDIRECTS: usize = 10;
-/// The cloud metadata service (AWS, GCP, Azure, OpenStack...).
-const METADATA_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
-/// AWS's IPv6 metadata service.
-const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
-
-/// What kind of address a URL's host is, for the redirect and token realm
-/// checks: anything but `Public` is reached only from a configured host of
-/// the same kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reach {
-    Public,
-    /// 127.0.0.0/8, ::1, the unspecified addresses, `localhost`.
-    Loopback,
-    /// 169.254.0.0/16, fe80::/10.
-    LinkLocal,
-    /// 169.254.169.254, fd00:ec2::254.
-    Metadata,
-}
-
-/// The kind of `host` (a URL's host: a name, an IPv4 address or a
-/// bracketed IPv6 one). The `url` crate has already turned the other
-/// spellings of IPv4 addresses (`0x7f.1`, `2130706433`) into dotted ones.
-pub(crate) fn reach(host: &str) -> Reach {
-    let bare = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-        .trim_end_matches('.');
-    match bare.parse::<IpAddr>() {
-        Ok(ip) => reach_ip(ip),
-        Err(_) => {
-            let name = bare.to_ascii_lowercase();
-            if name == "localhost" || name.ends_with(".localhost") {
-                Reach::Loopback
-            } else {
-                Reach::Public
-            }
-        }
-    }
-}
-
-fn reach_ip(ip: IpAddr) -> Reach {
-    match ip {
-        IpAddr::V4(v4) if v4 == METADATA_V4 => Reach::Metadata,
-        IpAddr::V4(v4) if v4.is_loopback() || v4.is_unspecified() => Reach::Loopback,
-        IpAddr::V4(v4) if v4.is_link_local() => Reach::LinkLocal,
-        IpAddr::V4(_) => Reach::Public,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => reach_ip(IpAddr::V4(v4)),
-            None if v6 == METADATA_V6 => Reach::Metadata,
-            None if v6.is_loopback() || v6.is_unspecified() => Reach::Loopback,
-            None if v6.segments()[0] & 0xffc0 == 0xfe80 => Reach::LinkLocal,
-            None => Reach::Public,
-        },
-    }
-}
-
-/// The host name of `url` (a URL or `scheme://host[:port]`), lowercase,
-/// without brackets or a trailing dot.
-fn host_name(url: &str) -> Option<String> {
-    let url = Url::parse(url).ok()?;
-    let host = url.host_str()?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    Some(host.trim_end_matches('.').to_ascii_lowercase())
-}
-
-/// Addresses looked up by name in place of the system's resolver (tests).
-#[cfg(test)]
-type DnsTable = std::sync::Arc<HashMap<String, Vec<IpAddr>>>;
-
-/// The resolver of every client: a name that is not the configured host's
-/// (or a proxy's) may not resolve to a loopback, link-local or metadata
-/// address unless the configured host is one of the same kind: the address
-/// rule of redirects and token realms, applied to what names resolve to
-/// (`metadata.google.internal` is 169.254.169.254). Addresses of other
-/// kinds among the answers are kept; a name with none is refused.
-#[derive(Clone)]
-struct GuardedResolver {
-    /// Names that may resolve to anything: the configured host, its proxy,
-    /// the proxies of the environment.
-    trusted: Vec<String>,
-    /// The kind of the configured host.
-    own: Reach,
-    #[cfg(test)]
-    table: Option<DnsTable>,
-}
-
-impl GuardedResolver {
-    fn for_spec(spec: &HostSpec) -> GuardedResolver {
-        let mut trusted: Vec<String> = Vec::new();
-        trusted.extend(host_name(&spec.origin()));
-        trusted.extend(spec.proxy.as_deref().and_then(host_name));
-        for var in ["http_proxy", "https_proxy", "all_proxy"] {
-            for var in [var.to_string(), var.to_ascii_uppercase()] {
-                if let Ok(p) = std::env::var(var) {
-                    let p = if p.contains("://") {
-                        p
-                    } else {
-                        format!("http://{p}")
-                    };
-                    trusted.extend(host_name(&p));
-                }
-            }
-        }
-        let own = Url::parse(&spec.origin())
-            .ok()
-            .map(|u| reach(u.host_str().unwrap_or("")))
-            .unwrap_or(Reach::Public);
-        GuardedResolver {
-            trusted,
-            own,
-            #[cfg(test)]
-            table: None,
-        }
-    }
-
-    /// The addresses of `name` that may be connected to.
-    fn filter(
-        &self,
-        name: &str,
-        addrs: Vec<std::net::SocketAddr>,
-    ) -> Result<Vec<std::net::SocketAddr>, String> {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        if self.trusted.contains(&name) {
-            return Ok(addrs);
-        }
-        let found = addrs.len();
-        let kept: Vec<_> = addrs
-            .into_iter()
-            .filter(|a| matches!(reach_ip(a.ip()), Reach::Public) || reach_ip(a.ip()) == self.own)
-            .collect();
-        if kept.is_empty() && found > 0 {
-            return Err(format!(
-                "refusing {name}: it resolves to loopback, link-local or metadata addresses only"
-            ));
-        }
-        Ok(kept)
-    }
-
-    async fn lookup(&self, name: &str) -> std::io::Result<Vec<std::net::SocketAddr>> {
-        #[cfg(test)]
-        if let Some(table) = &self.table {
-            let ips = table.get(name).cloned().unwrap_or_default();
-            return Ok(ips
-                .into_iter()
-                .map(|ip| std::net::SocketAddr::new(ip, 0))
-                .collect());
-        }
-        Ok(tokio::net::lookup_host((name, 0)).await?.collect())
-    }
-}
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let this = self.clone();
-        let name = name.as_str().to_string();
-        Box::pin(async move {
-            let addrs = this.lookup(&name).await?;
-            let kept = this.filter(&name, addrs)?;
-            Ok(Box::new(kept.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
 /// `scheme://host[:port]` of `url`, for messages (never its path or query:
 /// a storage URL's query carries its signature).
 fn origin_of(url: &Url) -> String {
@@ -316,7 +157,7 @@ impl ClientCache {
             }
         }
         let key = hex::encode(key.finalize());
-        if let Some(c) = lock(&self.clients).get(&key) {
+        if let Some(c) = self.clients.lock_unpoisoned().get(&key) {
             return Ok(c.clone());
         }
         let cfg_err = |m: String| Error::Config(format!("{}: {m}", spec.source));
@@ -377,7 +218,7 @@ impl ClientCache {
         let client = b
             .build()
             .map_err(|e| cfg_err(format!("HTTP client: {}", error_chain(&e))))?;
-        let mut clients = lock(&self.clients);
+        let mut clients = self.clients.lock_unpoisoned();
         if clients.len() >= MAX_CLIENTS {
             clients.clear();
         }
@@ -386,14 +227,10 @@ impl ClientCache {
     }
 
     fn warn_once(&self, what: &str, warn: impl FnOnce()) {
-        if lock(&self.warned).insert(what.to_string()) {
+        if self.warned.lock_unpoisoned().insert(what.to_string()) {
             warn();
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One host of one pull: where to send, how to authenticate.
@@ -477,7 +314,7 @@ impl HostClient {
         let url = self.url(tail)?;
         let mut authorized = false;
         loop {
-            let current = lock(&self.authorization).clone();
+            let current = self.authorization.lock_unpoisoned().clone();
             let (res, configured) = self
                 .send_following(tail, url.clone(), accept, timeout, current.as_ref(), by_tag)
                 .await?;
@@ -490,7 +327,7 @@ impl HostClient {
                     .map(str::to_string);
                 if let Some(new) = self.authorize(challenge.as_deref()).await? {
                     if current.as_ref() != Some(&new) {
-                        *lock(&self.authorization) = Some(new);
+                        *self.authorization.lock_unpoisoned() = Some(new);
                         continue;
                     }
                 }
@@ -636,149 +473,6 @@ impl HostClient {
         }
     }
 
-    /// The `Authorization` header answering `challenge`, if we have one.
-    async fn authorize(&self, challenge: Option<&str>) -> Result<Option<HeaderValue>, Error> {
-        let Some((scheme, params)) = challenge.and_then(parse_challenge) else {
-            return Ok(None);
-        };
-        match (scheme.as_str(), &self.creds) {
-            ("basic", Creds::Basic(user, pass)) => Ok(basic(user, pass)),
-            ("bearer", Creds::Bearer(_)) | ("basic", _) => Ok(None),
-            ("bearer", _) => {
-                let token = self.fetch_token(&params).await?;
-                Ok(bearer(&token))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// A bearer token from the realm the registry names.
-    async fn fetch_token(
-        &self,
-        params: &std::collections::BTreeMap<String, String>,
-    ) -> Result<String, Error> {
-        let unauth = |message: String| Error::Unauthenticated {
-            reference: self.reference.clone(),
-            registry: self.spec.host.clone(),
-            message,
-        };
-        let realm = params
-            .get("realm")
-            .ok_or_else(|| unauth("bearer challenge without a realm".into()))?;
-        let realm_url = Url::parse(realm)
-            .map_err(|_| unauth(format!("bearer realm {realm:?} is not a URL")))?;
-        match realm_url.scheme() {
-            "https" => {}
-            "http" if self.spec.plain_http => {}
-            _ => {
-                return Err(unauth(format!(
-                "bearer realm {realm:?}: refusing to send credentials to it from an HTTPS registry"
-            )))
-            }
-        }
-        self.may_reach(&realm_url)
-            .map_err(|m| unauth(format!("bearer realm: {m}")))?;
-        // The realm is the registry's own host (any port): its TLS settings
-        // apply. Another host is verified with the system's roots only.
-        let own_host = self
-            .origin
-            .as_ref()
-            .and_then(|o| o.host_str())
-            .zip(realm_url.host_str())
-            .is_some_and(|(a, b)| a.eq_ignore_ascii_case(b));
-        let http = if own_host {
-            &self.http
-        } else {
-            &self.realm_http
-        };
-        // Messages name the realm by its origin, and quote its answers only
-        // when it is the registry's own host.
-        let realm = &origin_of(&realm_url);
-        let scope = format!("repository:{}:pull", self.repository);
-        let service = params.get("service");
-        let req = match &self.creds {
-            Creds::Refresh(refresh) => {
-                let mut form = vec![
-                    ("grant_type", "refresh_token".to_string()),
-                    ("refresh_token", refresh.clone()),
-                    ("client_id", "berth".to_string()),
-                    ("scope", scope),
-                ];
-                if let Some(s) = service {
-                    form.push(("service", s.clone()));
-                }
-                http.post(realm_url).form(&form)
-            }
-            creds => {
-                let mut query = vec![("scope", scope)];
-                if let Some(s) = service {
-                    query.push(("service", s.clone()));
-                }
-                let req = http.get(realm_url).query(&query);
-                match creds {
-                    Creds::Basic(u, p) => req.basic_auth(u, Some(p)),
-                    _ => req,
-                }
-            }
-        };
-        let res = req
-            .timeout(SMALL_TIMEOUT)
-            .send()
-            .await
-            .map_err(|e| self.net_err("token", &e))?;
-        let status = res.status();
-        if !status.is_success() {
-            let body = if own_host {
-                match read_capped(res, MAX_ERROR_BODY).await {
-                    Ok(b) => String::from_utf8_lossy(&b)
-                        .trim()
-                        .chars()
-                        .take(300)
-                        .collect(),
-                    Err(_) => String::new(),
-                }
-            } else {
-                String::new()
-            };
-            return Err(unauth(
-                format!("token endpoint {realm}: {status}: {body}")
-                    .trim_end_matches([' ', ':'])
-                    .to_string(),
-            ));
-        }
-        let body = match read_capped(res, MAX_TOKEN).await {
-            Ok(b) => b,
-            Err(ReadError::TooLarge) => {
-                return Err(Error::bad(
-                    &self.reference,
-                    "",
-                    format!("token endpoint {realm}: answer larger than {MAX_TOKEN} bytes"),
-                ))
-            }
-            Err(ReadError::Net(e)) => return Err(self.net_err("token", &e)),
-        };
-        #[derive(serde::Deserialize)]
-        struct TokenAnswer {
-            #[serde(default)]
-            token: String,
-            #[serde(default)]
-            access_token: String,
-        }
-        let answer: TokenAnswer = serde_json::from_slice(&body)
-            .map_err(|_| unauth(format!("token endpoint {realm}: not a token answer")))?;
-        let token = if answer.access_token.is_empty() {
-            answer.token
-        } else {
-            answer.access_token
-        };
-        if token.is_empty() {
-            return Err(unauth(format!(
-                "token endpoint {realm}: no token in the answer"
-            )));
-        }
-        Ok(token)
-    }
-
     /// A manifest (or index) by tag or digest, capped at `cap` bytes.
     pub(crate) async fn manifest(
         &self,
@@ -890,26 +584,13 @@ impl HostClient {
     }
 }
 
-fn basic(user: &str, pass: &str) -> Option<HeaderValue> {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"));
-    sensitive(&format!("Basic {b64}"))
-}
-
-fn bearer(token: &str) -> Option<HeaderValue> {
-    sensitive(&format!("Bearer {token}"))
-}
-
-fn sensitive(value: &str) -> Option<HeaderValue> {
-    let mut v = HeaderValue::from_str(value).ok()?;
-    v.set_sensitive(true);
-    Some(v)
-}
-
 #[cfg(test)]
 mod tests {
     //! The authentication dance against a loopback stand-in registry whose
     //! token endpoint checks what it is sent.
     use super::*;
+    use base64::Engine;
+    use std::net::{IpAddr, Ipv4Addr};
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -956,7 +637,7 @@ mod tests {
                     let line = head.lines().next().unwrap_or("").to_string();
                     let authz = header("authorization");
                     let extra = header("x-extra");
-                    lock(&seen).push((
+                    seen.lock_unpoisoned().push((
                         format!("{line} x-extra={extra}"),
                         authz.clone(),
                         body.clone(),
@@ -1197,7 +878,7 @@ mod tests {
         let body = h.manifest("v1", "application/json", 1024).await.unwrap();
         assert_eq!(&body[..], b"{}");
         {
-            let seen = lock(&seen);
+            let seen = seen.lock_unpoisoned();
             let token = seen.iter().find(|(l, _, _)| l.contains("/token")).unwrap();
             assert!(token.0.starts_with("GET"), "{token:?}");
             assert!(
@@ -1212,23 +893,24 @@ mod tests {
             assert!(last.ends_with("x-extra=1"), "{last}");
         }
         // The token is kept: the next request goes straight through.
-        let before = lock(&seen).len();
+        let before = seen.lock_unpoisoned().len();
         h.manifest("v2", "application/json", 1024).await.unwrap();
-        assert_eq!(lock(&seen).len(), before + 1);
+        assert_eq!(seen.lock_unpoisoned().len(), before + 1);
 
         // A refresh token: the OAuth2 grant, POSTed.
-        lock(&seen).clear();
+        seen.lock_unpoisoned().clear();
         let h = host(&addr, Creds::Refresh("rt".into()));
         h.manifest("v1", "application/json", 1024).await.unwrap();
-        assert!(lock(&seen)
+        assert!(seen
+            .lock_unpoisoned()
             .iter()
             .any(|(l, _, b)| l.starts_with("POST /token") && b.contains("client_id=berth")));
 
         // A registry token is sent as it is, and not exchanged.
-        lock(&seen).clear();
+        seen.lock_unpoisoned().clear();
         let h = host(&addr, Creds::Bearer("good".into()));
         h.manifest("v1", "application/json", 1024).await.unwrap();
-        assert_eq!(lock(&seen).len(), 1);
+        assert_eq!(seen.lock_unpoisoned().len(), 1);
 
         // Wrong or no credentials: Unauthenticated, naming the token
         // endpoint, with no secret in the message.

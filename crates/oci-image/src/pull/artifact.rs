@@ -17,11 +17,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::content::{self, Paths, Usage};
 use crate::error::Error;
-use crate::image::Layer;
 use crate::layer;
 use crate::parse;
+use crate::store::content::{self, Paths, Usage};
+use crate::store::image::Layer;
 use crate::store::{join_err, Inner};
 
 /// Mode of an artifact's files and of the directories above them.
@@ -135,7 +135,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::image::Descriptor;
+    use crate::store::image::Descriptor;
 
     fn setup() -> (tempfile::TempDir, Paths) {
         let dir = tempfile::tempdir().unwrap();

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use berth_kube_tests::images::{AGNHOST, BUSYBOX};
 use berth_kube_tests::{
-    container, container_id, host_pid, kubectl, kubectl_json, node, part_log, restarts, share,
-    summary, wait_until, Namespace, NODE,
+    container, container_id, host_pid, kubectl, kubectl_json, node, part_log, restarts, rfc3339,
+    share, summary, wait_until, Namespace, NODE,
 };
 
 /// A pod of one busybox container running `script` under `sh -c`, with
@@ -456,6 +456,19 @@ fn liveness_kill_uses_the_probes_grace_period() {
     assert_eq!(last["exitCode"], 137, "{last}");
 }
 
+/// When the container's latest run started (seconds since the epoch), from
+/// its status: the running or terminated state, or, while it waits, the
+/// last terminated one.
+fn latest_start(c: &serde_json::Value) -> f64 {
+    let started = ["running", "terminated"]
+        .iter()
+        .map(|s| &c["state"][s]["startedAt"])
+        .chain([&c["lastState"]["terminated"]["startedAt"]])
+        .find_map(|v| v.as_str())
+        .unwrap_or_else(|| panic!("no start time in {c}"));
+    rfc3339(started).unwrap_or_else(|| panic!("not RFC 3339: {started:?}"))
+}
+
 #[test]
 #[ignore = "needs the node of hack/kube.sh up (hack/test.sh runs it)"]
 fn crashing_container_backs_off_and_keeps_its_last_state() {
@@ -463,9 +476,11 @@ fn crashing_container_backs_off_and_keeps_its_last_state() {
     let ns = Namespace::new("crashloop");
     ns.apply(&busybox_pod("p", "echo crashing; exit 3", "", ""))
         .unwrap();
-    ns.wait_pod("p", 60, "restarted once", |p| restarts(p, "c") >= 1)
+    let once = ns
+        .wait_pod("p", 60, "restarted once", |p| restarts(p, "c") >= 1)
         .unwrap();
-    let once = Instant::now();
+    assert_eq!(restarts(&once, "c"), 1, "{}", summary(&once));
+    let second_run = latest_start(container(&once, "c").unwrap());
     let pod = ns
         .wait_pod("p", 120, "restarted twice, in back-off", |p| {
             restarts(p, "c") >= 2
@@ -473,11 +488,14 @@ fn crashing_container_backs_off_and_keeps_its_last_state() {
                     .is_some_and(|c| c["state"]["waiting"]["reason"] == "CrashLoopBackOff")
         })
         .unwrap();
-    // kubelet's back-off doubles from 10 s: the second restart waits 20 s.
-    let between = once.elapsed();
+    // kubelet's back-off doubles from 10 s: the third run starts 20 s after
+    // the second ended. Told by kubelet's own start times (whole seconds),
+    // not by when this test saw them.
+    let third_run = latest_start(container(&pod, "c").unwrap());
     assert!(
-        between >= Duration::from_secs(15),
-        "second restart {between:?} after the first"
+        third_run - second_run >= 15.0,
+        "the third run started {:.0} s after the second",
+        third_run - second_run
     );
     let c = container(&pod, "c").unwrap();
     // The image as the pod named it, not the id kubelet created it from.

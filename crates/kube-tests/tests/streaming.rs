@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use berth_kube_tests::images::{AGNHOST, BUSYBOX, NONROOT};
-use berth_kube_tests::{container, restarts, share, summary, wait_until, Namespace};
+use berth_kube_tests::{container, restarts, rfc3339, share, summary, wait_until, Namespace};
 use serde_json::Value;
 
 const DEBUG_IMAGE: &str = "docker.io/library/busybox:1.37";
@@ -293,63 +293,6 @@ fn ready_pod(ns: &Namespace, name: &str, script: &str, extra: &str, pod_extra: &
     ns.apply(&busybox_pod(name, script, extra, pod_extra))
         .unwrap();
     ns.wait_ready(name, 120).unwrap()
-}
-
-/// Seconds since the epoch of an RFC 3339 time (`2026-12-07T14:50:27.3Z`,
-/// `…+02:00`); `None` if it is not one.
-fn rfc3339(s: &str) -> Option<f64> {
-    let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let part = s.get(r)?;
-        part.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| part.parse().ok())?
-    };
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
-        return None;
-    }
-    if b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut frac = 0.0;
-    if b[i] == b'.' {
-        let start = i + 1;
-        i = start;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == start {
-            return None;
-        }
-        frac = format!("0.{}", &s[start..i]).parse().ok()?;
-    }
-    let offset = match s.get(i..)? {
-        "Z" | "z" => 0,
-        o if o.len() == 6 && (o.starts_with('+') || o.starts_with('-')) && &o[3..4] == ":" => {
-            let secs = num(i + 1..i + 3)? * 3600 + num(i + 4..i + 6)? * 60;
-            if o.starts_with('+') {
-                secs
-            } else {
-                -secs
-            }
-        }
-        _ => return None,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if mo <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some((days * 86_400 + h * 3600 + mi * 60 + sec - offset) as f64 + frac)
 }
 
 /// Now, in seconds since the epoch.

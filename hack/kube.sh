@@ -114,6 +114,12 @@ pid_of() {
 
 # Starts part NAME as the command "$@" (kept in cmd/NAME for restart), in a
 # session of its own, in its memory cgroup, logging to logs/NAME.log.
+# Closes every descriptor past stdio, for a shell about to exec a daemon:
+# what the caller inherited (a lock, say `flock /run/berth-kube.lock`) would
+# otherwise be held by the node's parts for as long as they run.
+# shellcheck disable=SC2016
+CLOSE_FDS='for fd in /proc/self/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done'
+
 start_part() {
   local name=$1
   shift
@@ -129,7 +135,7 @@ launch() {
   source "$S/cmd/$name"
   cg=$(mem_cgroup "$name")
   # The child writes itself into the cgroup before it becomes the part.
-  setsid bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" "${argv[@]}" \
+  setsid bash -c 'echo $$ >"$1/cgroup.procs"; shift; '"$CLOSE_FDS"'; exec "$@"' _ "$cg" "${argv[@]}" \
     </dev/null >>"$S/logs/$name.log" 2>&1 &
   echo $! >"$S/pids/$name"
 }
@@ -228,7 +234,7 @@ make_pki() {
 # ---- the parts ----
 
 start_registry() {
-  REG=$(bash "$repo/hack/registry.sh" start "$S/registry")
+  REG=$(bash -c "$CLOSE_FDS; exec bash \"\$0\" start \"\$1\"" "$repo/hack/registry.sh" "$S/registry")
   echo "$REG" >"$S/registry.addr"
   local bin
   bin=$(gobin)

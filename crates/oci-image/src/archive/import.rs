@@ -119,28 +119,14 @@ impl Inner {
             if let Some((key, blobs)) = &artifact_files {
                 self.import_files(key, blobs)?;
             }
-            let user = p
-                .config
-                .as_ref()
-                .map(|c| c.image_config())
-                .unwrap_or_default();
-            let (uid, username) = image::split_user(&user.user);
-            let size = p.config_bytes.len() as u64 + layers.iter().map(|l| l.size).sum::<u64>();
             registrations.push(Registration {
-                fresh: Image {
-                    id: p.id.clone(),
-                    repo_tags: Vec::new(),
-                    repo_digests: Vec::new(),
-                    size,
-                    uid,
-                    username,
-                    pinned: false,
-                    config: user,
+                fresh: Image::fresh(
+                    p.id.clone(),
+                    p.config.as_ref(),
+                    p.config_bytes.len() as u64,
                     layers,
-                    manifests: Vec::new(),
-                    generation: 0,
-                    artifact: p.artifact,
-                },
+                    p.artifact,
+                ),
                 tags: p.tags,
                 repo_digests: p
                     .repos

@@ -278,30 +278,17 @@ impl Checked {
         resolved: &Resolved,
         manifest_digests: Vec<String>,
     ) -> Registration {
-        let user = self
-            .config
-            .as_ref()
-            .map(|c| c.image_config())
-            .unwrap_or_default();
-        let (uid, username) = image::split_user(&user.user);
-        let size = self.config_size + self.layers.iter().map(|l| l.size).sum::<u64>();
-        let fresh = Image {
+        let artifact = self.artifact_type.map(|artifact_type| image::Artifact {
+            artifact_type,
+            config: self.config_digest,
+        });
+        let fresh = Image::fresh(
             id,
-            repo_tags: Vec::new(),
-            repo_digests: Vec::new(),
-            size,
-            uid,
-            username,
-            pinned: false,
-            config: user,
-            layers: self.layers,
-            manifests: Vec::new(),
-            generation: 0,
-            artifact: self.artifact_type.map(|artifact_type| image::Artifact {
-                artifact_type,
-                config: self.config_digest,
-            }),
-        };
+            self.config.as_ref(),
+            self.config_size,
+            self.layers,
+            artifact,
+        );
         Registration {
             fresh,
             tags: reference.tagged().into_iter().collect(),

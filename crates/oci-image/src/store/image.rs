@@ -92,6 +92,34 @@ pub struct ImageConfig {
 }
 
 impl Image {
+    /// The record of an image just pulled or imported, not yet named: its
+    /// size is the config's `config_size` bytes plus its layers', its user
+    /// split as [`split_user`] does.
+    pub(crate) fn fresh(
+        id: String,
+        config: Option<&ConfigFile>,
+        config_size: u64,
+        layers: Vec<Layer>,
+        artifact: Option<Artifact>,
+    ) -> Image {
+        let config = config.map(|c| c.image_config()).unwrap_or_default();
+        let (uid, username) = split_user(&config.user);
+        Image {
+            id,
+            repo_tags: Vec::new(),
+            repo_digests: Vec::new(),
+            size: config_size + layers.iter().map(|l| l.size).sum::<u64>(),
+            uid,
+            username,
+            pinned: false,
+            config,
+            layers,
+            manifests: Vec::new(),
+            generation: 0,
+            artifact,
+        }
+    }
+
     /// The config digest without `sha256:`.
     pub fn id_hex(&self) -> &str {
         crate::store::content::hex_of(&self.id)

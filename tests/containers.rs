@@ -1316,12 +1316,19 @@ async fn pod_stop_during_grace(with_pause: bool) {
     pull(&daemon, &registry().busybox()).await;
     // Outlives SIGTERM (as the e2e's `sleep`, PID 1 of its own namespace),
     // and says when it got one.
-    let script = "trap 'echo TERM ignored' TERM; while :; do sleep 1; done";
+    // It says when its trap is set: a SIGTERM before that would kill it (or,
+    // as PID 1 of its own namespace, be dropped and never be told).
+    let script = "trap 'echo TERM ignored' TERM; echo trap set; while :; do sleep 1; done";
     let names = ["one", "two"];
     let mut ids = Vec::new();
     for c in names {
         let cfg = as_kubelet_sends(&config, container(c, &["sh", "-c", script]));
         ids.push(run_container(&daemon, &pod, &config, cfg).await);
+    }
+    for c in names {
+        let log = logs.join(format!("{c}.log"));
+        let set = || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("trap set"));
+        common::wait_until("the trap set", Duration::from_secs(60), set).await;
     }
     // kubelet's graceful stops, with a grace no test waits out.
     let graceful: Vec<_> = ids

@@ -338,9 +338,14 @@ impl TrapPod {
         let dir = node().unwrap().join("tmp").join(&ns.name);
         std::fs::create_dir_all(&dir).unwrap();
         let _ = std::fs::remove_file(dir.join("term"));
+        let _ = std::fs::remove_file(dir.join("trap-set"));
+        // `trap-set` says the trap is in place: a SIGTERM before it would be
+        // dropped (the shell is PID 1 of its namespace) and never recorded.
         ns.apply(&busybox_pod(
             "p",
-            &format!("trap 'touch /out/term; {trap}' TERM; while true; do sleep 0.1; done"),
+            &format!(
+                "trap 'touch /out/term; {trap}' TERM; touch /out/trap-set; while true; do sleep 0.1; done"
+            ),
             "    volumeMounts: [{name: out, mountPath: /out}]",
             &format!(
                 "  terminationGracePeriodSeconds: {grace}\n  volumes: [{{name: out, hostPath: {{path: {}}}}}]",
@@ -350,6 +355,14 @@ impl TrapPod {
         .unwrap();
         let pod = ns.wait_ready("p", 120).unwrap();
         let pid = host_pid(&container_id(&pod, "c").unwrap()).unwrap();
+        let set = Instant::now();
+        while !dir.join("trap-set").exists() {
+            assert!(
+                set.elapsed() < Duration::from_secs(60),
+                "no trap set in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         TrapPod { pid, dir }
     }
 

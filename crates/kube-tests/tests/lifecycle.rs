@@ -264,8 +264,15 @@ spec:
         *seen = summary(&p);
         berth_kube_tests::condition(&p, "Ready").then_some(p)
     });
+    // Its container's pid is read while the manifest is still there: once
+    // it is removed, kubelet stops the container at once.
+    let pid = pod
+        .as_ref()
+        .ok()
+        .map(|pod| host_pid(&container_id(pod, "c").unwrap()));
     std::fs::remove_file(&file).unwrap();
     let pod = pod.unwrap();
+    assert!(pid.unwrap().unwrap() > 1);
     assert!(
         pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(),
         "{}",
@@ -275,8 +282,6 @@ spec:
         pod["metadata"]["annotations"]["kubernetes.io/config.source"],
         "file"
     );
-    let id = container_id(&pod, "c").unwrap();
-    assert!(host_pid(&id).unwrap() > 1);
     // The manifest removed, kubelet stops it and the mirror goes.
     wait_until(120, "mirror pod gone", |_| {
         kubectl_json(&["-n", "default", "get", "pod", &mirror])

@@ -376,13 +376,13 @@ async fn spare_of_a_replaced_executable_is_not_used() {
     let bundle = Bundle::busybox("stalespare", &["sh", "-c", "echo new; exit 0"]);
     let root = bundle.dir.path().to_path_buf();
     let binary = root.join("berth-shim");
-    std::fs::copy(shim_bin(), &binary).unwrap();
+    copy_executable(shim_bin(), &binary);
     let launcher = ShimLauncher::new(&binary, &root);
     assert!(launcher.prestart().await);
     let spare = the_spare(&root);
     // An upgrade puts a new file at the path (a new inode).
     let new = root.join("berth-shim.new");
-    std::fs::copy(shim_bin(), &new).unwrap();
+    copy_executable(shim_bin(), &new);
     std::fs::rename(&new, &binary).unwrap();
 
     let (_cleanup, client) = spawned_afresh(&launcher, &bundle, spare).await;
@@ -557,4 +557,16 @@ async fn option_frames_are_bounded() {
     assert_eq!(spare.answer().await, None);
     gone(pid, "the spare without options").await;
     assert!(!root.exists(), "files left in the state root");
+}
+
+/// Copies an executable by `cp`, so no fd open for writing it is ever in
+/// this process: a child another test forks meanwhile would inherit one
+/// and make the copy's exec fail with ETXTBSY until that child execs.
+fn copy_executable(from: impl AsRef<Path>, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg(from.as_ref())
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(status.success(), "cp {}: {status}", to.display());
 }

@@ -453,121 +453,148 @@ fn edit(id: &str, device: &str, file: &Path, e: &Edits, spec: &mut Spec) -> Resu
             "asks for intelRdt or netDevices edits, which berth does not make",
         ));
     }
-    // Environment: a variable of the same name is replaced.
     if !e.env.is_empty() {
-        let process = spec.process_mut().get_or_insert_with(Default::default);
-        let mut env = process.env().clone().unwrap_or_default();
-        for var in &e.env {
-            let Some((key, _)) = var.split_once('=') else {
-                return Err(invalid(id, field, format!("env {var:?} is not KEY=VALUE")));
-            };
-            env.retain(|v| v.split_once('=').map_or(v.as_str(), |(k, _)| k) != key);
-            env.push(var.clone());
-        }
-        process.set_env(Some(env));
+        edit_env(id, &field, &e.env, spec)?;
     }
     if !e.additional_gids.is_empty() {
-        let process = spec.process_mut().get_or_insert_with(Default::default);
-        let mut user = process.user().clone();
-        let mut gids = user.additional_gids().clone().unwrap_or_default();
-        for g in &e.additional_gids {
-            if *g == 0 || *g > i32::MAX as u32 {
-                return Err(invalid(
-                    id,
-                    field,
-                    format!("additional gid {g} is not usable"),
-                ));
-            }
-            if !gids.contains(g) {
-                gids.push(*g);
-            }
-        }
-        user.set_additional_gids(Some(gids));
-        process.set_user(user);
+        edit_gids(id, &field, &e.additional_gids, spec)?;
     }
-    // Device nodes: made in the container and allowed in its device cgroup.
     for n in &e.device_nodes {
-        let (dev, access) = device_node(id, &field, n)?;
-        let linux = spec.linux_mut().get_or_insert_with(Default::default);
-        let mut devices = linux.devices().clone().unwrap_or_default();
-        devices.retain(|d| d.path() != dev.path());
-        let rule = (dev.typ() != LinuxDeviceType::P).then(|| {
-            cgroup_rule(
-                true,
-                Some(dev.typ()),
-                Some(dev.major()),
-                Some(dev.minor()),
-                &access,
-            )
-        });
-        devices.push(dev);
-        linux.set_devices(Some(devices));
-        if let Some(rule) = rule {
-            let resources = linux.resources_mut().get_or_insert_with(Default::default);
-            let mut rules = resources.devices().clone().unwrap_or_default();
-            rules.push(rule);
-            resources.set_devices(Some(rules));
-        }
+        add_device_node(id, &field, n, spec)?;
     }
-    // Mounts: one at the same destination is replaced.
     for m in &e.mounts {
-        for (p, what) in [
-            (&m.host_path, "hostPath"),
-            (&m.container_path, "containerPath"),
-        ] {
-            if !Path::new(p).is_absolute() {
-                return Err(invalid(
-                    id,
-                    field,
-                    format!("mount {what} {p:?} is not absolute"),
-                ));
-            }
-        }
-        let mut mount = Mount::default();
-        let dest = crate::mounts::clean_path(&m.container_path);
-        mount.set_destination(PathBuf::from(&dest));
-        mount.set_source(Some(PathBuf::from(&m.host_path)));
-        let bind = m.options.iter().any(|o| o == "bind" || o == "rbind");
-        let typ = match m.typ.as_deref() {
-            Some(t) if !t.is_empty() => Some(t.to_string()),
-            _ if bind => Some("bind".to_string()),
-            _ => None,
-        };
-        mount.set_typ(typ);
-        mount.set_options(Some(m.options.clone()));
-        let mounts = spec.mounts_mut().get_or_insert_with(Vec::new);
-        mounts.retain(|x| x.destination() != Path::new(&dest));
-        mounts.push(mount);
+        add_mount(id, &field, m, spec)?;
     }
-    // Hooks, by the stage they name.
     for h in &e.hooks {
-        if !Path::new(&h.path).is_absolute() {
+        add_hook(id, &field, h, spec)?;
+    }
+    Ok(())
+}
+
+/// Adds environment variables: one of the same name is replaced.
+fn edit_env(id: &str, field: &str, vars: &[String], spec: &mut Spec) -> Result<(), Error> {
+    let process = spec.process_mut().get_or_insert_with(Default::default);
+    let mut env = process.env().clone().unwrap_or_default();
+    for var in vars {
+        let Some((key, _)) = var.split_once('=') else {
+            return Err(invalid(id, field, format!("env {var:?} is not KEY=VALUE")));
+        };
+        env.retain(|v| v.split_once('=').map_or(v.as_str(), |(k, _)| k) != key);
+        env.push(var.clone());
+    }
+    process.set_env(Some(env));
+    Ok(())
+}
+
+/// Adds supplementary groups the process does not have yet.
+fn edit_gids(id: &str, field: &str, add: &[u32], spec: &mut Spec) -> Result<(), Error> {
+    let process = spec.process_mut().get_or_insert_with(Default::default);
+    let mut user = process.user().clone();
+    let mut gids = user.additional_gids().clone().unwrap_or_default();
+    for g in add {
+        if *g == 0 || *g > i32::MAX as u32 {
             return Err(invalid(
                 id,
                 field,
-                format!("hook path {:?} is not absolute", h.path),
+                format!("additional gid {g} is not usable"),
             ));
         }
-        let mut hook = Hook::default();
-        hook.set_path(PathBuf::from(&h.path));
-        hook.set_args((!h.args.is_empty()).then(|| h.args.clone()));
-        hook.set_env((!h.env.is_empty()).then(|| h.env.clone()));
-        hook.set_timeout(h.timeout);
-        let hooks = spec.hooks_mut().get_or_insert_with(Hooks::default);
-        let stage = match h.hook_name.as_str() {
-            #[allow(deprecated)]
-            "prestart" => hooks.prestart_mut(),
-            "createRuntime" => hooks.create_runtime_mut(),
-            "createContainer" => hooks.create_container_mut(),
-            "startContainer" => hooks.start_container_mut(),
-            "poststart" => hooks.poststart_mut(),
-            "poststop" => hooks.poststop_mut(),
-            other => {
-                return Err(invalid(id, field, format!("unknown hook {other:?}")));
-            }
-        };
-        stage.get_or_insert_with(Vec::new).push(hook);
+        if !gids.contains(g) {
+            gids.push(*g);
+        }
     }
+    user.set_additional_gids(Some(gids));
+    process.set_user(user);
+    Ok(())
+}
+
+/// Adds a device node: made in the container (replacing one at the same
+/// path) and allowed in its device cgroup.
+fn add_device_node(id: &str, field: &str, n: &DeviceNode, spec: &mut Spec) -> Result<(), Error> {
+    let (dev, access) = device_node(id, field, n)?;
+    let linux = spec.linux_mut().get_or_insert_with(Default::default);
+    let mut devices = linux.devices().clone().unwrap_or_default();
+    devices.retain(|d| d.path() != dev.path());
+    let rule = (dev.typ() != LinuxDeviceType::P).then(|| {
+        cgroup_rule(
+            true,
+            Some(dev.typ()),
+            Some(dev.major()),
+            Some(dev.minor()),
+            &access,
+        )
+    });
+    devices.push(dev);
+    linux.set_devices(Some(devices));
+    if let Some(rule) = rule {
+        let resources = linux.resources_mut().get_or_insert_with(Default::default);
+        let mut rules = resources.devices().clone().unwrap_or_default();
+        rules.push(rule);
+        resources.set_devices(Some(rules));
+    }
+    Ok(())
+}
+
+/// Adds a mount: one at the same destination is replaced.
+fn add_mount(id: &str, field: &str, m: &MountSpec, spec: &mut Spec) -> Result<(), Error> {
+    for (p, what) in [
+        (&m.host_path, "hostPath"),
+        (&m.container_path, "containerPath"),
+    ] {
+        if !Path::new(p).is_absolute() {
+            return Err(invalid(
+                id,
+                field,
+                format!("mount {what} {p:?} is not absolute"),
+            ));
+        }
+    }
+    let mut mount = Mount::default();
+    let dest = crate::mounts::clean_path(&m.container_path);
+    mount.set_destination(PathBuf::from(&dest));
+    mount.set_source(Some(PathBuf::from(&m.host_path)));
+    let bind = m.options.iter().any(|o| o == "bind" || o == "rbind");
+    let typ = match m.typ.as_deref() {
+        Some(t) if !t.is_empty() => Some(t.to_string()),
+        _ if bind => Some("bind".to_string()),
+        _ => None,
+    };
+    mount.set_typ(typ);
+    mount.set_options(Some(m.options.clone()));
+    let mounts = spec.mounts_mut().get_or_insert_with(Vec::new);
+    mounts.retain(|x| x.destination() != Path::new(&dest));
+    mounts.push(mount);
+    Ok(())
+}
+
+/// Adds a hook to the stage it names.
+fn add_hook(id: &str, field: &str, h: &HookSpec, spec: &mut Spec) -> Result<(), Error> {
+    if !Path::new(&h.path).is_absolute() {
+        return Err(invalid(
+            id,
+            field,
+            format!("hook path {:?} is not absolute", h.path),
+        ));
+    }
+    let mut hook = Hook::default();
+    hook.set_path(PathBuf::from(&h.path));
+    hook.set_args((!h.args.is_empty()).then(|| h.args.clone()));
+    hook.set_env((!h.env.is_empty()).then(|| h.env.clone()));
+    hook.set_timeout(h.timeout);
+    let hooks = spec.hooks_mut().get_or_insert_with(Hooks::default);
+    let stage = match h.hook_name.as_str() {
+        #[allow(deprecated)]
+        "prestart" => hooks.prestart_mut(),
+        "createRuntime" => hooks.create_runtime_mut(),
+        "createContainer" => hooks.create_container_mut(),
+        "startContainer" => hooks.start_container_mut(),
+        "poststart" => hooks.poststart_mut(),
+        "poststop" => hooks.poststop_mut(),
+        other => {
+            return Err(invalid(id, field, format!("unknown hook {other:?}")));
+        }
+    };
+    stage.get_or_insert_with(Vec::new).push(hook);
     Ok(())
 }
 

@@ -548,6 +548,32 @@ impl Csv {
     }
 }
 
+/// Samples the runtime's process, keeping every sample and writing it to
+/// the CSV.
+struct Sampler<'a> {
+    t: &'a Target,
+    started: Instant,
+    csv: Csv,
+    samples: Vec<Sample>,
+}
+
+impl Sampler<'_> {
+    fn take(&mut self, cycle: usize) -> Result<Sample> {
+        let x = sample(self.t, cycle, self.started)?;
+        self.csv.write(&x)?;
+        self.samples.push(x);
+        Ok(x)
+    }
+}
+
+/// The samples a summary compares: before the churn, after the warm-up,
+/// and at the end.
+struct Marks {
+    start: Sample,
+    baseline: Sample,
+    end: Sample,
+}
+
 /// Runs the churn; the summary says whether it passed (`problems`).
 pub async fn run(
     t: &Target,
@@ -556,17 +582,14 @@ pub async fn run(
     csv: Option<&Path>,
     max_rss_growth_kib: Option<u64>,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let tally = Arc::new(Tally::default());
-    let mut csv = Csv::create(csv)?;
-    let mut samples = Vec::new();
-    let mut take = |cycle: usize, samples: &mut Vec<Sample>| -> Result<Sample> {
-        let x = sample(t, cycle, started)?;
-        csv.write(&x)?;
-        samples.push(x);
-        Ok(x)
+    let mut sampler = Sampler {
+        t,
+        started: Instant::now(),
+        csv: Csv::create(csv)?,
+        samples: Vec::new(),
     };
-    let start = take(0, &mut samples)?;
+    let start = sampler.take(0)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let relist = tokio::spawn(relister(
         t.clone(),
@@ -576,18 +599,50 @@ pub async fn run(
     ));
     let events = tokio::spawn(subscriber(t.clone(), tally.clone(), stop_rx));
 
+    let (done, baseline) = churn(job, s, &tally, &mut sampler).await?;
+    let baseline = match baseline {
+        Some(b) => b,
+        None => {
+            tokio::time::sleep(s.quiet).await;
+            sampler.take(done)?
+        }
+    };
+    let end = settle(&mut sampler, s, done, &baseline).await?;
+    let _ = stop_tx.send(true);
+    let _ = relist.await;
+    let _ = events.await;
+
+    let marks = Marks {
+        start,
+        baseline,
+        end,
+    };
+    let mut summary = summarize(&sampler, s, &tally, done, marks, max_rss_growth_kib);
+    summary.problems = problems(&summary);
+    Ok(summary)
+}
+
+/// Runs the life cycles, in batches now and then, sampling as it goes:
+/// how many ran, and the baseline taken after the warm-up (none when there
+/// were no cycles after it).
+async fn churn(
+    job: &Job,
+    s: &Settings,
+    tally: &Tally,
+    sampler: &mut Sampler<'_>,
+) -> Result<(usize, Option<Sample>)> {
+    let t = sampler.t;
     let total = s.warmup + s.cycles;
     let mut done = 0usize;
     let mut round = 0usize;
     let mut next_sample = s.sample_every.max(1);
     let mut baseline = None;
     let mut last_report = Instant::now();
-    let counts: &Tally = &tally;
     while done < total {
         // The baseline: after the warm-up and a quiet pause.
         if baseline.is_none() && done >= s.warmup {
             tokio::time::sleep(s.quiet).await;
-            baseline = Some(take(done, &mut samples)?);
+            baseline = Some(sampler.take(done)?);
             next_sample = done + s.sample_every.max(1);
         }
         let concurrent = s.concurrent_every > 0
@@ -596,7 +651,7 @@ pub async fn run(
         let n = if concurrent { s.batch } else { 1 }.min(total - done);
         let results = futures_join(
             (done..done + n)
-                .map(|i| async move { (i, cycle(t, job, s, counts, i).await) })
+                .map(|i| async move { (i, cycle(t, job, s, tally, i).await) })
                 .collect(),
         )
         .await;
@@ -608,48 +663,75 @@ pub async fn run(
         done += n;
         round += 1;
         if done >= next_sample && done < total {
-            take(done, &mut samples)?;
+            sampler.take(done)?;
             next_sample += s.sample_every.max(1);
         }
         if last_report.elapsed() > Duration::from_secs(30) {
             last_report = Instant::now();
-            let x = samples.last().copied().unwrap_or_default();
-            eprintln!(
-                "churn: {done}/{total} life cycles, {:.0} s, RSS {} KiB, fds {}, threads {}, failures {}",
-                started.elapsed().as_secs_f64(),
-                x.rss_kib,
-                x.fds,
-                x.threads,
-                tally.failures.load(Ordering::Relaxed)
-            );
+            report_progress(sampler, tally, done, total);
         }
     }
-    let baseline = match baseline {
-        Some(b) => b,
-        None => {
-            tokio::time::sleep(s.quiet).await;
-            take(done, &mut samples)?
-        }
-    };
+    Ok((done, baseline))
+}
+
+/// A line on stderr: how far the churn is and how the runtime looks.
+fn report_progress(sampler: &Sampler<'_>, tally: &Tally, done: usize, total: usize) {
+    let x = sampler.samples.last().copied().unwrap_or_default();
+    eprintln!(
+        "churn: {done}/{total} life cycles, {:.0} s, RSS {} KiB, fds {}, threads {}, failures {}",
+        sampler.started.elapsed().as_secs_f64(),
+        x.rss_kib,
+        x.fds,
+        x.threads,
+        tally.failures.load(Ordering::Relaxed)
+    );
+}
+
+/// The end sample: after a quiet pause, and once fds and threads are back
+/// to the baseline (they may take a moment more) or the settle time is up.
+async fn settle(
+    sampler: &mut Sampler<'_>,
+    s: &Settings,
+    done: usize,
+    baseline: &Sample,
+) -> Result<Sample> {
     tokio::time::sleep(s.quiet).await;
-    let mut end = take(done, &mut samples)?;
-    // fds and threads may take a moment more to come back.
+    let mut end = sampler.take(done)?;
     let settle_until = Instant::now() + s.settle;
     while (end.fds > baseline.fds || end.threads > baseline.threads)
         && Instant::now() < settle_until
     {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        end = sample(t, done, started)?;
+        end = sample(sampler.t, done, sampler.started)?;
     }
-    if samples.last().is_some_and(|l| l.seconds != end.seconds) {
-        csv.write(&end)?;
-        samples.push(end);
+    if sampler
+        .samples
+        .last()
+        .is_some_and(|l| l.seconds != end.seconds)
+    {
+        sampler.csv.write(&end)?;
+        sampler.samples.push(end);
     }
-    let _ = stop_tx.send(true);
-    let _ = relist.await;
-    let _ = events.await;
+    Ok(end)
+}
 
-    let seconds = started.elapsed().as_secs_f64();
+/// The summary of a churn (its `problems` still to be judged).
+fn summarize(
+    sampler: &Sampler<'_>,
+    s: &Settings,
+    tally: &Tally,
+    done: usize,
+    marks: Marks,
+    max_rss_growth_kib: Option<u64>,
+) -> Summary {
+    let Marks {
+        start,
+        baseline,
+        end,
+    } = marks;
+    let t = sampler.t;
+    let samples = &sampler.samples;
+    let seconds = sampler.started.elapsed().as_secs_f64();
     let after: Vec<(f64, f64)> = samples
         .iter()
         .filter(|x| x.cycle >= baseline.cycle && x.seconds >= baseline.seconds)
@@ -662,7 +744,7 @@ pub async fn run(
         .max()
         .unwrap_or(end.rss_kib);
     let failure_messages = tally.messages.lock_unpoisoned().clone();
-    let mut summary = Summary {
+    Summary {
         settings: s.clone(),
         runtime: t.version.clone(),
         pid: t.pid,
@@ -686,9 +768,7 @@ pub async fn run(
         threads_back: end.threads <= baseline.threads,
         max_rss_growth_kib,
         problems: Vec::new(),
-    };
-    summary.problems = problems(&summary);
-    Ok(summary)
+    }
 }
 
 /// What breaks the endurance bounds.

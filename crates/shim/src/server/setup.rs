@@ -168,17 +168,7 @@ pub(super) fn setup_prepared(
     let init = reaper
         .watch(pid)
         .map_err(|e| internal("watching the container's init", e))?;
-    let stdin = match console {
-        Some(console) => {
-            let (copier, stdin) = connect_terminal(&io, console, opts.stdin)?;
-            copiers.push(copier);
-            stdin
-        }
-        None => stdin,
-    };
-    if let Some(w) = stdin {
-        io.set_stdin(w);
-    }
+    connect_stdin(&io, console, stdin, opts.stdin, &mut copiers)?;
     let ready = assign_copiers(copiers, &mut workers)?;
     let oom = if opts.run_detached {
         OomWatch::Later
@@ -216,6 +206,30 @@ fn runtime(opts: &ShimOptions, reaper: &Arc<Reaper>) -> Runtime {
         .with_systemd_cgroup(opts.systemd_cgroup)
         .with_global_args(opts.runtime_args.clone())
         .with_spawner(Arc::new(ReaperSpawner(reaper.clone())))
+}
+
+/// Hands the container's stdin to its IO: this side's end of the pipe, or
+/// with a terminal the master the runtime sent (when `want_stdin`), whose
+/// output gets a copier of its own.
+fn connect_stdin(
+    io: &Arc<ContainerIo>,
+    console: Option<ConsoleSocket>,
+    stdin: Option<File>,
+    want_stdin: bool,
+    copiers: &mut Vec<Copier>,
+) -> Result<(), RemoteError> {
+    let stdin = match console {
+        Some(console) => {
+            let (copier, stdin) = connect_terminal(io, console, want_stdin)?;
+            copiers.push(copier);
+            stdin
+        }
+        None => stdin,
+    };
+    if let Some(w) = stdin {
+        io.set_stdin(w);
+    }
+    Ok(())
 }
 
 /// Gives each copier the thread started ahead for its stream. Copiers with

@@ -357,7 +357,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
     }
     let settings = a.settings();
     let targets = connect_all(&a.targets).await?;
-    let (log_dir, _log_tmp) = log_dir(&a)?;
+    let (log_dir, _log_tmp) = log_dir(a.log_dir.as_ref(), "berth-bench-logs-")?;
     let mut big_images = a.big_image.iter().enumerate().map(|(i, image)| {
         let desc = a.big_image_desc.get(i).cloned();
         (image.clone(), desc.unwrap_or_else(|| "large image".into()))
@@ -409,14 +409,14 @@ async fn run(mut a: RunArgs) -> Result<()> {
     publish(&report, a.json.as_deref())
 }
 
-/// Where pod logs go: `--log-dir`, or a temporary directory that lives as
-/// long as the second value.
-fn log_dir(a: &RunArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
-    Ok(match &a.log_dir {
+/// Where pod logs go: `given` (`--log-dir`), or a temporary directory
+/// named with `prefix` that lives as long as the second value.
+fn log_dir(given: Option<&PathBuf>, prefix: &str) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    Ok(match given {
         Some(d) => (d.clone(), None),
         None => {
             let t = tempfile::Builder::new()
-                .prefix("berth-bench-logs-")
+                .prefix(prefix)
                 .tempdir()
                 .context("making a log dir")?;
             (t.path().to_path_buf(), Some(t))
@@ -546,16 +546,7 @@ async fn cleanup(a: CleanupArgs) -> Result<()> {
 
 async fn churn(a: ChurnArgs) -> Result<()> {
     let t = Target::connect(a.target.clone()).await?;
-    let (log_dir, _log_tmp) = match &a.log_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("berth-churn-logs-")
-                .tempdir()
-                .context("making a log dir")?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
+    let (log_dir, _log_tmp) = log_dir(a.log_dir.as_ref(), "berth-churn-logs-")?;
     let left = workload::remove_all_bench_pods(&t).await?;
     if left > 0 {
         eprintln!("churn: removed {left} pods of an earlier run");

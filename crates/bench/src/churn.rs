@@ -32,9 +32,12 @@ use berth_streaming::client::{
 use cri_api::v1;
 use serde::Serialize;
 
-use crate::memory;
 use crate::target::Target;
 use crate::workload::{kubelet_namespaces, LABEL, PHASE};
+
+mod measure;
+
+use measure::{problems, settle, summarize, Csv, Marks, Sample, Sampler, Summary};
 
 /// The port the containers' server listens on, for port-forward sessions.
 const PORT: u16 = 8080;
@@ -92,74 +95,6 @@ pub struct Job {
     pub run_id: String,
 }
 
-/// One reading of the daemon.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
-pub struct Sample {
-    /// Life cycles finished (warm-up included).
-    pub cycle: usize,
-    pub seconds: f64,
-    pub rss_kib: u64,
-    pub anon_kib: u64,
-    pub fds: usize,
-    pub threads: u64,
-    /// Shims of the runtime alive (with the target's `shim=`).
-    pub shims: usize,
-}
-
-impl Sample {
-    pub const CSV_HEADER: &'static str = "cycle,seconds,rss_kib,anon_kib,fds,threads,shims";
-
-    fn csv(&self) -> String {
-        format!(
-            "{},{:.1},{},{},{},{},{}",
-            self.cycle,
-            self.seconds,
-            self.rss_kib,
-            self.anon_kib,
-            self.fds,
-            self.threads,
-            self.shims
-        )
-    }
-}
-
-/// What the run found.
-#[derive(Debug, Clone, Serialize)]
-pub struct Summary {
-    pub settings: Settings,
-    pub runtime: String,
-    pub pid: i32,
-    /// Life cycles finished, warm-up included.
-    pub cycles_done: usize,
-    pub seconds: f64,
-    pub cycles_per_second: f64,
-    /// CRI calls made (relists included) and streaming sessions.
-    pub calls: u64,
-    pub exec_sessions: u64,
-    pub port_forward_sessions: u64,
-    pub relists: u64,
-    /// Container events the subscriber read.
-    pub events: u64,
-    /// Calls not answered, or answered wrongly (all counted, the first kept).
-    pub failures: u64,
-    pub failure_messages: Vec<String>,
-    pub start: Sample,
-    pub baseline: Sample,
-    pub end: Sample,
-    /// The highest RSS sampled after the baseline.
-    pub peak_rss_kib: u64,
-    /// RSS of the end sample − RSS of the baseline.
-    pub rss_growth_kib: i64,
-    /// Least-squares slope of RSS over the life cycles from the baseline on.
-    pub rss_slope_kib_per_cycle: f64,
-    /// Whether fds and threads came back to the baseline (within `settle`).
-    pub fds_back: bool,
-    pub threads_back: bool,
-    /// The limits checked, and what broke them.
-    pub max_rss_growth_kib: Option<u64>,
-    pub problems: Vec<String>,
-}
-
 /// Counts shared by the cycles and the relist.
 #[derive(Default)]
 struct Tally {
@@ -184,58 +119,6 @@ impl Tally {
             m.push(format!("{what}: {e:#}"));
         }
         eprintln!("churn: {what}: {e:#}");
-    }
-}
-
-/// Reads the daemon's memory, fds and threads, and counts its shims.
-fn sample(target: &Target, cycle: usize, started: Instant) -> Result<Sample> {
-    let pid = target.pid;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("reading /proc/{pid}/status (has the daemon exited?)"))?;
-    let field = |key: &str| -> Result<u64> {
-        status
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix(key)?
-                    .strip_prefix(':')?
-                    .split_whitespace()
-                    .next()
-            })
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| anyhow!("/proc/{pid}/status: no {key}"))
-    };
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .with_context(|| format!("listing /proc/{pid}/fd"))?
-        .count();
-    let shims = match &target.spec.shim_exe {
-        Some(exe) => memory::find_processes(exe, target.spec.shim_match.as_deref()).len(),
-        None => 0,
-    };
-    Ok(Sample {
-        cycle,
-        seconds: started.elapsed().as_secs_f64(),
-        rss_kib: field("VmRSS")?,
-        anon_kib: field("RssAnon")?,
-        fds,
-        threads: field("Threads")?,
-        shims,
-    })
-}
-
-/// Least-squares slope of `y` over `x`.
-pub fn slope(points: &[(f64, f64)]) -> f64 {
-    let n = points.len() as f64;
-    if points.len() < 2 {
-        return 0.0;
-    }
-    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
-    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
-    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
-    let sxx: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
-    if sxx == 0.0 {
-        0.0
-    } else {
-        sxy / sxx
     }
 }
 
@@ -524,30 +407,6 @@ async fn subscriber(t: Target, tally: Arc<Tally>, mut stop: tokio::sync::watch::
     }
 }
 
-/// Writes samples to the CSV as they come.
-struct Csv(Option<std::fs::File>);
-
-impl Csv {
-    fn create(path: Option<&Path>) -> Result<Csv> {
-        let Some(path) = path else {
-            return Ok(Csv(None));
-        };
-        use std::io::Write;
-        let mut f =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        writeln!(f, "{}", Sample::CSV_HEADER)?;
-        Ok(Csv(Some(f)))
-    }
-
-    fn write(&mut self, s: &Sample) -> Result<()> {
-        use std::io::Write;
-        if let Some(f) = &mut self.0 {
-            writeln!(f, "{}", s.csv())?;
-        }
-        Ok(())
-    }
-}
-
 /// Runs the churn; the summary says whether it passed (`problems`).
 pub async fn run(
     t: &Target,
@@ -556,17 +415,14 @@ pub async fn run(
     csv: Option<&Path>,
     max_rss_growth_kib: Option<u64>,
 ) -> Result<Summary> {
-    let started = Instant::now();
     let tally = Arc::new(Tally::default());
-    let mut csv = Csv::create(csv)?;
-    let mut samples = Vec::new();
-    let mut take = |cycle: usize, samples: &mut Vec<Sample>| -> Result<Sample> {
-        let x = sample(t, cycle, started)?;
-        csv.write(&x)?;
-        samples.push(x);
-        Ok(x)
+    let mut sampler = Sampler {
+        t,
+        started: Instant::now(),
+        csv: Csv::create(csv)?,
+        samples: Vec::new(),
     };
-    let start = take(0, &mut samples)?;
+    let start = sampler.take(0)?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let relist = tokio::spawn(relister(
         t.clone(),
@@ -576,18 +432,50 @@ pub async fn run(
     ));
     let events = tokio::spawn(subscriber(t.clone(), tally.clone(), stop_rx));
 
+    let (done, baseline) = churn(job, s, &tally, &mut sampler).await?;
+    let baseline = match baseline {
+        Some(b) => b,
+        None => {
+            tokio::time::sleep(s.quiet).await;
+            sampler.take(done)?
+        }
+    };
+    let end = settle(&mut sampler, s, done, &baseline).await?;
+    let _ = stop_tx.send(true);
+    let _ = relist.await;
+    let _ = events.await;
+
+    let marks = Marks {
+        start,
+        baseline,
+        end,
+    };
+    let mut summary = summarize(&sampler, s, &tally, done, marks, max_rss_growth_kib);
+    summary.problems = problems(&summary);
+    Ok(summary)
+}
+
+/// Runs the life cycles, in batches now and then, sampling as it goes:
+/// how many ran, and the baseline taken after the warm-up (none when there
+/// were no cycles after it).
+async fn churn(
+    job: &Job,
+    s: &Settings,
+    tally: &Tally,
+    sampler: &mut Sampler<'_>,
+) -> Result<(usize, Option<Sample>)> {
+    let t = sampler.t;
     let total = s.warmup + s.cycles;
     let mut done = 0usize;
     let mut round = 0usize;
     let mut next_sample = s.sample_every.max(1);
     let mut baseline = None;
     let mut last_report = Instant::now();
-    let counts: &Tally = &tally;
     while done < total {
         // The baseline: after the warm-up and a quiet pause.
         if baseline.is_none() && done >= s.warmup {
             tokio::time::sleep(s.quiet).await;
-            baseline = Some(take(done, &mut samples)?);
+            baseline = Some(sampler.take(done)?);
             next_sample = done + s.sample_every.max(1);
         }
         let concurrent = s.concurrent_every > 0
@@ -596,7 +484,7 @@ pub async fn run(
         let n = if concurrent { s.batch } else { 1 }.min(total - done);
         let results = futures_join(
             (done..done + n)
-                .map(|i| async move { (i, cycle(t, job, s, counts, i).await) })
+                .map(|i| async move { (i, cycle(t, job, s, tally, i).await) })
                 .collect(),
         )
         .await;
@@ -608,119 +496,28 @@ pub async fn run(
         done += n;
         round += 1;
         if done >= next_sample && done < total {
-            take(done, &mut samples)?;
+            sampler.take(done)?;
             next_sample += s.sample_every.max(1);
         }
         if last_report.elapsed() > Duration::from_secs(30) {
             last_report = Instant::now();
-            let x = samples.last().copied().unwrap_or_default();
-            eprintln!(
-                "churn: {done}/{total} life cycles, {:.0} s, RSS {} KiB, fds {}, threads {}, failures {}",
-                started.elapsed().as_secs_f64(),
-                x.rss_kib,
-                x.fds,
-                x.threads,
-                tally.failures.load(Ordering::Relaxed)
-            );
+            report_progress(sampler, tally, done, total);
         }
     }
-    let baseline = match baseline {
-        Some(b) => b,
-        None => {
-            tokio::time::sleep(s.quiet).await;
-            take(done, &mut samples)?
-        }
-    };
-    tokio::time::sleep(s.quiet).await;
-    let mut end = take(done, &mut samples)?;
-    // fds and threads may take a moment more to come back.
-    let settle_until = Instant::now() + s.settle;
-    while (end.fds > baseline.fds || end.threads > baseline.threads)
-        && Instant::now() < settle_until
-    {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        end = sample(t, done, started)?;
-    }
-    if samples.last().is_some_and(|l| l.seconds != end.seconds) {
-        csv.write(&end)?;
-        samples.push(end);
-    }
-    let _ = stop_tx.send(true);
-    let _ = relist.await;
-    let _ = events.await;
-
-    let seconds = started.elapsed().as_secs_f64();
-    let after: Vec<(f64, f64)> = samples
-        .iter()
-        .filter(|x| x.cycle >= baseline.cycle && x.seconds >= baseline.seconds)
-        .map(|x| (x.cycle as f64, x.rss_kib as f64))
-        .collect();
-    let peak = samples
-        .iter()
-        .filter(|x| x.seconds >= baseline.seconds)
-        .map(|x| x.rss_kib)
-        .max()
-        .unwrap_or(end.rss_kib);
-    let failure_messages = tally.messages.lock_unpoisoned().clone();
-    let mut summary = Summary {
-        settings: s.clone(),
-        runtime: t.version.clone(),
-        pid: t.pid,
-        cycles_done: done,
-        seconds,
-        cycles_per_second: done as f64 / seconds,
-        calls: tally.calls.load(Ordering::Relaxed),
-        exec_sessions: tally.exec_sessions.load(Ordering::Relaxed),
-        port_forward_sessions: tally.port_forwards.load(Ordering::Relaxed),
-        relists: tally.relists.load(Ordering::Relaxed),
-        events: tally.events.load(Ordering::Relaxed),
-        failures: tally.failures.load(Ordering::Relaxed),
-        failure_messages,
-        start,
-        baseline,
-        end,
-        peak_rss_kib: peak,
-        rss_growth_kib: end.rss_kib as i64 - baseline.rss_kib as i64,
-        rss_slope_kib_per_cycle: slope(&after),
-        fds_back: end.fds <= baseline.fds,
-        threads_back: end.threads <= baseline.threads,
-        max_rss_growth_kib,
-        problems: Vec::new(),
-    };
-    summary.problems = problems(&summary);
-    Ok(summary)
+    Ok((done, baseline))
 }
 
-/// What breaks the endurance bounds.
-fn problems(s: &Summary) -> Vec<String> {
-    let mut p = Vec::new();
-    if s.failures > 0 {
-        p.push(format!("{} calls failed or were not answered", s.failures));
-    }
-    if let Some(max) = s.max_rss_growth_kib {
-        if s.rss_growth_kib > max as i64 {
-            p.push(format!(
-                "RSS grew {} KiB after the warm-up ({} → {} KiB), more than {max} KiB",
-                s.rss_growth_kib, s.baseline.rss_kib, s.end.rss_kib
-            ));
-        }
-    }
-    if !s.fds_back {
-        p.push(format!(
-            "open fds did not come back: {} at the baseline, {} at the end",
-            s.baseline.fds, s.end.fds
-        ));
-    }
-    if !s.threads_back {
-        p.push(format!(
-            "threads did not come back: {} at the baseline, {} at the end",
-            s.baseline.threads, s.end.threads
-        ));
-    }
-    if s.end.shims > 0 {
-        p.push(format!("{} shims left at the end", s.end.shims));
-    }
-    p
+/// A line on stderr: how far the churn is and how the runtime looks.
+fn report_progress(sampler: &Sampler<'_>, tally: &Tally, done: usize, total: usize) {
+    let x = sampler.samples.last().copied().unwrap_or_default();
+    eprintln!(
+        "churn: {done}/{total} life cycles, {:.0} s, RSS {} KiB, fds {}, threads {}, failures {}",
+        sampler.started.elapsed().as_secs_f64(),
+        x.rss_kib,
+        x.fds,
+        x.threads,
+        tally.failures.load(Ordering::Relaxed)
+    );
 }
 
 /// Runs every future at once; their outputs in order.
@@ -753,15 +550,6 @@ async fn futures_join<F: std::future::Future>(futs: Vec<F>) -> Vec<F::Output> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn slope_of_a_line_and_of_noise() {
-        let line: Vec<(f64, f64)> = (0..10).map(|x| (x as f64, 3.0 * x as f64 + 7.0)).collect();
-        assert!((slope(&line) - 3.0).abs() < 1e-9);
-        assert_eq!(slope(&[(1.0, 5.0)]), 0.0);
-        let flat = [(0.0, 1.0), (1.0, -1.0), (2.0, 1.0), (3.0, -1.0), (4.0, 0.0)];
-        assert!(slope(&flat).abs() < 0.5);
-    }
-
     #[tokio::test]
     async fn futures_join_keeps_order() {
         let futs: Vec<_> = (0..4u64)
@@ -771,23 +559,5 @@ mod tests {
             })
             .collect();
         assert_eq!(futures_join(futs).await, vec![0, 1, 2, 3]);
-    }
-
-    #[test]
-    fn a_sample_as_csv() {
-        let s = Sample {
-            cycle: 10,
-            seconds: 1.5,
-            rss_kib: 20000,
-            anon_kib: 9000,
-            fds: 30,
-            threads: 8,
-            shims: 0,
-        };
-        assert_eq!(s.csv(), "10,1.5,20000,9000,30,8,0");
-        assert_eq!(
-            Sample::CSV_HEADER.split(',').count(),
-            s.csv().split(',').count()
-        );
     }
 }

@@ -211,6 +211,16 @@ fn operations(pair: &Pair) -> Vec<String> {
     ops
 }
 
+/// One figure of a histogram's delta.
+type Figure = fn(Delta) -> Option<f64>;
+
+/// The quantiles a table shows of a histogram's delta.
+const QUANTILES: [(&str, Figure); 3] = [
+    ("p50", |d: Delta| d.p50),
+    ("p99", |d: Delta| d.p99),
+    ("mean", |d: Delta| d.mean),
+];
+
 /// The table of one size: both runtimes side by side, berth/containerd.
 pub fn size_table(n: usize, pair: &Pair) -> Report {
     let mut r = Report {
@@ -218,7 +228,15 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
         ..Report::default()
     };
     let g = format!("{n} pods");
-    let g = g.as_str();
+    pod_times(&mut r, &g, n, pair);
+    kubelet_operations(&mut r, &g, pair);
+    footprint(&mut r, &g, pair);
+    r
+}
+
+/// The rows of the pods' own times: all Ready, all gone, kubelet's
+/// start-up histograms, and its relists while they run.
+fn pod_times(r: &mut Report, g: &str, n: usize, pair: &Pair) {
     r.add_partial(
         g,
         "all Ready, from the Deployment's creation",
@@ -232,11 +250,7 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
         each(pair, |s| s.fact("gone_s")),
     );
     for (metric, name) in [(SLI, "pod start-up SLI"), (START, "pod start-up")] {
-        for (q, pick) in [
-            ("p50", (|d: Delta| d.p50) as fn(Delta) -> Option<f64>),
-            ("p99", |d: Delta| d.p99),
-            ("mean", |d: Delta| d.mean),
-        ] {
+        for (q, pick) in QUANTILES {
             r.add_partial(
                 g,
                 &format!("{name} {q}"),
@@ -246,11 +260,7 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
         }
     }
     for (metric, name) in [(RELIST, "PLEG relist"), (INTERVAL, "PLEG relist interval")] {
-        for (q, pick) in [
-            ("p50", (|d: Delta| d.p50) as fn(Delta) -> Option<f64>),
-            ("p99", |d: Delta| d.p99),
-            ("mean", |d: Delta| d.mean),
-        ] {
+        for (q, pick) in QUANTILES {
             r.add_partial(
                 g,
                 &format!("{name} {q}, {n} pods running"),
@@ -259,6 +269,11 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             );
         }
     }
+}
+
+/// The rows of what kubelet asked of the runtime over the step: its image
+/// pulls (when it made any), and each operation it timed.
+fn kubelet_operations(r: &mut Report, g: &str, pair: &Pair) {
     let pulls = each(pair, |s| Some(delta(&s.before, &s.gone, PULL, &[]).count));
     if pulls.iter().flatten().any(|c| *c > 0.0) {
         r.add_partial(g, "image pulls by kubelet", "count", pulls);
@@ -287,6 +302,11 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
             each(pair, |s| Some(d(s).count)),
         );
     }
+}
+
+/// The rows of the runtime's footprint with all pods running (memory and
+/// shims), and the machine's load around the step.
+fn footprint(r: &mut Report, g: &str, pair: &Pair) {
     let mib = |key: &'static str| move |s: &Step| s.fact(key).map(|k| k / 1024.0);
     r.add_partial(
         g,
@@ -329,7 +349,6 @@ pub fn size_table(n: usize, pair: &Pair) -> Report {
         "1 min",
         each(pair, |s| s.fact("load_after")),
     );
-    r
 }
 
 /// Where berth's time goes in one step: per operation, kubelet's mean

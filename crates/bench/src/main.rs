@@ -357,23 +357,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
     }
     let settings = a.settings();
     let targets = connect_all(&a.targets).await?;
-    let (log_dir, _log_tmp) = match &a.log_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("berth-bench-logs-")
-                .tempdir()
-                .context("making a log dir")?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
-    let run_id = format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis()
-    );
+    let (log_dir, _log_tmp) = log_dir(a.log_dir.as_ref(), "berth-bench-logs-")?;
     let mut big_images = a.big_image.iter().enumerate().map(|(i, image)| {
         let desc = a.big_image_desc.get(i).cloned();
         (image.clone(), desc.unwrap_or_else(|| "large image".into()))
@@ -383,7 +367,7 @@ async fn run(mut a: RunArgs) -> Result<()> {
         big_image: big_images.next(),
         cgroup_parent: a.cgroup_parent.clone(),
         log_dir,
-        run_id,
+        run_id: run_id(),
         metrics: a.metrics.iter().cloned().collect(),
     });
     let mut report = Report {
@@ -393,60 +377,10 @@ async fn run(mut a: RunArgs) -> Result<()> {
         difference: a.difference,
         ..Default::default()
     };
-
-    for t in &targets {
-        let left = workload::remove_all_bench_pods(t)
-            .await
-            .with_context(|| format!("{}: removing pods of earlier runs", t.name()))?;
-        if left > 0 {
-            eprintln!("{}: removed {left} pods of an earlier run", t.name());
-        }
-        for image in std::iter::once(&a.image).chain(&a.prepull) {
-            t.pull(image)
-                .await
-                .with_context(|| format!("{}: pulling {image}", t.name()))?;
-        }
-    }
+    clear_and_pull(&targets, &a).await?;
 
     eprintln!("berth-bench: {settings:?}");
-    let floor = a.floor_cni.as_ref().map(|conflist| floor::Floor {
-        conflist: conflist.clone(),
-        cni_bin: a.cni_bin.clone(),
-        runc: a.runc.clone(),
-        cgroup_parent: format!("{}-floor", a.cgroup_parent),
-    });
-    // With the life cycles, the floor's rounds are interleaved with theirs.
-    let mut floor_rounds = None;
-    if a.runs("lifecycle") {
-        let rounds = match floor.clone().map(floor::FloorRounds::new).transpose() {
-            Ok(rounds) => rounds,
-            Err(e) => {
-                report.error("floor", "its scratch dir", &e);
-                None
-            }
-        };
-        if rounds.is_some() {
-            eprintln!("floor: a round between the life cycles of each round");
-        }
-        floor_rounds = workload
-            .lifecycle(&targets, &settings, &mut report, rounds)
-            .await;
-    }
-    if a.runs("status") {
-        workload.status(&targets, &settings, &mut report).await;
-    }
-    match (floor_rounds, floor) {
-        (Some(rounds), _) => floor::report(&mut report, &rounds.figures(), &a.pauseless),
-        (None, Some(floor)) if !a.runs("lifecycle") => {
-            let iterations = settings.iterations;
-            eprintln!("floor: {iterations} rounds");
-            match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
-                Ok(figures) => floor::report(&mut report, &figures, &a.pauseless),
-                Err(e) => report.error("floor", "measuring", &e),
-            }
-        }
-        _ => {}
-    }
+    lifecycle_status_and_floor(&a, &workload, &targets, &settings, &mut report).await?;
     if a.runs("concurrency") {
         workload.concurrency(&targets, &settings, &mut report).await;
     }
@@ -472,9 +406,107 @@ async fn run(mut a: RunArgs) -> Result<()> {
             report.error(t.name(), "final teardown", &e);
         }
     }
+    publish(&report, a.json.as_deref())
+}
 
+/// Where pod logs go: `given` (`--log-dir`), or a temporary directory
+/// named with `prefix` that lives as long as the second value.
+fn log_dir(given: Option<&PathBuf>, prefix: &str) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    Ok(match given {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix(prefix)
+                .tempdir()
+                .context("making a log dir")?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    })
+}
+
+/// Tells this run's pods from others': the start time in milliseconds, in
+/// hex.
+fn run_id() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis()
+    )
+}
+
+/// Readies each target: the pods of an earlier run removed, the images the
+/// run uses pulled.
+async fn clear_and_pull(targets: &[Target], a: &RunArgs) -> Result<()> {
+    for t in targets {
+        let left = workload::remove_all_bench_pods(t)
+            .await
+            .with_context(|| format!("{}: removing pods of earlier runs", t.name()))?;
+        if left > 0 {
+            eprintln!("{}: removed {left} pods of an earlier run", t.name());
+        }
+        for image in std::iter::once(&a.image).chain(&a.prepull) {
+            t.pull(image)
+                .await
+                .with_context(|| format!("{}: pulling {image}", t.name()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The life-cycle and status groups, and the floor: its rounds interleaved
+/// with the life cycles when they run, else measured on its own.
+async fn lifecycle_status_and_floor(
+    a: &RunArgs,
+    workload: &Arc<Workload>,
+    targets: &[Target],
+    settings: &Settings,
+    report: &mut Report,
+) -> Result<()> {
+    let floor = a.floor_cni.as_ref().map(|conflist| floor::Floor {
+        conflist: conflist.clone(),
+        cni_bin: a.cni_bin.clone(),
+        runc: a.runc.clone(),
+        cgroup_parent: format!("{}-floor", a.cgroup_parent),
+    });
+    let mut floor_rounds = None;
+    if a.runs("lifecycle") {
+        let rounds = match floor.clone().map(floor::FloorRounds::new).transpose() {
+            Ok(rounds) => rounds,
+            Err(e) => {
+                report.error("floor", "its scratch dir", &e);
+                None
+            }
+        };
+        if rounds.is_some() {
+            eprintln!("floor: a round between the life cycles of each round");
+        }
+        floor_rounds = workload.lifecycle(targets, settings, report, rounds).await;
+    }
+    if a.runs("status") {
+        workload.status(targets, settings, report).await;
+    }
+    match (floor_rounds, floor) {
+        (Some(rounds), _) => floor::report(report, &rounds.figures(), &a.pauseless),
+        (None, Some(floor)) if !a.runs("lifecycle") => {
+            let iterations = settings.iterations;
+            eprintln!("floor: {iterations} rounds");
+            match tokio::task::spawn_blocking(move || floor.measure(iterations)).await? {
+                Ok(figures) => floor::report(report, &figures, &a.pauseless),
+                Err(e) => report.error("floor", "measuring", &e),
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Prints the report (and writes its JSON with `--json`); an error if any
+/// measurement failed.
+fn publish(report: &Report, json: Option<&std::path::Path>) -> Result<()> {
     println!("{}", report.markdown());
-    if let Some(path) = &a.json {
+    if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report.to_json())?;
         std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
         eprintln!("berth-bench: wrote {}", path.display());
@@ -514,16 +546,7 @@ async fn cleanup(a: CleanupArgs) -> Result<()> {
 
 async fn churn(a: ChurnArgs) -> Result<()> {
     let t = Target::connect(a.target.clone()).await?;
-    let (log_dir, _log_tmp) = match &a.log_dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = tempfile::Builder::new()
-                .prefix("berth-churn-logs-")
-                .tempdir()
-                .context("making a log dir")?;
-            (t.path().to_path_buf(), Some(t))
-        }
-    };
+    let (log_dir, _log_tmp) = log_dir(a.log_dir.as_ref(), "berth-churn-logs-")?;
     let left = workload::remove_all_bench_pods(&t).await?;
     if left > 0 {
         eprintln!("churn: removed {left} pods of an earlier run");

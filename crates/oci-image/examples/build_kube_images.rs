@@ -120,28 +120,60 @@ fn html_layer(kube: &Path, name: &str) -> Result<images::Layer, String> {
     Ok(images::layer(images::tar_of(&entries), OCI_GZIP))
 }
 
-async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
-    let p = Pusher::new(addr, None);
-    let arch = images::host_arch();
-    let mut pushed = Pushed::new();
+/// What an image runs, beside busybox's `sh` as root of the plain config:
+/// entrypoint, command and user.
+#[derive(Clone, Copy)]
+enum Runs {
+    Sh,
+    This(
+        &'static [&'static str],
+        &'static [&'static str],
+        &'static str,
+    ),
+}
+
+const AGNHOST_PAUSE: Runs = Runs::This(&["/agnhost"], &["pause"], "");
+const WEBSERVER: Runs = Runs::This(&["/agnhost"], &["test-webserver"], "");
+const HTTPD: Runs = Runs::This(
+    &["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"],
+    &[],
+    "",
+);
+
+impl Runs {
+    /// The config of an image of `layers` that runs this.
+    fn config(self, arch: &str, layers: &[&images::Layer]) -> Vec<u8> {
+        let plain = images::config(arch, "", layers);
+        match self {
+            Runs::Sh => plain,
+            Runs::This(entrypoint, cmd, user) => config_with(plain, entrypoint, cmd, user),
+        }
+    }
+}
+
+/// The layers the images are made of.
+struct Layers {
+    busybox: images::Layer,
+    /// agnhost, its link, porter's certificate, curl and bash stand-ins.
+    agnhost: images::Layer,
+    /// The marker that sets agnhost:2.55 apart.
+    agnhost_2_55: images::Layer,
+    nnp: images::Layer,
+    /// The marker of busybox:1.36.1-1, with the nmeter stand-in.
+    busybox_1_36: images::Layer,
+    nmeter: images::Layer,
+    kitten: images::Layer,
+    nautilus: images::Layer,
+    nginx_1_27: images::Layer,
+    nginx_1_28: images::Layer,
+    groups: images::Layer,
+}
+
+/// Builds every layer, reading the binaries from `bin` and upstream's files
+/// from `kube`.
+fn layers(bin: &Path, kube: &Path) -> Result<Layers, String> {
     let busybox = images::busybox_layer(OCI_GZIP)?;
-    let binary = read(&bin.join("agnhost"))?;
-    let porter = kube.join("test/images/agnhost/porter");
-    let (crt, key) = (
-        read(&porter.join("localhost.crt"))?,
-        read(&porter.join("localhost.key"))?,
-    );
-    let agn = images::layer(
-        images::tar_of(&[
-            Entry::File("agnhost", 0o755, 0, &binary),
-            Entry::Symlink("agnhost-2", "agnhost"),
-            Entry::File("localhost.crt", 0o644, 0, &crt),
-            Entry::File("localhost.key", 0o644, 0, &key),
-            Entry::File("bin/curl", 0o755, 0, CURL.as_bytes()),
-            Entry::File("bin/bash", 0o755, 0, BASH.as_bytes()),
-        ]),
-        OCI_GZIP,
-    );
+    let agnhost = agnhost_layer(bin, kube)?;
     let nnp = read(&bin.join("nnp"))?;
     let nnp = images::layer(
         images::tar_of(&[
@@ -152,8 +184,8 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
         ]),
         OCI_GZIP,
     );
-    let prev = images::marker_layer("agnhost-2.55", "a stand-in\n", OCI_GZIP);
-    let old_busybox = images::layer(
+    let agnhost_2_55 = images::marker_layer("agnhost-2.55", "a stand-in\n", OCI_GZIP);
+    let busybox_1_36 = images::layer(
         images::tar_of(&[
             Entry::File("busybox-1.36.1-1", 0o644, 0, b"a stand-in\n"),
             Entry::File("bin/nmeter", 0o755, 0, NMETER.as_bytes()),
@@ -164,30 +196,65 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
         images::tar_of(&[Entry::File("bin/nmeter", 0o755, 0, NMETER.as_bytes())]),
         OCI_GZIP,
     );
-    let e2e_busybox = [&busybox, &nmeter];
-    let kitten = html_layer(kube, "kitten")?;
-    let nautilus = html_layer(kube, "nautilus")?;
-    let nginx_html = |v: &str| {
-        images::layer(
-            images::tar_of(&[
-                Entry::Dir("usr", 0o755),
-                Entry::Dir("usr/share", 0o755),
-                Entry::Dir("usr/share/nginx", 0o755),
-                Entry::Dir("usr/share/nginx/html", 0o755),
-                Entry::File(
-                    "usr/share/nginx/html/index.html",
-                    0o644,
-                    0,
-                    format!("<html><body>nginx {v} stand-in</body></html>\n").as_bytes(),
-                ),
-            ]),
-            OCI_GZIP,
-        )
-    };
-    let (nginx_old, nginx_new) = (nginx_html("1.27.0-2"), nginx_html("1.28.0-2"));
-    let httpd: &[&str] = &["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"];
-    let both = [&busybox, &agn];
-    let groups = images::layer(
+    Ok(Layers {
+        busybox,
+        agnhost,
+        agnhost_2_55,
+        nnp,
+        busybox_1_36,
+        nmeter,
+        kitten: html_layer(kube, "kitten")?,
+        nautilus: html_layer(kube, "nautilus")?,
+        nginx_1_27: nginx_html_layer("1.27.0-2"),
+        nginx_1_28: nginx_html_layer("1.28.0-2"),
+        groups: groups_layer(),
+    })
+}
+
+/// agnhost with upstream's `/agnhost-2` link, porter's certificate and key,
+/// and the curl and bash stand-ins.
+fn agnhost_layer(bin: &Path, kube: &Path) -> Result<images::Layer, String> {
+    let binary = read(&bin.join("agnhost"))?;
+    let porter = kube.join("test/images/agnhost/porter");
+    let (crt, key) = (
+        read(&porter.join("localhost.crt"))?,
+        read(&porter.join("localhost.key"))?,
+    );
+    Ok(images::layer(
+        images::tar_of(&[
+            Entry::File("agnhost", 0o755, 0, &binary),
+            Entry::Symlink("agnhost-2", "agnhost"),
+            Entry::File("localhost.crt", 0o644, 0, &crt),
+            Entry::File("localhost.key", 0o644, 0, &key),
+            Entry::File("bin/curl", 0o755, 0, CURL.as_bytes()),
+            Entry::File("bin/bash", 0o755, 0, BASH.as_bytes()),
+        ]),
+        OCI_GZIP,
+    ))
+}
+
+/// The page an nginx stand-in of version `v` serves.
+fn nginx_html_layer(v: &str) -> images::Layer {
+    images::layer(
+        images::tar_of(&[
+            Entry::Dir("usr", 0o755),
+            Entry::Dir("usr/share", 0o755),
+            Entry::Dir("usr/share/nginx", 0o755),
+            Entry::Dir("usr/share/nginx/html", 0o755),
+            Entry::File(
+                "usr/share/nginx/html/index.html",
+                0o644,
+                0,
+                format!("<html><body>nginx {v} stand-in</body></html>\n").as_bytes(),
+            ),
+        ]),
+        OCI_GZIP,
+    )
+}
+
+/// An /etc/group that makes `app` (1000) a member of group 50000.
+fn groups_layer() -> images::Layer {
+    images::layer(
         images::tar_of(&[
             Entry::Dir("etc", 0o755),
             Entry::File(
@@ -198,113 +265,104 @@ async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
             ),
         ]),
         OCI_GZIP,
-    );
-    let with_groups = [&busybox, &groups];
-    let base = images::config(arch, "", &both);
-    let plain = images::config(arch, "", &[&busybox]);
-    let prev_l = [&busybox, &agn, &prev];
-    let kitten_l = [&busybox, &agn, &kitten];
-    let nautilus_l = [&busybox, &agn, &nautilus];
-    let nginx_old_l = [&busybox, &nginx_old];
-    let nginx_new_l = [&busybox, &nginx_new];
-    let nnp_l = [&busybox, &nnp];
-    let old_busybox_l = [&busybox, &old_busybox];
-    let webserver = |l: &[&images::Layer]| {
-        config_with(
-            images::config(arch, "", l),
-            &["/agnhost"],
-            &["test-webserver"],
-            "",
-        )
-    };
-    let list: [(&str, &str, Vec<u8>, &[&images::Layer]); 14] = [
+    )
+}
+
+/// Every image: repository, tag, layers and what it runs.
+fn table(l: &Layers) -> Vec<(&'static str, &'static str, Vec<&images::Layer>, Runs)> {
+    let busybox = &l.busybox;
+    let agnhost = &l.agnhost;
+    vec![
         (
             "e2e-test-images/agnhost",
             "2.66.1",
-            config_with(base.clone(), &["/agnhost"], &["pause"], ""),
-            &both,
+            vec![busybox, agnhost],
+            AGNHOST_PAUSE,
         ),
         (
             "pause",
             "3.10.2",
-            config_with(base, &["/agnhost", "pause"], &[], ""),
-            &both,
+            vec![busybox, agnhost],
+            Runs::This(&["/agnhost", "pause"], &[], ""),
         ),
         (
             "e2e-test-images/busybox",
             "1.37.0-2",
-            images::config(arch, "", &e2e_busybox),
-            &e2e_busybox,
+            vec![busybox, &l.nmeter],
+            Runs::Sh,
         ),
-        ("library/busybox", "1.37", plain.clone(), &[&busybox]),
+        ("library/busybox", "1.37", vec![busybox], Runs::Sh),
         (
             "e2e-test-images/glibc-dns-testing",
             "2.1.1",
-            plain.clone(),
-            &[&busybox],
+            vec![busybox],
+            Runs::Sh,
         ),
         (
             "e2e-test-images/nonroot",
             "1.5",
-            config_with(plain, &[], &["sh"], "1234"),
-            &[&busybox],
+            vec![busybox],
+            Runs::This(&[], &["sh"], "1234"),
         ),
         (
             "berth-kube-tests/groups",
             "1",
-            images::config(arch, "", &with_groups),
-            &with_groups,
+            vec![busybox, &l.groups],
+            Runs::Sh,
         ),
         (
             "e2e-test-images/agnhost",
             "2.55",
-            config_with(
-                images::config(arch, "", &prev_l),
-                &["/agnhost"],
-                &["pause"],
-                "",
-            ),
-            &prev_l,
+            vec![busybox, agnhost, &l.agnhost_2_55],
+            AGNHOST_PAUSE,
         ),
         (
             "e2e-test-images/kitten",
             "1.8",
-            webserver(&kitten_l),
-            &kitten_l,
+            vec![busybox, agnhost, &l.kitten],
+            WEBSERVER,
         ),
         (
             "e2e-test-images/nautilus",
             "1.8",
-            webserver(&nautilus_l),
-            &nautilus_l,
+            vec![busybox, agnhost, &l.nautilus],
+            WEBSERVER,
         ),
         (
             "e2e-test-images/nginx",
             "1.27.0-2",
-            config_with(images::config(arch, "", &nginx_old_l), httpd, &[], ""),
-            &nginx_old_l,
+            vec![busybox, &l.nginx_1_27],
+            HTTPD,
         ),
         (
             "e2e-test-images/nginx",
             "1.28.0-2",
-            config_with(images::config(arch, "", &nginx_new_l), httpd, &[], ""),
-            &nginx_new_l,
+            vec![busybox, &l.nginx_1_28],
+            HTTPD,
         ),
         (
             "e2e-test-images/nonewprivs",
             "1.4",
-            config_with(images::config(arch, "", &nnp_l), &[], &["nnp"], ""),
-            &nnp_l,
+            vec![busybox, &l.nnp],
+            Runs::This(&[], &["nnp"], ""),
         ),
         (
             "e2e-test-images/busybox",
             "1.36.1-1",
-            images::config(arch, "", &old_busybox_l),
-            &old_busybox_l,
+            vec![busybox, &l.busybox_1_36],
+            Runs::Sh,
         ),
-    ];
-    for (repo, tag, cfg, layers) in list {
-        let (d, _) = p.image(repo, Some(tag), false, &cfg, layers).await?;
+    ]
+}
+
+async fn build(addr: &str, bin: &Path, kube: &Path) -> Result<Pushed, String> {
+    let p = Pusher::new(addr, None);
+    let arch = images::host_arch();
+    let layers = layers(bin, kube)?;
+    let mut pushed = Pushed::new();
+    for (repo, tag, layers, runs) in table(&layers) {
+        let cfg = runs.config(arch, &layers);
+        let (d, _) = p.image(repo, Some(tag), false, &cfg, &layers).await?;
         pushed.insert(format!("{repo}:{tag}"), d);
     }
     Ok(pushed)

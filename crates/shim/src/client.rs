@@ -11,15 +11,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::error::Error;
 use crate::options::{ShimOptions, ShimPaths};
+
+mod stream;
+
 use crate::protocol::{
-    self, AttachRequest, Control, ExecRequest, ExitInfo, FrameKind, Request, Response, ShimState,
+    self, AttachRequest, ExecRequest, ExitInfo, FrameKind, Request, Response, ShimState,
 };
+pub(crate) use stream::read_frame;
+use stream::write_frame;
+pub use stream::{IoStream, StreamEvent, StreamReader, StreamWriter};
 
 /// Bound on short calls unless [`ShimClient::set_request_timeout`] says otherwise.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
@@ -27,9 +31,6 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(90);
 /// Most bytes of each stream [`ShimClient::exec_sync`] keeps (the rest is
 /// read and dropped): CRI's message limit.
 pub const MAX_EXEC_OUTPUT: usize = 16 << 20;
-
-/// Largest stdin frame sent at once.
-const STDIN_CHUNK: usize = 64 * 1024;
 
 /// How to start a shim.
 #[derive(Debug, Clone)]
@@ -86,152 +87,6 @@ pub struct ExecOutput {
     pub timed_out: bool,
     /// Output beyond [`MAX_EXEC_OUTPUT`] per stream was dropped.
     pub truncated: bool,
-}
-
-/// Something that came down a stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamEvent {
-    Stdout(Vec<u8>),
-    Stderr(Vec<u8>),
-    /// The process (exec) or the container (attach) exited; the stream ends.
-    Exit {
-        exit_code: i32,
-        timed_out: bool,
-    },
-}
-
-/// A live exec or attach stream; [`IoStream::split`] to drive both
-/// directions from different tasks.
-#[derive(Debug)]
-pub struct IoStream {
-    pid: Option<u32>,
-    reader: StreamReader,
-    writer: StreamWriter,
-}
-
-/// The receiving half of an [`IoStream`].
-#[derive(Debug)]
-pub struct StreamReader {
-    id: String,
-    inner: OwnedReadHalf,
-    done: bool,
-}
-
-/// The sending half of an [`IoStream`].
-#[derive(Debug)]
-pub struct StreamWriter {
-    id: String,
-    inner: OwnedWriteHalf,
-}
-
-impl IoStream {
-    /// The exec'd process's pid (none for an attach).
-    pub fn pid(&self) -> Option<u32> {
-        self.pid
-    }
-
-    /// The two halves.
-    pub fn split(self) -> (StreamReader, StreamWriter) {
-        (self.reader, self.writer)
-    }
-
-    /// See [`StreamReader::next`].
-    pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
-        self.reader.next().await
-    }
-
-    /// See [`StreamWriter::stdin`].
-    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), Error> {
-        self.writer.stdin(data).await
-    }
-
-    /// See [`StreamWriter::close_stdin`].
-    pub async fn close_stdin(&mut self) -> Result<(), Error> {
-        self.writer.close_stdin().await
-    }
-
-    /// See [`StreamWriter::resize`].
-    pub async fn resize(&mut self, width: u16, height: u16) -> Result<(), Error> {
-        self.writer.resize(width, height).await
-    }
-}
-
-impl StreamReader {
-    /// The next event; `None` after [`StreamEvent::Exit`] (or if the shim
-    /// hung up without one).
-    pub async fn next(&mut self) -> Result<Option<StreamEvent>, Error> {
-        if self.done {
-            return Ok(None);
-        }
-        let frame = read_frame(&mut self.inner)
-            .await
-            .map_err(|e| Error::Protocol {
-                id: self.id.clone(),
-                message: format!("reading the stream: {e}"),
-            })?;
-        let Some((kind, payload)) = frame else {
-            self.done = true;
-            return Ok(None);
-        };
-        Ok(Some(match kind {
-            FrameKind::Stdout => StreamEvent::Stdout(payload),
-            FrameKind::Stderr => StreamEvent::Stderr(payload),
-            kind => match protocol::decode::<Control>(kind, &payload) {
-                Ok(Control::Exit {
-                    exit_code,
-                    timed_out,
-                }) => {
-                    self.done = true;
-                    StreamEvent::Exit {
-                        exit_code,
-                        timed_out,
-                    }
-                }
-                other => {
-                    return Err(Error::Protocol {
-                        id: self.id.clone(),
-                        message: format!("unexpected message in the stream: {other:?}"),
-                    })
-                }
-            },
-        }))
-    }
-}
-
-impl StreamWriter {
-    /// Sends bytes to the process's stdin.
-    pub async fn stdin(&mut self, data: &[u8]) -> Result<(), Error> {
-        for chunk in data.chunks(STDIN_CHUNK) {
-            write_frame(&mut self.inner, FrameKind::Stdin, chunk)
-                .await
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(())
-    }
-
-    /// Closes the process's stdin (for an attach: only with `stdin_once`).
-    pub async fn close_stdin(&mut self) -> Result<(), Error> {
-        self.control(&Control::CloseStdin).await
-    }
-
-    /// Resizes the terminal.
-    pub async fn resize(&mut self, width: u16, height: u16) -> Result<(), Error> {
-        self.control(&Control::Resize { width, height }).await
-    }
-
-    async fn control(&mut self, c: &Control) -> Result<(), Error> {
-        let payload = serde_json::to_vec(c).map_err(|e| self.err(e.into()))?;
-        write_frame(&mut self.inner, FrameKind::Json, &payload)
-            .await
-            .map_err(|e| self.err(e))
-    }
-
-    fn err(&self, e: std::io::Error) -> Error {
-        Error::Protocol {
-            id: self.id.clone(),
-            message: format!("writing to the stream: {e}"),
-        }
-    }
 }
 
 /// Deletes container `id` from its runtime and ends its shim, whichever of
@@ -581,10 +436,7 @@ impl ShimClient {
                 .map(|t| t.as_millis().min(u64::MAX as u128) as u64),
         });
         match self.open_stream(&req).await? {
-            (Response::Started { pid }, mut stream) => {
-                stream.pid = Some(pid);
-                Ok(stream)
-            }
+            (Response::Started { pid }, stream) => Ok(stream.with_pid(pid)),
             (other, _) => Err(unexpected(&self.id, other)),
         }
     }
@@ -609,20 +461,7 @@ impl ShimClient {
             Ok::<_, Error>((resp, conn))
         };
         let (resp, conn) = self.bounded(fut).await?;
-        let (r, w) = conn.into_split();
-        let stream = IoStream {
-            pid: None,
-            reader: StreamReader {
-                id: self.id.clone(),
-                inner: r,
-                done: false,
-            },
-            writer: StreamWriter {
-                id: self.id.clone(),
-                inner: w,
-            },
-        };
-        Ok((resp, stream))
+        Ok((resp, IoStream::new(&self.id, conn)))
     }
 
     async fn call_ok(&self, req: &Request) -> Result<(), Error> {
@@ -760,89 +599,5 @@ pub(crate) fn log_tail(path: &Path) -> String {
     }
 }
 
-async fn write_frame<W: AsyncWrite + Unpin>(
-    w: &mut W,
-    kind: FrameKind,
-    payload: &[u8],
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(5 + payload.len());
-    buf.extend_from_slice(&protocol::frame_header(kind, payload.len())?);
-    buf.extend_from_slice(payload);
-    w.write_all(&buf).await?;
-    w.flush().await
-}
-
-pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
-    r: &mut R,
-) -> std::io::Result<Option<(FrameKind, Vec<u8>)>> {
-    let mut h = [0u8; 5];
-    let mut got = 0;
-    while got < h.len() {
-        match r.read(&mut h[got..]).await? {
-            0 if got == 0 => return Ok(None),
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            n => got += n,
-        }
-    }
-    let (kind, len) = protocol::parse_header(h)?;
-    let mut payload = vec![0u8; len];
-    r.read_exact(&mut payload).await?;
-    Ok(Some((kind, payload)))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn async_frames_match_blocking_ones() {
-        let mut buf = Vec::new();
-        protocol::write_json(&mut buf, &Response::Started { pid: 3 }).unwrap();
-        let mut r = &buf[..];
-        let (kind, payload) = read_frame(&mut r).await.unwrap().unwrap();
-        assert_eq!(
-            decode_response("c", kind, &payload).unwrap(),
-            Response::Started { pid: 3 }
-        );
-        let mut out = Vec::new();
-        write_frame(&mut out, FrameKind::Stdin, b"abc")
-            .await
-            .unwrap();
-        let mut r = &out[..];
-        assert_eq!(
-            protocol::read_frame(&mut r).unwrap(),
-            Some((FrameKind::Stdin, b"abc".to_vec()))
-        );
-    }
-
-    #[tokio::test]
-    async fn remote_errors_are_typed() {
-        let err = protocol::RemoteError {
-            kind: protocol::ErrorKind::Runtime,
-            message: "runc start c: exit status 1".into(),
-            exit_status: Some(1),
-            stderr: Some("container \"c\" does not exist".into()),
-        };
-        let payload = serde_json::to_vec(&Response::Error(err)).unwrap();
-        let e = decode_response("c", FrameKind::Json, &payload).unwrap_err();
-        assert_eq!(e.runtime_exit_status(), Some(1));
-        assert!(e.is_not_found());
-        assert!(e.to_string().contains("exit status 1"));
-    }
-
-    #[tokio::test]
-    async fn connect_to_nothing_is_shim_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = ShimClient::connect(dir.path().join("none.sock"))
-            .await
-            .unwrap_err();
-        assert!(err.is_shim_gone(), "{err}");
-    }
-
-    #[test]
-    fn exec_ids_are_valid_and_unique() {
-        let (a, b) = (new_exec_id("sync"), new_exec_id("sync"));
-        assert_ne!(a, b);
-        assert!(crate::options::valid_exec_id(&a), "{a}");
-    }
-}
+mod tests;

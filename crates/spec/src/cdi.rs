@@ -453,386 +453,150 @@ fn edit(id: &str, device: &str, file: &Path, e: &Edits, spec: &mut Spec) -> Resu
             "asks for intelRdt or netDevices edits, which berth does not make",
         ));
     }
-    // Environment: a variable of the same name is replaced.
     if !e.env.is_empty() {
-        let process = spec.process_mut().get_or_insert_with(Default::default);
-        let mut env = process.env().clone().unwrap_or_default();
-        for var in &e.env {
-            let Some((key, _)) = var.split_once('=') else {
-                return Err(invalid(id, field, format!("env {var:?} is not KEY=VALUE")));
-            };
-            env.retain(|v| v.split_once('=').map_or(v.as_str(), |(k, _)| k) != key);
-            env.push(var.clone());
-        }
-        process.set_env(Some(env));
+        edit_env(id, &field, &e.env, spec)?;
     }
     if !e.additional_gids.is_empty() {
-        let process = spec.process_mut().get_or_insert_with(Default::default);
-        let mut user = process.user().clone();
-        let mut gids = user.additional_gids().clone().unwrap_or_default();
-        for g in &e.additional_gids {
-            if *g == 0 || *g > i32::MAX as u32 {
-                return Err(invalid(
-                    id,
-                    field,
-                    format!("additional gid {g} is not usable"),
-                ));
-            }
-            if !gids.contains(g) {
-                gids.push(*g);
-            }
-        }
-        user.set_additional_gids(Some(gids));
-        process.set_user(user);
+        edit_gids(id, &field, &e.additional_gids, spec)?;
     }
-    // Device nodes: made in the container and allowed in its device cgroup.
     for n in &e.device_nodes {
-        let (dev, access) = device_node(id, &field, n)?;
-        let linux = spec.linux_mut().get_or_insert_with(Default::default);
-        let mut devices = linux.devices().clone().unwrap_or_default();
-        devices.retain(|d| d.path() != dev.path());
-        let rule = (dev.typ() != LinuxDeviceType::P).then(|| {
-            cgroup_rule(
-                true,
-                Some(dev.typ()),
-                Some(dev.major()),
-                Some(dev.minor()),
-                &access,
-            )
-        });
-        devices.push(dev);
-        linux.set_devices(Some(devices));
-        if let Some(rule) = rule {
-            let resources = linux.resources_mut().get_or_insert_with(Default::default);
-            let mut rules = resources.devices().clone().unwrap_or_default();
-            rules.push(rule);
-            resources.set_devices(Some(rules));
-        }
+        add_device_node(id, &field, n, spec)?;
     }
-    // Mounts: one at the same destination is replaced.
     for m in &e.mounts {
-        for (p, what) in [
-            (&m.host_path, "hostPath"),
-            (&m.container_path, "containerPath"),
-        ] {
-            if !Path::new(p).is_absolute() {
-                return Err(invalid(
-                    id,
-                    field,
-                    format!("mount {what} {p:?} is not absolute"),
-                ));
-            }
-        }
-        let mut mount = Mount::default();
-        let dest = crate::mounts::clean_path(&m.container_path);
-        mount.set_destination(PathBuf::from(&dest));
-        mount.set_source(Some(PathBuf::from(&m.host_path)));
-        let bind = m.options.iter().any(|o| o == "bind" || o == "rbind");
-        let typ = match m.typ.as_deref() {
-            Some(t) if !t.is_empty() => Some(t.to_string()),
-            _ if bind => Some("bind".to_string()),
-            _ => None,
-        };
-        mount.set_typ(typ);
-        mount.set_options(Some(m.options.clone()));
-        let mounts = spec.mounts_mut().get_or_insert_with(Vec::new);
-        mounts.retain(|x| x.destination() != Path::new(&dest));
-        mounts.push(mount);
+        add_mount(id, &field, m, spec)?;
     }
-    // Hooks, by the stage they name.
     for h in &e.hooks {
-        if !Path::new(&h.path).is_absolute() {
-            return Err(invalid(
-                id,
-                field,
-                format!("hook path {:?} is not absolute", h.path),
-            ));
-        }
-        let mut hook = Hook::default();
-        hook.set_path(PathBuf::from(&h.path));
-        hook.set_args((!h.args.is_empty()).then(|| h.args.clone()));
-        hook.set_env((!h.env.is_empty()).then(|| h.env.clone()));
-        hook.set_timeout(h.timeout);
-        let hooks = spec.hooks_mut().get_or_insert_with(Hooks::default);
-        let stage = match h.hook_name.as_str() {
-            #[allow(deprecated)]
-            "prestart" => hooks.prestart_mut(),
-            "createRuntime" => hooks.create_runtime_mut(),
-            "createContainer" => hooks.create_container_mut(),
-            "startContainer" => hooks.start_container_mut(),
-            "poststart" => hooks.poststart_mut(),
-            "poststop" => hooks.poststop_mut(),
-            other => {
-                return Err(invalid(id, field, format!("unknown hook {other:?}")));
-            }
-        };
-        stage.get_or_insert_with(Vec::new).push(hook);
+        add_hook(id, &field, h, spec)?;
     }
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ErrorKind;
-
-    const VENDOR: &str = r#"
-cdiVersion: "0.6.0"
-kind: example.com/test
-containerEdits:
-  env:
-    - FROM_SPEC=1
-devices:
-  - name: "null"
-    containerEdits:
-      env:
-        - CDI_DEV=null
-        - SHARED=device
-      deviceNodes:
-        - path: /dev/xcdi
-          hostPath: /dev/null
-          permissions: rw
-      mounts:
-        - hostPath: /opt/lib
-          containerPath: /usr/lib/vendor/
-          options: [ro, nosuid, nodev, bind]
-      hooks:
-        - hookName: createContainer
-          path: /usr/bin/vendor-hook
-          args: [vendor-hook, update-ldcache]
-      additionalGids: [44]
-  - name: fifo
-    containerEdits:
-      deviceNodes:
-        - path: /dev/xfifo
-          type: p
-"#;
-
-    fn config(names: &[&str]) -> v1::ContainerConfig {
-        v1::ContainerConfig {
-            cdi_devices: names
-                .iter()
-                .map(|n| v1::CdiDevice {
-                    name: n.to_string(),
-                })
-                .collect(),
-            ..Default::default()
-        }
+/// Adds environment variables: one of the same name is replaced.
+fn edit_env(id: &str, field: &str, vars: &[String], spec: &mut Spec) -> Result<(), Error> {
+    let process = spec.process_mut().get_or_insert_with(Default::default);
+    let mut env = process.env().clone().unwrap_or_default();
+    for var in vars {
+        let Some((key, _)) = var.split_once('=') else {
+            return Err(invalid(id, field, format!("env {var:?} is not KEY=VALUE")));
+        };
+        env.retain(|v| v.split_once('=').map_or(v.as_str(), |(k, _)| k) != key);
+        env.push(var.clone());
     }
-
-    fn base() -> Spec {
-        let mut spec = Spec::default();
-        let mut p = oci_spec::runtime::Process::default();
-        p.set_env(Some(vec!["PATH=/bin".into(), "SHARED=image".into()]));
-        spec.set_process(Some(p));
-        spec
-    }
-
-    fn dir_with(files: &[(&str, &str)]) -> tempfile::TempDir {
-        let d = tempfile::tempdir().unwrap();
-        for (name, text) in files {
-            std::fs::write(d.path().join(name), text).unwrap();
-        }
-        d
-    }
-
-    fn apply_to(config: &v1::ContainerConfig, dirs: &[&Path]) -> Result<Spec, Error> {
-        let dirs: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
-        let mut spec = base();
-        apply("c1", config, &dirs, &mut spec).map(|_| spec)
-    }
-
-    #[test]
-    fn a_device_brings_its_edits() {
-        let d = dir_with(&[("vendor.yaml", VENDOR)]);
-        let spec = apply_to(&config(&["example.com/test=null"]), &[d.path()]).unwrap();
-        let p = spec.process().as_ref().unwrap();
-        let env = p.env().as_ref().unwrap();
-        assert!(env.contains(&"CDI_DEV=null".to_string()));
-        assert!(env.contains(&"FROM_SPEC=1".to_string()));
-        // Replaced, not doubled.
-        assert!(env.contains(&"SHARED=device".to_string()));
-        assert!(!env.iter().any(|e| e == "SHARED=image"));
-        assert!(p.user().additional_gids().as_ref().unwrap().contains(&44));
-
-        let l = spec.linux().as_ref().unwrap();
-        let dev = &l.devices().as_ref().unwrap()[0];
-        assert_eq!(dev.path(), Path::new("/dev/xcdi"));
-        // From the host's /dev/null.
-        assert_eq!(
-            (dev.typ(), dev.major(), dev.minor()),
-            (LinuxDeviceType::C, 1, 3)
-        );
-        let rule = l.resources().as_ref().unwrap().devices().as_ref().unwrap()[0].clone();
-        assert!(rule.allow());
-        assert_eq!((rule.major(), rule.minor()), (Some(1), Some(3)));
-        assert_eq!(rule.access().as_deref(), Some("rw"));
-
-        let m = spec
-            .mounts()
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|m| m.destination() == Path::new("/usr/lib/vendor"))
-            .unwrap();
-        assert_eq!(m.typ().as_deref(), Some("bind"));
-        assert_eq!(m.source().as_deref(), Some(Path::new("/opt/lib")));
-        let hooks = spec.hooks().as_ref().unwrap();
-        let h = &hooks.create_container().as_ref().unwrap()[0];
-        assert_eq!(h.path(), Path::new("/usr/bin/vendor-hook"));
-    }
-
-    #[test]
-    fn unknown_and_unqualified_devices_are_invalid_not_dropped() {
-        let d = dir_with(&[("vendor.yaml", VENDOR)]);
-        for name in ["example.com/test=gpu0", "other.org/x=null"] {
-            let e = apply_to(&config(&[name]), &[d.path()]).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-            assert!(
-                e.to_string().contains(name) && e.to_string().contains("c1"),
-                "{e}"
-            );
-        }
-        for name in ["null", "example.com=null", "example.com/test=", "/x=y"] {
-            let e = apply_to(&config(&[name]), &[d.path()]).unwrap_err();
-            assert!(e.to_string().contains("qualified"), "{name}: {e}");
-        }
-        // No spec dirs at all: still an error.
-        let e = apply_to(
-            &config(&["example.com/test=null"]),
-            &[Path::new("/nonexistent-cdi")],
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("not defined"), "{e}");
-    }
-
-    #[test]
-    fn annotations_request_devices_too() {
-        let d = dir_with(&[("vendor.yaml", VENDOR)]);
-        let mut c = config(&[]);
-        c.annotations.insert(
-            "cdi.k8s.io/plugin_dev".into(),
-            "example.com/test=null, example.com/test=fifo".into(),
-        );
-        c.annotations
-            .insert("other".into(), "example.com/test=missing".into());
-        assert_eq!(
-            requested_cdi_devices("c1", &c).unwrap(),
-            vec!["example.com/test=null", "example.com/test=fifo"]
-        );
-        let spec = apply_to(&c, &[d.path()]).unwrap();
-        let devs = spec.linux().as_ref().unwrap().devices().clone().unwrap();
-        assert_eq!(devs.len(), 2);
-        // A FIFO gets no device cgroup rule.
-        let rules = spec
-            .linux()
-            .as_ref()
-            .unwrap()
-            .resources()
-            .as_ref()
-            .unwrap()
-            .devices()
-            .clone()
-            .unwrap();
-        assert_eq!(rules.len(), 1);
-        c.annotations
-            .insert("cdi.k8s.io/bad".into(), "not-qualified".into());
-        let e = apply_to(&c, &[d.path()]).unwrap_err();
-        assert!(e.to_string().contains("cdi.k8s.io/bad"), "{e}");
-    }
-
-    #[test]
-    fn later_dirs_win_and_duplicates_in_one_dir_conflict() {
-        let low = dir_with(&[("a.yaml", VENDOR)]);
-        let high_spec = r#"{"cdiVersion":"0.6.0","kind":"example.com/test",
-            "devices":[{"name":"null","containerEdits":{"env":["WHICH=high"]}}]}"#;
-        let high = dir_with(&[("b.json", high_spec)]);
-        let spec = apply_to(
-            &config(&["example.com/test=null"]),
-            &[low.path(), high.path()],
-        )
-        .unwrap();
-        let env = spec.process().as_ref().unwrap().env().clone().unwrap();
-        assert!(env.contains(&"WHICH=high".to_string()), "{env:?}");
-        assert!(!env.contains(&"CDI_DEV=null".to_string()));
-
-        let both = dir_with(&[("a.yaml", VENDOR), ("b.json", high_spec)]);
-        let e = apply_to(&config(&["example.com/test=null"]), &[both.path()]).unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            msg.contains("more than once") && msg.contains("a.yaml") && msg.contains("b.json"),
-            "{msg}"
-        );
-        // The other device of the file is still there.
-        assert!(apply_to(&config(&["example.com/test=fifo"]), &[both.path()]).is_ok());
-    }
-
-    #[test]
-    fn unusable_files_are_skipped_and_named() {
-        let d = dir_with(&[
-            ("broken.yaml", "cdiVersion: [\n"),
-            (
-                "nokind.json",
-                r#"{"cdiVersion":"0.6.0","kind":"bad","devices":[]}"#,
-            ),
-        ]);
-        nix::unistd::mkfifo(
-            &d.path().join("fifo.yaml"),
-            nix::sys::stat::Mode::from_bits_truncate(0o600),
-        )
-        .unwrap();
-        let big = std::fs::File::create(d.path().join("big.yaml")).unwrap();
-        big.set_len(MAX_SPEC_BYTES + 1).unwrap();
-        std::fs::write(d.path().join("ignored.txt"), VENDOR).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let dir = d.path().to_owned();
-        std::thread::spawn(move || {
-            let _ = tx.send(apply_to(&config(&["example.com/test=null"]), &[&dir]).map(|_| ()));
-        });
-        let e = rx
-            .recv_timeout(std::time::Duration::from_secs(5))
-            .expect("reading the spec dir hangs")
-            .unwrap_err();
-        let msg = e.to_string();
-        for f in ["broken.yaml", "nokind.json", "fifo.yaml", "big.yaml"] {
-            assert!(msg.contains(f), "{f} not named: {msg}");
-        }
-        assert!(!msg.contains("ignored.txt"), "{msg}");
-    }
-
-    #[test]
-    fn edits_berth_cannot_make_are_refused() {
-        let spec = r#"{"cdiVersion":"0.6.0","kind":"example.com/test",
-            "devices":[{"name":"rdt","containerEdits":{"intelRdt":{"closID":"x"}}},
-                       {"name":"rel","containerEdits":{"deviceNodes":[{"path":"dev/x","hostPath":"/dev/null"}]}},
-                       {"name":"hook","containerEdits":{"hooks":[{"hookName":"whenever","path":"/bin/true"}]}},
-                       {"name":"notdev","containerEdits":{"deviceNodes":[{"path":"/dev/x","hostPath":"/etc/passwd"}]}}]}"#;
-        let d = dir_with(&[("x.json", spec)]);
-        for (name, want) in [
-            ("rdt", "intelRdt"),
-            ("rel", "absolute"),
-            ("hook", "unknown hook"),
-            ("notdev", "not a device"),
-        ] {
-            let e =
-                apply_to(&config(&[&format!("example.com/test={name}")]), &[d.path()]).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-            assert!(e.to_string().contains(want), "{name}: {e}");
-        }
-    }
-
-    #[test]
-    fn nothing_asked_reads_nothing() {
-        // A spec dir that would fail to read is never looked at.
-        let mut spec = base();
-        let before = spec.clone();
-        apply(
-            "c1",
-            &config(&[]),
-            &[PathBuf::from("/proc/self/mem")],
-            &mut spec,
-        )
-        .unwrap();
-        assert_eq!(spec, before);
-    }
+    process.set_env(Some(env));
+    Ok(())
 }
+
+/// Adds supplementary groups the process does not have yet.
+fn edit_gids(id: &str, field: &str, add: &[u32], spec: &mut Spec) -> Result<(), Error> {
+    let process = spec.process_mut().get_or_insert_with(Default::default);
+    let mut user = process.user().clone();
+    let mut gids = user.additional_gids().clone().unwrap_or_default();
+    for g in add {
+        if *g == 0 || *g > i32::MAX as u32 {
+            return Err(invalid(
+                id,
+                field,
+                format!("additional gid {g} is not usable"),
+            ));
+        }
+        if !gids.contains(g) {
+            gids.push(*g);
+        }
+    }
+    user.set_additional_gids(Some(gids));
+    process.set_user(user);
+    Ok(())
+}
+
+/// Adds a device node: made in the container (replacing one at the same
+/// path) and allowed in its device cgroup.
+fn add_device_node(id: &str, field: &str, n: &DeviceNode, spec: &mut Spec) -> Result<(), Error> {
+    let (dev, access) = device_node(id, field, n)?;
+    let linux = spec.linux_mut().get_or_insert_with(Default::default);
+    let mut devices = linux.devices().clone().unwrap_or_default();
+    devices.retain(|d| d.path() != dev.path());
+    let rule = (dev.typ() != LinuxDeviceType::P).then(|| {
+        cgroup_rule(
+            true,
+            Some(dev.typ()),
+            Some(dev.major()),
+            Some(dev.minor()),
+            &access,
+        )
+    });
+    devices.push(dev);
+    linux.set_devices(Some(devices));
+    if let Some(rule) = rule {
+        let resources = linux.resources_mut().get_or_insert_with(Default::default);
+        let mut rules = resources.devices().clone().unwrap_or_default();
+        rules.push(rule);
+        resources.set_devices(Some(rules));
+    }
+    Ok(())
+}
+
+/// Adds a mount: one at the same destination is replaced.
+fn add_mount(id: &str, field: &str, m: &MountSpec, spec: &mut Spec) -> Result<(), Error> {
+    for (p, what) in [
+        (&m.host_path, "hostPath"),
+        (&m.container_path, "containerPath"),
+    ] {
+        if !Path::new(p).is_absolute() {
+            return Err(invalid(
+                id,
+                field,
+                format!("mount {what} {p:?} is not absolute"),
+            ));
+        }
+    }
+    let mut mount = Mount::default();
+    let dest = crate::mounts::clean_path(&m.container_path);
+    mount.set_destination(PathBuf::from(&dest));
+    mount.set_source(Some(PathBuf::from(&m.host_path)));
+    let bind = m.options.iter().any(|o| o == "bind" || o == "rbind");
+    let typ = match m.typ.as_deref() {
+        Some(t) if !t.is_empty() => Some(t.to_string()),
+        _ if bind => Some("bind".to_string()),
+        _ => None,
+    };
+    mount.set_typ(typ);
+    mount.set_options(Some(m.options.clone()));
+    let mounts = spec.mounts_mut().get_or_insert_with(Vec::new);
+    mounts.retain(|x| x.destination() != Path::new(&dest));
+    mounts.push(mount);
+    Ok(())
+}
+
+/// Adds a hook to the stage it names.
+fn add_hook(id: &str, field: &str, h: &HookSpec, spec: &mut Spec) -> Result<(), Error> {
+    if !Path::new(&h.path).is_absolute() {
+        return Err(invalid(
+            id,
+            field,
+            format!("hook path {:?} is not absolute", h.path),
+        ));
+    }
+    let mut hook = Hook::default();
+    hook.set_path(PathBuf::from(&h.path));
+    hook.set_args((!h.args.is_empty()).then(|| h.args.clone()));
+    hook.set_env((!h.env.is_empty()).then(|| h.env.clone()));
+    hook.set_timeout(h.timeout);
+    let hooks = spec.hooks_mut().get_or_insert_with(Hooks::default);
+    let stage = match h.hook_name.as_str() {
+        #[allow(deprecated)]
+        "prestart" => hooks.prestart_mut(),
+        "createRuntime" => hooks.create_runtime_mut(),
+        "createContainer" => hooks.create_container_mut(),
+        "startContainer" => hooks.start_container_mut(),
+        "poststart" => hooks.poststart_mut(),
+        "poststop" => hooks.poststop_mut(),
+        other => {
+            return Err(invalid(id, field, format!("unknown hook {other:?}")));
+        }
+    };
+    stage.get_or_insert_with(Vec::new).push(hook);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -458,6 +458,55 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         .linux
         .as_ref()
         .and_then(|l| l.security_context.as_ref());
+    let privileged = check_privileged(req, sc)?;
+    let readonly_rootfs = sc.is_some_and(|s| s.readonly_rootfs);
+    let resources = config
+        .linux
+        .as_ref()
+        .and_then(|l| l.resources.clone())
+        .unwrap_or_default();
+
+    let (process, bounding) = container_process(req, opts, sc, &resources)?;
+    let userns = pod_user_namespace(id, req.sandbox_config)?;
+    let (mounts, rootfs_propagation) = mounts::mounts(&mounts::MountInputs {
+        id,
+        config,
+        sandbox: req.sandbox,
+        volumes: &req.volumes,
+        image_mounts: &req.image_mounts,
+        idmapped: &req.idmapped,
+        userns: userns.as_ref(),
+        privileged,
+        readonly_rootfs,
+        rro_supported: opts.rro_supported,
+        selinux_enabled: opts.selinux_enabled,
+        mountinfo: None,
+    })?;
+    let mut linux = container_linux(req, opts, sc, &resources, userns.as_ref(), &bounding)?;
+    linux.set_rootfs_propagation(rootfs_propagation);
+
+    let mut root = Root::default();
+    root.set_path(req.rootfs.to_owned());
+    root.set_readonly(Some(readonly_rootfs));
+
+    let mut spec = Spec::default();
+    spec.set_process(Some(process));
+    spec.set_root(Some(root));
+    spec.set_mounts(Some(mounts));
+    // Only with the pod's own UTS namespace (joined, where the pause set the
+    // same name already); host network keeps the host's.
+    spec.set_hostname(req.sandbox.netns.as_ref().and_then(|_| pod_hostname(req)));
+    spec.set_annotations(Some(annotations(req, opts)));
+    spec.set_linux(Some(linux));
+    cdi::apply(id, config, &opts.cdi_spec_dirs, &mut spec)?;
+    Ok(spec)
+}
+
+/// Whether the container is privileged; refused unless its pod is too.
+fn check_privileged(
+    req: &SpecRequest<'_>,
+    sc: Option<&v1::LinuxContainerSecurityContext>,
+) -> Result<bool, Error> {
     let privileged = sc.is_some_and(|s| s.privileged);
     let pod_privileged = req
         .sandbox_config
@@ -467,13 +516,24 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         .is_some_and(|s| s.privileged);
     if privileged && !pod_privileged {
         return Err(error::invalid(
-            id,
+            req.id,
             "linux.security_context.privileged",
             "a privileged container needs a privileged pod",
         ));
     }
-    let readonly_rootfs = sc.is_some_and(|s| s.readonly_rootfs);
+    Ok(privileged)
+}
 
+/// The container's process: command, environment, user, capabilities and
+/// confinement; and its bounding set, which the seccomp profile follows.
+fn container_process(
+    req: &SpecRequest<'_>,
+    opts: &SpecOptions,
+    sc: Option<&v1::LinuxContainerSecurityContext>,
+    resources: &v1::LinuxContainerResources,
+) -> Result<(Process, HashSet<Capability>), Error> {
+    let id = req.id;
+    let config = req.config;
     let user = resolve_user(id, req.rootfs, sc, &req.image.user)?;
     let all = caps::all_capabilities(id, opts.all_capabilities.as_deref())?;
     let capabilities = caps::capabilities(id, sc, &all)?;
@@ -492,53 +552,51 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     process.set_capabilities(Some(capabilities));
     process.set_no_new_privileges(Some(sc.is_some_and(|s| s.no_new_privs)));
     process.set_rlimits(None);
-    // Privileged: no LSM confinement (as containerd).
-    let privileged = sc.is_some_and(|s| s.privileged);
-    if !privileged {
-        lsm::check_selinux(id, sc.and_then(|s| s.selinux_options.as_ref()), opts)?;
-    }
-    process.set_apparmor_profile(if privileged {
-        None
-    } else {
-        lsm::apparmor_profile(
-            id,
-            sc.and_then(|s| s.apparmor.as_ref()),
-            // The deprecated field still comes from older kubelets.
-            #[allow(deprecated)]
-            sc.map_or("", |s| s.apparmor_profile.as_str()),
-            opts,
-        )?
-    });
+    process.set_apparmor_profile(container_apparmor_profile(id, sc, opts)?);
     process.set_selinux_label(None);
-    let resources = config
-        .linux
-        .as_ref()
-        .and_then(|l| l.resources.clone())
-        .unwrap_or_default();
     process.set_oom_score_adj(oom_score_adj(
         id,
         resources.oom_score_adj,
         opts.oom_score_adj_floor,
     )?);
+    Ok((process, bounding))
+}
 
-    let userns = pod_user_namespace(id, req.sandbox_config)?;
-    let (mounts, rootfs_propagation) = mounts::mounts(&mounts::MountInputs {
+/// The container's AppArmor profile, after checking its SELinux options:
+/// none for a privileged container (no LSM confinement, as containerd).
+fn container_apparmor_profile(
+    id: &str,
+    sc: Option<&v1::LinuxContainerSecurityContext>,
+    opts: &SpecOptions,
+) -> Result<Option<String>, Error> {
+    if sc.is_some_and(|s| s.privileged) {
+        return Ok(None);
+    }
+    lsm::check_selinux(id, sc.and_then(|s| s.selinux_options.as_ref()), opts)?;
+    lsm::apparmor_profile(
         id,
-        config,
-        sandbox: req.sandbox,
-        volumes: &req.volumes,
-        image_mounts: &req.image_mounts,
-        idmapped: &req.idmapped,
-        userns: userns.as_ref(),
-        privileged,
-        readonly_rootfs,
-        rro_supported: opts.rro_supported,
-        selinux_enabled: opts.selinux_enabled,
-        mountinfo: None,
-    })?;
+        sc.and_then(|s| s.apparmor.as_ref()),
+        // The deprecated field still comes from older kubelets.
+        #[allow(deprecated)]
+        sc.map_or("", |s| s.apparmor_profile.as_str()),
+        opts,
+    )
+}
 
-    let (devices, device_rules) = devices::devices(id, config, privileged)?;
-    let mut cgroup_resources = linux_resources(id, &resources, opts)?;
+/// The container's Linux section: namespaces, id mappings, cgroup and its
+/// resources, devices, seccomp, masked paths and sysctls.
+fn container_linux(
+    req: &SpecRequest<'_>,
+    opts: &SpecOptions,
+    sc: Option<&v1::LinuxContainerSecurityContext>,
+    resources: &v1::LinuxContainerResources,
+    userns: Option<&UserNamespace>,
+    bounding: &HashSet<Capability>,
+) -> Result<Linux, Error> {
+    let id = req.id;
+    let privileged = sc.is_some_and(|s| s.privileged);
+    let (devices, device_rules) = devices::devices(id, req.config, privileged)?;
+    let mut cgroup_resources = linux_resources(id, resources, opts)?;
     cgroup_resources.set_devices(Some(device_rules));
 
     let (masked, readonly) = masked_and_readonly(privileged, sc, userns.is_some());
@@ -550,9 +608,9 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         sc.and_then(|s| s.namespace_options.as_ref()),
         req.target_pid,
         opts.cgroup_v2 && !privileged,
-        userns.as_ref(),
+        userns,
     )?));
-    if let Some(u) = &userns {
+    if let Some(u) = userns {
         let (uids, gids) = u.oci_mappings();
         linux.set_uid_mappings(Some(uids));
         linux.set_gid_mappings(Some(gids));
@@ -567,11 +625,10 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
     linux.set_seccomp(seccomp::seccomp(
         id,
         sc,
-        &bounding,
+        bounding,
         opts.seccomp_available,
         opts.default_seccomp,
     )?);
-    linux.set_rootfs_propagation(rootfs_propagation);
     linux.set_masked_paths(Some(masked));
     linux.set_readonly_paths(Some(readonly));
     linux.set_sysctl(sysctls::pod_sysctls(
@@ -580,22 +637,7 @@ pub fn container_spec(req: &SpecRequest<'_>, opts: &SpecOptions) -> Result<Spec,
         req.sandbox.netns.is_none(),
         req.sandbox.host_ipc,
     )?);
-
-    let mut root = Root::default();
-    root.set_path(req.rootfs.to_owned());
-    root.set_readonly(Some(readonly_rootfs));
-
-    let mut spec = Spec::default();
-    spec.set_process(Some(process));
-    spec.set_root(Some(root));
-    spec.set_mounts(Some(mounts));
-    // Only with the pod's own UTS namespace (joined, where the pause set the
-    // same name already); host network keeps the host's.
-    spec.set_hostname(req.sandbox.netns.as_ref().and_then(|_| pod_hostname(req)));
-    spec.set_annotations(Some(annotations(req, opts)));
-    spec.set_linux(Some(linux));
-    cdi::apply(id, config, &opts.cdi_spec_dirs, &mut spec)?;
-    Ok(spec)
+    Ok(linux)
 }
 
 #[cfg(test)]

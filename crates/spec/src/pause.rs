@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use cri_api::v1;
-use oci_spec::runtime::{Linux, LinuxCapabilities, LinuxCpu, Process, Root, Spec, User};
+use oci_spec::runtime::{
+    Linux, LinuxCapabilities, LinuxCpu, LinuxPids, LinuxResources, Mount, Process, Root, Spec, User,
+};
 
 use crate::error::{invalid, Error};
 use crate::{annotations, devices, mounts, namespaces, passthrough, resources, seccomp, sysctls};
@@ -165,14 +167,42 @@ fn pause_annotations(req: &PauseRequest<'_>, opts: &SpecOptions) -> HashMap<Stri
 /// pod's, a cgroup parent that does not fit the driver, a user namespace, a
 /// seccomp profile that cannot be used).
 pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Error> {
-    let id = req.id;
     let sc = req
         .config
         .linux
         .as_ref()
         .and_then(|l| l.security_context.as_ref());
-    let ns_options = sc.and_then(|s| s.namespace_options.as_ref());
+    let process = pause_process(req, opts, sc)?;
 
+    let mut root = Root::default();
+    root.set_path(req.rootfs.to_owned());
+    root.set_readonly(Some(true));
+
+    let mounts = pause_mounts(req, sc);
+    let linux = pause_linux(req, opts, sc)?;
+
+    let mut spec = Spec::default();
+    spec.set_process(Some(process));
+    spec.set_root(Some(root));
+    spec.set_mounts(Some(mounts));
+    spec.set_hostname(
+        req.netns
+            .and(Some(req.config.hostname.clone()))
+            .filter(|h| !h.is_empty()),
+    );
+    spec.set_annotations(Some(pause_annotations(req, opts)));
+    spec.set_linux(Some(linux));
+    Ok(spec)
+}
+
+/// The pause's process: the pod's user, no capabilities, no new
+/// privileges, the pod's LSM profile and the pause's OOM score.
+fn pause_process(
+    req: &PauseRequest<'_>,
+    opts: &SpecOptions,
+    sc: Option<&v1::LinuxSandboxSecurityContext>,
+) -> Result<Process, Error> {
+    let id = req.id;
     let mut process = Process::default();
     process.set_terminal(Some(false));
     process.set_args(Some(req.args.clone()));
@@ -201,11 +231,15 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         PAUSE_OOM_SCORE_ADJ,
         opts.oom_score_adj_floor,
     )?);
+    Ok(process)
+}
 
-    let mut root = Root::default();
-    root.set_path(req.rootfs.to_owned());
-    root.set_readonly(Some(true));
-
+/// The pause's mounts: the defaults, with the pod's /dev/shm bound
+/// read-only in place of a private one.
+fn pause_mounts(
+    req: &PauseRequest<'_>,
+    sc: Option<&v1::LinuxSandboxSecurityContext>,
+) -> Vec<Mount> {
     let sysfs_bound = crate::sysfs_bound(req.userns.is_some(), req.netns.is_none());
     let mut mounts: Vec<_> = mounts::default_mounts(false, sysfs_bound)
         .into_iter()
@@ -220,7 +254,18 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         req.shm,
         &["rbind", "ro", "nosuid", "nodev", "noexec"],
     ));
+    mounts
+}
 
+/// The pause's Linux section: the pod's namespaces (and the user
+/// namespace's mappings), its cgroup, seccomp profile and sysctls.
+fn pause_linux(
+    req: &PauseRequest<'_>,
+    opts: &SpecOptions,
+    sc: Option<&v1::LinuxSandboxSecurityContext>,
+) -> Result<Linux, Error> {
+    let id = req.id;
+    let ns_options = sc.and_then(|s| s.namespace_options.as_ref());
     let userns = crate::userns::pod_user_namespace(id, req.config)?;
     if userns.is_some() != req.userns.is_some() {
         return Err(invalid(
@@ -231,19 +276,6 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
     }
     let namespaces = namespaces::pod_namespaces(id, req.netns, req.userns, ns_options)?;
     let host_ipc = ns_options.is_some_and(|o| o.ipc == v1::NamespaceMode::Node as i32);
-    let mut cpu = LinuxCpu::default();
-    cpu.set_shares(Some(PAUSE_CPU_SHARES));
-    let mut resources = oci_spec::runtime::LinuxResources::default();
-    resources.set_cpu(Some(cpu));
-    resources.set_devices(Some(vec![devices::cgroup_rule(
-        false, None, None, None, "rwm",
-    )]));
-    if let Some(limit) = opts.pids_limit.filter(|l| *l != 0) {
-        let mut pids = oci_spec::runtime::LinuxPids::default();
-        pids.set_limit(limit);
-        resources.set_pids(Some(pids));
-    }
-
     let (masked, readonly) = crate::masked_and_readonly(false, None, false);
     let mut linux = Linux::default();
     linux.set_namespaces(Some(namespaces));
@@ -252,7 +284,7 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         linux.set_uid_mappings(Some(uids));
         linux.set_gid_mappings(Some(gids));
     }
-    linux.set_resources(Some(resources));
+    linux.set_resources(Some(pause_resources(opts)));
     linux.set_cgroups_path(Some(PathBuf::from(resources::cgroups_path(
         req.cgroup_parent,
         id,
@@ -274,19 +306,25 @@ pub fn pause_spec(req: &PauseRequest<'_>, opts: &SpecOptions) -> Result<Spec, Er
         req.netns.is_none(),
         host_ipc,
     )?);
+    Ok(linux)
+}
 
-    let mut spec = Spec::default();
-    spec.set_process(Some(process));
-    spec.set_root(Some(root));
-    spec.set_mounts(Some(mounts));
-    spec.set_hostname(
-        req.netns
-            .and(Some(req.config.hostname.clone()))
-            .filter(|h| !h.is_empty()),
-    );
-    spec.set_annotations(Some(pause_annotations(req, opts)));
-    spec.set_linux(Some(linux));
-    Ok(spec)
+/// The pause's cgroup resources: the least cpu shares, no devices, and
+/// berth's pids limit if it has one.
+fn pause_resources(opts: &SpecOptions) -> LinuxResources {
+    let mut cpu = LinuxCpu::default();
+    cpu.set_shares(Some(PAUSE_CPU_SHARES));
+    let mut resources = LinuxResources::default();
+    resources.set_cpu(Some(cpu));
+    resources.set_devices(Some(vec![devices::cgroup_rule(
+        false, None, None, None, "rwm",
+    )]));
+    if let Some(limit) = opts.pids_limit.filter(|l| *l != 0) {
+        let mut pids = LinuxPids::default();
+        pids.set_limit(limit);
+        resources.set_pids(Some(pids));
+    }
+    resources
 }
 
 #[cfg(test)]

@@ -536,6 +536,9 @@ fn query_ports(req: &HttpRequest<Incoming>) -> Result<Vec<u16>, String> {
     Ok(ports)
 }
 
+/// A refused request: the answer, and what it does to the connection.
+type Refused = (Refusal, Outcome);
+
 /// Answers one request: an error, or 101 with the session left in `slot`
 /// to run once hyper hands the connection over; and what that does to the
 /// connection.
@@ -545,34 +548,92 @@ fn handle(
     slot: &Arc<Mutex<Option<Session>>>,
     connection: &Slot,
 ) -> (Response<Body>, Outcome) {
+    match upgrade(inner, &mut req, connection) {
+        Ok((response, session)) => {
+            *slot.lock_unpoisoned() = Some(session);
+            (response, Outcome::Upgrade)
+        }
+        Err((refusal, outcome)) => (*refusal, outcome),
+    }
+}
+
+/// Checks the request and its token, agrees the transport, and uses the
+/// token: the 101 answer and the session to run after it.
+fn upgrade(
+    inner: &Arc<Inner>,
+    req: &mut HttpRequest<Incoming>,
+    connection: &Slot,
+) -> Result<(Response<Body>, Session), Refused> {
     use Outcome::{Close, KeepAlive};
-    let path = req.uri().path().to_string();
+    let (kind, token) = route(req.uri().path()).map_err(|r| (r, Close))?;
+    allow_method(req).map_err(|r| (r, Close))?;
+    let gone = |lookup| (token_gone(lookup, inner.tokens.ttl()), Close);
+    let pending = match inner.tokens.peek(&token) {
+        Lookup::Found(p) => p,
+        other => return Err(gone(other)),
+    };
+    if pending.path() != kind {
+        let message = format!("this token is for /{}, not /{kind}", pending.path());
+        return Err((Box::new(text(StatusCode::NOT_FOUND, message)), Close));
+    }
+    // From here on the token is valid: a refused upgrade may be retried.
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let transport = handshake(req, &pending, &mut response).map_err(|r| (r, KeepAlive))?;
+    let ws_ports = websocket_ports(req, &pending, &transport).map_err(|r| (r, KeepAlive))?;
+    // The upgrade goes ahead: the connection becomes a session, unless it
+    // was just chosen to make room for another (its task is ending).
+    if !connection.prove() {
+        let message = "the streaming server closed this connection to make room; try again";
+        return Err((
+            Box::new(text(StatusCode::SERVICE_UNAVAILABLE, message)),
+            Close,
+        ));
+    }
+    // Use the token now (a racing request loses).
+    let pending = match inner.tokens.take(&token) {
+        Lookup::Found(p) => p,
+        other => return Err(gone(other)),
+    };
+    let on_upgrade = hyper::upgrade::on(req);
+    let session = session(inner, on_upgrade, transport, pending, ws_ports);
+    Ok((response, session))
+}
+
+/// The kind of session (`exec`, `attach` or `portforward`) and the token a
+/// path names.
+fn route(path: &str) -> Result<(&str, String), Refusal> {
     let mut parts = path.trim_start_matches('/').splitn(2, '/');
-    let (kind, token) = match (parts.next(), parts.next()) {
+    match (parts.next(), parts.next()) {
         (Some(kind @ ("exec" | "attach" | "portforward")), Some(token))
             if !token.is_empty() && !token.contains('/') =>
         {
-            (kind, token.to_string())
+            Ok((kind, token.to_string()))
         }
-        _ => {
-            return (text(
-                StatusCode::NOT_FOUND,
-                format!("{path} not found: this server serves /exec/TOKEN, /attach/TOKEN and /portforward/TOKEN"),
-            ), Close)
-        }
-    };
-    if req.method() != Method::GET && req.method() != Method::POST {
-        let mut resp = text(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("{} is not allowed: use GET or POST", req.method()),
-        );
-        resp.headers_mut()
-            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, POST"));
-        return (resp, Close);
+        _ => Err(Box::new(text(
+            StatusCode::NOT_FOUND,
+            format!("{path} not found: this server serves /exec/TOKEN, /attach/TOKEN and /portforward/TOKEN"),
+        ))),
     }
-    let ttl = inner.tokens.ttl();
-    let gone = |lookup: Lookup<Pending>| {
-        let resp = match lookup {
+}
+
+/// Refuses methods other than GET and POST.
+fn allow_method(req: &HttpRequest<Incoming>) -> Result<(), Refusal> {
+    if req.method() == Method::GET || req.method() == Method::POST {
+        return Ok(());
+    }
+    let mut resp = text(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} is not allowed: use GET or POST", req.method()),
+    );
+    resp.headers_mut()
+        .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, POST"));
+    Err(Box::new(resp))
+}
+
+/// The answer to a token that is not (or no longer) in the cache.
+fn token_gone(lookup: Lookup<Pending>, ttl: Duration) -> Refusal {
+    Box::new(match lookup {
         Lookup::Expired => text(
             StatusCode::NOT_FOUND,
             format!("streaming token has expired: a URL is valid for {ttl:?} after the RPC returned it"),
@@ -581,86 +642,73 @@ fn handle(
             StatusCode::NOT_FOUND,
             "unknown streaming token: it was never issued, has already been used (tokens are single-use), or has expired",
         ),
-    };
-        (resp, Close)
-    };
-    let pending = match inner.tokens.peek(&token) {
-        Lookup::Found(p) => p,
-        other => return gone(other),
-    };
-    if pending.path() != kind {
-        return (
-            text(
-                StatusCode::NOT_FOUND,
-                format!("this token is for /{}, not /{kind}", pending.path()),
-            ),
-            Close,
-        );
-    }
-    // From here on the token is valid: a refused upgrade may be retried.
-    let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let websocket = is_websocket(&req);
-    let protocols = match (&pending, websocket) {
+    })
+}
+
+/// Agrees the transport (SPDY or WebSocket) and the sub-protocol for what
+/// the token stands for, writing the agreement into `response`.
+fn handshake(
+    req: &HttpRequest<Incoming>,
+    pending: &Pending,
+    response: &mut Response<Body>,
+) -> Result<Transport, Refusal> {
+    let websocket = is_websocket(req);
+    let protocols = match (pending, websocket) {
         (Pending::PortForward(_), true) => websocket::PORT_FORWARD_PROTOCOLS,
         (_, true) => websocket::REMOTE_COMMAND_PROTOCOLS,
         (Pending::PortForward(_), false) => &[portforward::SPDY_PROTOCOL][..],
         (_, false) => remotecommand::SPDY_PROTOCOLS,
     };
-    let handshake = if websocket {
-        websocket_handshake(&req, protocols, &mut response)
+    if websocket {
+        websocket_handshake(req, protocols, response)
     } else {
-        spdy_handshake(&req, protocols, &mut response)
-    };
-    let transport = match handshake {
-        Ok(t) => t,
-        Err(resp) => return (*resp, KeepAlive),
-    };
-    let tunnelled =
-        matches!(&transport, Transport::WebSocket(p) if p == tunnel::PORT_FORWARD_PROTOCOL);
-    let mut ws_ports = Vec::new();
-    if let (Pending::PortForward(pf), true, false) = (&pending, websocket, tunnelled) {
-        ws_ports = pf.ports.clone();
-        if ws_ports.is_empty() {
-            match query_ports(&req) {
-                Ok(ports) => ws_ports = ports,
-                Err(e) => return (text(StatusCode::BAD_REQUEST, e), KeepAlive),
-            }
-        }
-        if ws_ports.is_empty() || ws_ports.len() > websocket::MAX_PORTS {
-            return (
-                text(
-                    StatusCode::BAD_REQUEST,
-                    format!(
-                        "port forwarding over a WebSocket needs 1 to {} ports, in the request or as query parameter \"port\"",
-                        websocket::MAX_PORTS
-                    ),
-                ),
-                KeepAlive,
-            );
-        }
+        spdy_handshake(req, protocols, response)
     }
-    // The upgrade goes ahead: the connection becomes a session, unless it
-    // was just chosen to make room for another (its task is ending).
-    if !connection.prove() {
-        return (
-            text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the streaming server closed this connection to make room; try again",
+}
+
+/// The ports of a port-forward over a plain WebSocket (its channels are
+/// fixed up front): the request's, or else the URL's; empty for any other
+/// session.
+fn websocket_ports(
+    req: &HttpRequest<Incoming>,
+    pending: &Pending,
+    transport: &Transport,
+) -> Result<Vec<u16>, Refusal> {
+    let (Pending::PortForward(pf), Transport::WebSocket(p)) = (pending, transport) else {
+        return Ok(Vec::new());
+    };
+    if p == tunnel::PORT_FORWARD_PROTOCOL {
+        return Ok(Vec::new());
+    }
+    let mut ports = pf.ports.clone();
+    if ports.is_empty() {
+        ports = query_ports(req).map_err(|e| Box::new(text(StatusCode::BAD_REQUEST, e)))?;
+    }
+    if ports.is_empty() || ports.len() > websocket::MAX_PORTS {
+        return Err(Box::new(text(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "port forwarding over a WebSocket needs 1 to {} ports, in the request or as query parameter \"port\"",
+                websocket::MAX_PORTS
             ),
-            Close,
-        );
+        )));
     }
-    // Use the token now (a racing request loses).
-    let pending = match inner.tokens.take(&token) {
-        Lookup::Found(p) => p,
-        other => return gone(other),
-    };
-    let on_upgrade = hyper::upgrade::on(&mut req);
+    Ok(ports)
+}
+
+/// The session run on the connection once hyper hands it over: what the
+/// token stands for, served over the agreed transport.
+fn session(
+    inner: &Inner,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    transport: Transport,
+    pending: Pending,
+    ws_ports: Vec<u16>,
+) -> Session {
     let backend = inner.backend.clone();
     let creation_timeout = inner.config.stream_creation_timeout;
     let idle_timeout = inner.config.idle_timeout;
-    let session: Session = Box::pin(async move {
+    Box::pin(async move {
         let io = match on_upgrade.await {
             Ok(upgraded) => Idle::new(TokioIo::new(upgraded), idle_timeout),
             Err(e) => {
@@ -703,7 +751,5 @@ fn handle(
             }
             _ => {}
         }
-    });
-    *slot.lock_unpoisoned() = Some(session);
-    (response, Outcome::Upgrade)
+    })
 }

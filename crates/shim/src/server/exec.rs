@@ -219,97 +219,150 @@ fn pump(
     };
 
     let mut buf = vec![0u8; 16 * 1024];
-    let mut timed_out = false;
-    let mut client_gone = false;
-    let mut exited_at: Option<Instant> = None;
-    let mut killed_at: Option<Instant> = None;
+    let mut state = PumpState::default();
     loop {
-        if exited_at.is_none() && sub.exit().is_some() {
-            exited_at = Some(Instant::now());
-        }
-        if let Some(at) = exited_at {
-            if outputs.is_empty() || client_gone || at.elapsed() >= DRAIN_AFTER_EXIT {
-                break;
-            }
-        }
-        let now = Instant::now();
-        if exited_at.is_none() && killed_at.is_none() {
-            if deadline.is_some_and(|d| now >= d) {
-                timed_out = true;
-            }
-            if timed_out || client_gone {
-                let _ = sub.signal(libc::SIGKILL);
-                killed_at = Some(now);
-            }
-        }
-        if killed_at.is_some_and(|k| k.elapsed() >= KILL_GRACE) {
+        if state.drained(sub, outputs.is_empty()) {
             break;
         }
-
-        let mut fds: Vec<libc::pollfd> = outputs
-            .iter()
-            .map(|(_, f)| sys::pollin(f.as_raw_fd()))
-            .collect();
-        fds.push(sys::pollin(sub.fd().as_raw_fd()));
-        // Only hang-ups: a client that shut down its writing half (no more
-        // stdin) is still reading.
-        fds.push(libc::pollfd {
-            fd: conn.as_raw_fd(),
-            events: 0,
-            revents: 0,
-        });
-        let mut wait = Duration::from_millis(250);
-        if let Some(d) = deadline {
-            wait = wait.min(d.saturating_duration_since(now));
+        let now = Instant::now();
+        if state.kill_given_up(sub, deadline, now) {
+            break;
         }
-        sys::poll(&mut fds, Some(wait))?;
-        if fds[fds.len() - 1].revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-            client_gone = true;
+        if wait_for_output(&conn, sub, &outputs, deadline, now)? {
+            state.client_gone = true;
         }
-
-        let mut i = 0;
-        while i < outputs.len() {
-            let (stream, file) = &mut outputs[i];
-            let stream = *stream;
-            let mut eof = false;
-            loop {
-                match sys::read_some(file, &mut buf) {
-                    Ok(ReadOutcome::Data(n)) => {
-                        if !client_gone && send_output(&mut conn, stream, &buf[..n]).is_err() {
-                            client_gone = true;
-                        }
-                    }
-                    Ok(ReadOutcome::Empty) => break,
-                    Ok(ReadOutcome::Eof) | Err(_) => {
-                        eof = true;
-                        break;
-                    }
-                }
-            }
-            if eof {
-                outputs.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        forward_output(&mut conn, &mut outputs, &mut buf, &mut state.client_gone);
     }
 
+    let result = send_exit(&mut conn, sub, &state);
+    let _ = conn.shutdown(std::net::Shutdown::Both);
+    let _ = reader.join();
+    result
+}
+
+/// What a pump has seen of the process and the client.
+#[derive(Default)]
+struct PumpState {
+    /// The deadline passed before the process exited.
+    timed_out: bool,
+    /// The client hung up, or a write to it failed.
+    client_gone: bool,
+    exited_at: Option<Instant>,
+    killed_at: Option<Instant>,
+}
+
+impl PumpState {
+    /// Notes the process's exit; true once its output is all forwarded,
+    /// nobody is left to read it, or the drain after the exit has run its
+    /// time.
+    fn drained(&mut self, sub: &Subscription, no_outputs: bool) -> bool {
+        if self.exited_at.is_none() && sub.exit().is_some() {
+            self.exited_at = Some(Instant::now());
+        }
+        self.exited_at
+            .is_some_and(|at| no_outputs || self.client_gone || at.elapsed() >= DRAIN_AFTER_EXIT)
+    }
+
+    /// Kills a running process once the deadline passes or the client is
+    /// gone; true when it has not exited within the grace after the kill.
+    fn kill_given_up(
+        &mut self,
+        sub: &Subscription,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> bool {
+        if self.exited_at.is_none() && self.killed_at.is_none() {
+            if deadline.is_some_and(|d| now >= d) {
+                self.timed_out = true;
+            }
+            if self.timed_out || self.client_gone {
+                let _ = sub.signal(libc::SIGKILL);
+                self.killed_at = Some(now);
+            }
+        }
+        self.killed_at.is_some_and(|k| k.elapsed() >= KILL_GRACE)
+    }
+}
+
+/// Waits (a bounded while, never past the deadline) for output, the
+/// process's exit or the client's hang-up; true when the client hung up.
+fn wait_for_output(
+    conn: &UnixStream,
+    sub: &Subscription,
+    outputs: &[(Stream, File)],
+    deadline: Option<Instant>,
+    now: Instant,
+) -> io::Result<bool> {
+    let mut fds: Vec<libc::pollfd> = outputs
+        .iter()
+        .map(|(_, f)| sys::pollin(f.as_raw_fd()))
+        .collect();
+    fds.push(sys::pollin(sub.fd().as_raw_fd()));
+    // Only hang-ups: a client that shut down its writing half (no more
+    // stdin) is still reading.
+    fds.push(libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    });
+    let mut wait = Duration::from_millis(250);
+    if let Some(d) = deadline {
+        wait = wait.min(d.saturating_duration_since(now));
+    }
+    sys::poll(&mut fds, Some(wait))?;
+    Ok(fds[fds.len() - 1].revents & (libc::POLLHUP | libc::POLLERR) != 0)
+}
+
+/// Sends what each output has ready to the client (while it is there),
+/// dropping the outputs that ended.
+fn forward_output(
+    conn: &mut UnixStream,
+    outputs: &mut Vec<(Stream, File)>,
+    buf: &mut [u8],
+    client_gone: &mut bool,
+) {
+    let mut i = 0;
+    while i < outputs.len() {
+        let (stream, file) = &mut outputs[i];
+        let stream = *stream;
+        let mut eof = false;
+        loop {
+            match sys::read_some(file, buf) {
+                Ok(ReadOutcome::Data(n)) => {
+                    if !*client_gone && send_output(conn, stream, &buf[..n]).is_err() {
+                        *client_gone = true;
+                    }
+                }
+                Ok(ReadOutcome::Empty) => break,
+                Ok(ReadOutcome::Eof) | Err(_) => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        if eof {
+            outputs.remove(i);
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Tells the client how the process ended (killed if it has not exited),
+/// unless the client is gone.
+fn send_exit(conn: &mut UnixStream, sub: &Subscription, state: &PumpState) -> io::Result<()> {
     let exit_code = match sub.exit() {
         Some(exit) => sys::exit_code(exit.status),
         None => 128 + libc::SIGKILL,
     };
-    let result = if client_gone {
-        Ok(())
-    } else {
-        protocol::write_json(
-            &mut conn,
-            &Control::Exit {
-                exit_code,
-                timed_out,
-            },
-        )
-    };
-    let _ = conn.shutdown(std::net::Shutdown::Both);
-    let _ = reader.join();
-    result
+    if state.client_gone {
+        return Ok(());
+    }
+    protocol::write_json(
+        conn,
+        &Control::Exit {
+            exit_code,
+            timed_out: state.timed_out,
+        },
+    )
 }

@@ -133,11 +133,7 @@ pub(super) fn setup_prepared(
         reaper,
         mut workers,
     } = prepared;
-    let runtime = Runtime::new(&opts.runtime, &opts.runtime_root)
-        .with_timeout(opts.runtime_timeout)
-        .with_systemd_cgroup(opts.systemd_cgroup)
-        .with_global_args(opts.runtime_args.clone())
-        .with_spawner(Arc::new(ReaperSpawner(reaper.clone())));
+    let runtime = runtime(&opts, &reaper);
 
     let socket = paths.socket();
     let listener = bind_socket(&socket)?;
@@ -172,29 +168,8 @@ pub(super) fn setup_prepared(
     let init = reaper
         .watch(pid)
         .map_err(|e| internal("watching the container's init", e))?;
-    let stdin = match console {
-        Some(console) => {
-            let (copier, stdin) = connect_terminal(&io, console, opts.stdin)?;
-            copiers.push(copier);
-            stdin
-        }
-        None => stdin,
-    };
-    if let Some(w) = stdin {
-        io.set_stdin(w);
-    }
-    // Copiers with a thread of their own waiting start after the answer;
-    // one without (its thread could not be started ahead) starts now, so
-    // that failing to start it still fails the start-up.
-    let mut ready = Vec::with_capacity(copiers.len());
-    for copier in copiers {
-        match workers.copier(copier.stream()) {
-            Some(worker) => ready.push((copier, worker)),
-            None => copier
-                .start(None)
-                .map_err(|e| internal("starting an output copier", e))?,
-        }
-    }
+    connect_stdin(&io, console, stdin, opts.stdin, &mut copiers)?;
+    let ready = assign_copiers(copiers, &mut workers)?;
     let oom = if opts.run_detached {
         OomWatch::Later
     } else {
@@ -209,15 +184,7 @@ pub(super) fn setup_prepared(
         reaper,
         io,
         pid,
-        life: Mutex::new(Life {
-            status: if opts.run_detached {
-                ContainerStatus::Running
-            } else {
-                ContainerStatus::Created
-            },
-            exit: None,
-            started_at_ns: opts.run_detached.then_some(launched_at),
-        }),
+        life: Mutex::new(initial_life(opts.run_detached, launched_at)),
         changed: Condvar::new(),
         seq: AtomicU64::new(0),
         start_reported: AtomicBool::new(false),
@@ -229,6 +196,74 @@ pub(super) fn setup_prepared(
         shim,
         copiers: ready,
     })
+}
+
+/// The runtime the shim drives, as its options say; its children are
+/// spawned through the reaper, so no exit is lost to it.
+fn runtime(opts: &ShimOptions, reaper: &Arc<Reaper>) -> Runtime {
+    Runtime::new(&opts.runtime, &opts.runtime_root)
+        .with_timeout(opts.runtime_timeout)
+        .with_systemd_cgroup(opts.systemd_cgroup)
+        .with_global_args(opts.runtime_args.clone())
+        .with_spawner(Arc::new(ReaperSpawner(reaper.clone())))
+}
+
+/// Hands the container's stdin to its IO: this side's end of the pipe, or
+/// with a terminal the master the runtime sent (when `want_stdin`), whose
+/// output gets a copier of its own.
+fn connect_stdin(
+    io: &Arc<ContainerIo>,
+    console: Option<ConsoleSocket>,
+    stdin: Option<File>,
+    want_stdin: bool,
+    copiers: &mut Vec<Copier>,
+) -> Result<(), RemoteError> {
+    let stdin = match console {
+        Some(console) => {
+            let (copier, stdin) = connect_terminal(io, console, want_stdin)?;
+            copiers.push(copier);
+            stdin
+        }
+        None => stdin,
+    };
+    if let Some(w) = stdin {
+        io.set_stdin(w);
+    }
+    Ok(())
+}
+
+/// Gives each copier the thread started ahead for its stream. Copiers with
+/// a thread of their own waiting start after the answer; one without (its
+/// thread could not be started ahead) starts now, so that failing to start
+/// it still fails the start-up.
+fn assign_copiers(
+    copiers: Vec<Copier>,
+    workers: &mut Workers,
+) -> Result<Vec<(Copier, Worker)>, RemoteError> {
+    let mut ready = Vec::with_capacity(copiers.len());
+    for copier in copiers {
+        match workers.copier(copier.stream()) {
+            Some(worker) => ready.push((copier, worker)),
+            None => copier
+                .start(None)
+                .map_err(|e| internal("starting an output copier", e))?,
+        }
+    }
+    Ok(ready)
+}
+
+/// The container's state as the shim starts: running after `run
+/// --detach` (started at `launched_at`), else created.
+fn initial_life(run_detached: bool, launched_at: i64) -> Life {
+    Life {
+        status: if run_detached {
+            ContainerStatus::Running
+        } else {
+            ContainerStatus::Created
+        },
+        exit: None,
+        started_at_ns: run_detached.then_some(launched_at),
+    }
 }
 
 /// The shim's directory, and its stdio (see [`redirect_stdio`]).

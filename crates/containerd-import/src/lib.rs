@@ -9,6 +9,9 @@
 //! behaves otherwise, or the value cannot be used) or "nothing to do"
 //! (berth already behaves so, or the key has no meaning in berth).
 //! Credentials are never copied into the output.
+//!
+//! This crate makes the text; whether berth loads it is the caller's check
+//! (berth's config types live in the daemon, above this crate).
 
 mod reasons;
 mod registry;
@@ -17,13 +20,13 @@ mod server;
 mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use toml::Value;
 
 use self::reasons::{reason, Group};
-use self::values::{dotted, inline, Out};
-use super::{layers::read_bounded, ConfigError, Layers};
+pub use self::values::{dotted, key_segment};
+use self::values::{inline, Out};
 
 /// The CRI plugin: all of CRI in version 2, the streaming server in 3.
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -37,22 +40,15 @@ const NRI: &str = "io.containerd.nri.v1.nri";
 /// Why a containerd configuration could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("containerd config: {0}")]
-    File(ConfigError),
     #[error("containerd config {path}: {message}")]
-    Syntax { path: String, message: String },
+    Syntax { path: PathBuf, message: String },
     #[error("containerd config {path}: {message}")]
-    Version { path: String, message: String },
-    #[error(
-        "containerd config {path}: the berth config made from it does not load (a bug of the \
-         importer): {source}"
-    )]
-    Output { path: String, source: ConfigError },
+    Version { path: PathBuf, message: String },
 }
 
 /// A containerd config version this importer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// containerd 1.6 and 1.7 (2.x reads it too).
     V2,
     /// containerd 2.x.
@@ -68,19 +64,13 @@ impl Version {
     }
 }
 
-/// Reads the containerd config at `path` and returns the berth config.
-pub fn import_file(path: &Path) -> Result<String, ImportError> {
-    let text = read_bounded(path).map_err(ImportError::File)?;
-    import_toml(&text, path)
-}
-
-/// The berth config equivalent to containerd config `text` (read from `path`).
+/// The berth config equivalent to containerd config `text` (read from
+/// `path`, which the header and the errors name), as TOML text.
 pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
-    let shown = path.display().to_string();
     let doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ImportError::Syntax {
-            path: shown.clone(),
+            path: path.to_path_buf(),
             message: e.to_string().trim().to_string(),
         })?;
     let version = match doc.get("version") {
@@ -88,7 +78,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
         Some(Value::Integer(3)) => Version::V3,
         None | Some(Value::Integer(1)) => {
             return Err(ImportError::Version {
-                path: shown,
+                path: path.to_path_buf(),
                 message: "a version 1 config (no `version` key, or `version = 1`: containerd \
                           1.0 to 1.2's format), which berth does not import; berth imports version 2 \
                           (containerd 1.6/1.7) and 3 (2.x): `containerd config migrate` writes \
@@ -98,7 +88,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
         }
         Some(other) => {
             return Err(ImportError::Version {
-                path: shown,
+                path: path.to_path_buf(),
                 message: format!(
                     "unknown `version = {}`: berth imports version 2 (containerd 1.6/1.7) and \
                      3 (2.x)",
@@ -109,28 +99,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
     };
     let mut import = Import::new(&doc, version);
     import.run();
-    let text = import.render(&shown);
-    check_output(&text, &shown)?;
-    Ok(text)
-}
-
-/// The output must load as berth's own files do; a value that cannot work
-/// is a bug of the importer, except the systemd cgroup driver on a host
-/// without systemd (the import may well run elsewhere than the node).
-fn check_output(text: &str, shown: &str) -> Result<(), ImportError> {
-    let output = |source| ImportError::Output {
-        path: shown.to_string(),
-        source,
-    };
-    let mut layers = Layers::new();
-    layers
-        .add_toml(text, Path::new("<imported>"))
-        .map_err(output)?;
-    let loaded = layers.finish(|_| {}).map_err(output)?;
-    match loaded.config.validate() {
-        Err(ConfigError::Value { key, .. }) if key == "runtime.cgroup_driver" => Ok(()),
-        other => other.map_err(output),
-    }
+    Ok(import.render(&path.display().to_string()))
 }
 
 /// One key of the file that is not carried over.
@@ -157,12 +126,10 @@ struct Import<'a> {
 
 impl<'a> Import<'a> {
     fn new(doc: &'a toml::Table, version: Version) -> Import<'a> {
-        let mut leaves = Vec::new();
-        collect_leaves(doc, &mut Vec::new(), &mut leaves);
         Import {
             doc,
             version,
-            leaves,
+            leaves: leaves(doc),
             done: BTreeSet::new(),
             notes: Vec::new(),
             warnings: Vec::new(),
@@ -436,7 +403,14 @@ impl<'a> Import<'a> {
     }
 }
 
-/// Every value that is not a table, with its path, in file order.
+/// Every value of `table` that is not a table, with its path, in file
+/// order: the keys an import accounts for, each carried over or noted.
+pub fn leaves(table: &toml::Table) -> Vec<(Vec<String>, &Value)> {
+    let mut out = Vec::new();
+    collect_leaves(table, &mut Vec::new(), &mut out);
+    out
+}
+
 fn collect_leaves<'a>(
     table: &'a toml::Table,
     prefix: &mut Vec<String>,
@@ -460,6 +434,3 @@ fn cat<'s>(a: &[&'s str], b: &[&'s str]) -> Vec<&'s str> {
 fn owned(path: &[&str]) -> Vec<String> {
     path.iter().map(|s| s.to_string()).collect()
 }
-
-#[cfg(test)]
-mod tests;

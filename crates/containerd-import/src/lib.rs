@@ -13,6 +13,7 @@
 //! This crate makes the text; whether berth loads it is the caller's check
 //! (berth's config types live in the daemon, above this crate).
 
+mod keys;
 mod reasons;
 mod registry;
 mod runtime;

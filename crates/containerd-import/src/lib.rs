@@ -435,3 +435,6 @@ fn cat<'s>(a: &[&'s str], b: &[&'s str]) -> Vec<&'s str> {
 fn owned(path: &[&str]) -> Vec<String> {
     path.iter().map(|s| s.to_string()).collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -175,69 +175,42 @@ impl<'a> Import<'a> {
         });
     }
 
+    /// The value at `path` as `get` reads it; a value it cannot read is
+    /// noted as not `what`.
+    fn typed<T>(
+        &mut self,
+        path: &[&str],
+        get: impl Fn(&'a Value) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let value = self.take(path)?;
+        let got = get(value);
+        if got.is_none() {
+            let why = format!("not {what} (containerd refuses it too)");
+            self.note(path, value, Group::Check, why);
+        }
+        got
+    }
+
     /// The string at `path`; a value of another type is noted.
     fn string(&mut self, path: &[&str]) -> Option<&'a str> {
-        let value = self.take(path)?;
-        match value.as_str() {
-            Some(s) => Some(s),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not a string (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_str, "a string")
     }
 
     fn boolean(&mut self, path: &[&str]) -> Option<bool> {
-        let value = self.take(path)?;
-        match value.as_bool() {
-            Some(b) => Some(b),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not a boolean (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_bool, "a boolean")
     }
 
     fn integer(&mut self, path: &[&str]) -> Option<i64> {
-        let value = self.take(path)?;
-        match value.as_integer() {
-            Some(i) => Some(i),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not an integer (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_integer, "an integer")
     }
 
     fn strings(&mut self, path: &[&str]) -> Option<Vec<String>> {
-        let value = self.take(path)?;
-        let list: Option<Vec<String>> = value
-            .as_array()
-            .and_then(|a| a.iter().map(|v| v.as_str().map(String::from)).collect());
-        if list.is_none() {
-            self.note(
-                path,
-                value,
-                Group::Check,
-                "not a list of strings (containerd refuses it too)",
-            );
-        }
-        list
+        let list = |value: &Value| {
+            let items = value.as_array()?.iter();
+            items.map(|v| v.as_str().map(String::from)).collect()
+        };
+        self.typed(path, list, "a list of strings")
     }
 
     /// The names of the sub-tables of the table at `path` (other values

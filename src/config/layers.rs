@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{Config, ConfigError, Origin};
+// How TOML spells one key: the importer writes TOML keys too, and owns it.
+use berth_containerd_import::key_segment;
 
 /// A config file larger than this is refused (the real ones are a few KiB).
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
@@ -186,19 +188,6 @@ pub(super) fn read_bounded(path: &Path) -> Result<String, ConfigError> {
         });
     }
     Ok(text)
-}
-
-/// One key as it is written in TOML: bare when it can be, else quoted.
-pub(super) fn key_segment(key: &str) -> String {
-    if !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        key.to_string()
-    } else {
-        toml::Value::String(key.to_string()).to_string()
-    }
 }
 
 /// Merges `from` into `into`: tables key by key, anything else replaced whole.

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use berth_containerd_import::{dotted, leaves};
+
 use super::*;
 use crate::config::{systemd_is_running, CgroupDriver, Config};
 
@@ -43,8 +45,6 @@ fn load(output: &str) -> Config {
 /// never both, never neither.
 fn assert_every_key_accounted_for(input: &str, output: &str) {
     let doc: toml::Table = input.parse().unwrap();
-    let mut leaves = Vec::new();
-    collect_leaves(&doc, &mut Vec::new(), &mut leaves);
     let cited: Vec<String> = output
         .lines()
         .filter_map(|l| l.split_once("  # from ").map(|(_, rest)| rest))
@@ -53,7 +53,7 @@ fn assert_every_key_accounted_for(input: &str, output: &str) {
             keys.split(", ").map(String::from).collect::<Vec<_>>()
         })
         .collect();
-    for (path, _) in leaves {
+    for (path, _) in leaves(&doc) {
         if path == ["version"] {
             continue;
         }

@@ -10,6 +10,10 @@ use super::reasons::{handler_reason, Group};
 use super::values::segment;
 use super::{cat, owned, Import};
 
+/// A handler carried over: its name, its SystemdCgroup, and where that was
+/// set.
+type Mapped = (String, bool, Option<Vec<String>>);
+
 /// The berth section of runtime handler `name`.
 fn handler_section(name: &str) -> String {
     format!("runtime.handlers.{}", segment(name))
@@ -21,13 +25,31 @@ impl Import<'_> {
         let (r, _, _) = self.roots();
         let base = ["plugins", r, "containerd"];
         let names = self.table_keys(&[&base[..], &["runtimes"]].concat());
-        // (name, SystemdCgroup, where it was set)
-        let mut mapped: Vec<(String, bool, Option<Vec<String>>)> = Vec::new();
+        let mut mapped: Vec<Mapped> = Vec::new();
         for name in &names {
             if let Some(systemd) = self.handler(r, name) {
                 mapped.push((name.clone(), systemd.0, systemd.1));
             }
         }
+        let default = self.default_handler(r, &names, &mapped);
+        self.cgroup_driver(&mapped, default.as_ref());
+        let cdi_path = ["plugins", r, "cdi_spec_dirs"];
+        if let Some(dirs) = self.strings(&cdi_path) {
+            self.put(
+                "runtime",
+                "cdi_spec_dirs",
+                Value::Array(dirs.into_iter().map(Value::String).collect()),
+                &[&cdi_path],
+                "",
+            );
+        }
+    }
+
+    /// `runtime.default_handler` from `default_runtime_name` under plugin
+    /// `r`, given the file's handler `names` and those carried over
+    /// (`mapped`); returns berth's default handler when the file's is kept.
+    fn default_handler(&mut self, r: &str, names: &[String], mapped: &[Mapped]) -> Option<String> {
+        let base = ["plugins", r, "containerd"];
         let default_path = [&base[..], &["default_runtime_name"]].concat();
         let wanted = self
             .string(&default_path)
@@ -83,10 +105,15 @@ impl Import<'_> {
                 }
             }
         }
-        // One cgroup driver for all: the default handler's, else the first's.
+        default
+    }
+
+    /// One cgroup driver for all handlers: the `default` handler's, else
+    /// the first's; the handlers that say otherwise are noted.
+    fn cgroup_driver(&mut self, mapped: &[Mapped], default: Option<&String>) {
         let driver_from = mapped
             .iter()
-            .find(|(n, ..)| Some(n) == default.as_ref())
+            .find(|(n, ..)| Some(n) == default)
             .or(mapped.first())
             .cloned();
         if let Some((from, systemd, _)) = driver_from {
@@ -109,7 +136,7 @@ impl Import<'_> {
                 &sources,
                 &why,
             );
-            for (name, other, at) in &mapped {
+            for (name, other, at) in mapped {
                 if *other != systemd {
                     if let Some(at) = at {
                         let at: Vec<&str> = at.iter().map(String::as_str).collect();
@@ -126,16 +153,6 @@ impl Import<'_> {
                     }
                 }
             }
-        }
-        let cdi_path = ["plugins", r, "cdi_spec_dirs"];
-        if let Some(dirs) = self.strings(&cdi_path) {
-            self.put(
-                "runtime",
-                "cdi_spec_dirs",
-                Value::Array(dirs.into_iter().map(Value::String).collect()),
-                &[&cdi_path],
-                "",
-            );
         }
     }
 

@@ -62,6 +62,14 @@ impl Import<'_> {
     /// `[streaming]`: address, port, idle timeout, TLS.
     pub(super) fn streaming(&mut self) {
         let (_, _, s) = self.roots();
+        self.stream_address(s);
+        self.stream_port(s);
+        self.stream_idle_timeout(s);
+        self.stream_tls(s);
+    }
+
+    /// `streaming.address` from the CRI plugin `s`'s `stream_server_address`.
+    fn stream_address(&mut self, s: &str) {
         let at = |key: &'static str| ["plugins", s, key];
         if let Some(address) = self.string(&at("stream_server_address")) {
             let value = Value::String(address.into());
@@ -90,6 +98,11 @@ impl Import<'_> {
                 );
             }
         }
+    }
+
+    /// `streaming.port`: a string in version 2's files, an integer too.
+    fn stream_port(&mut self, s: &str) {
+        let at = |key: &'static str| ["plugins", s, key];
         if let Some(value) = self.take(&at("stream_server_port")) {
             let port = match value {
                 Value::String(s) => s.parse::<u16>().ok(),
@@ -112,6 +125,11 @@ impl Import<'_> {
                 ),
             }
         }
+    }
+
+    /// `streaming.idle_timeout`, which berth needs above 0.
+    fn stream_idle_timeout(&mut self, s: &str) {
+        let at = |key: &'static str| ["plugins", s, key];
         if let Some(text) = self.string(&at("stream_idle_timeout")) {
             let value = Value::String(text.into());
             match berth_duration(text) {
@@ -131,6 +149,12 @@ impl Import<'_> {
                 Err(e) => self.note(&at("stream_idle_timeout"), &value, Group::Check, e),
             }
         }
+    }
+
+    /// `streaming.enable_tls` and the certificate pair, carried over only
+    /// as a pair of absolute paths with TLS on.
+    fn stream_tls(&mut self, s: &str) {
+        let at = |key: &'static str| ["plugins", s, key];
         let tls = self.boolean(&at("enable_tls_streaming"));
         if let Some(tls) = tls {
             self.put(
@@ -257,6 +281,13 @@ impl Import<'_> {
             }
         }
         self.put("nri", "enable", Value::Boolean(enable), from, why);
+        self.nri_settings();
+        self.nri_validator();
+    }
+
+    /// The NRI plugin's paths, timeouts and `disable_connections`.
+    fn nri_settings(&mut self) {
+        let base = ["plugins", NRI];
         let at = |key: &'static str| [&base[..], &[key]].concat();
         for key in ["socket_path", "plugin_path", "plugin_config_path"] {
             if let Some(path) = self.absolute(&at(key), &format!("nri.{key}")) {
@@ -294,7 +325,11 @@ impl Import<'_> {
                 "",
             );
         }
-        let validator = [&base[..], &["default_validator"]].concat();
+    }
+
+    /// `[nri.default_validator]` from the NRI plugin's `default_validator`.
+    fn nri_validator(&mut self) {
+        let validator = ["plugins", NRI, "default_validator"];
         for key in [
             "enable",
             "reject_oci_hook_adjustment",

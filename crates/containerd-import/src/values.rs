@@ -4,8 +4,20 @@
 
 use std::time::Duration;
 
-/// One key as TOML writes it: bare when it can be, else quoted.
-pub(super) use super::super::layers::key_segment as segment;
+/// One key as it is written in TOML: bare when it can be, else quoted.
+pub fn key_segment(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        key.to_string()
+    } else {
+        toml::Value::String(key.to_string()).to_string()
+    }
+}
+
+pub(crate) use key_segment as segment;
 
 /// A dotted key as containerd's file spells it:
 /// `plugins."io.containerd.grpc.v1.cri".cni.conf_dir`.

@@ -9,7 +9,11 @@
 //! behaves otherwise, or the value cannot be used) or "nothing to do"
 //! (berth already behaves so, or the key has no meaning in berth).
 //! Credentials are never copied into the output.
+//!
+//! This crate makes the text; whether berth loads it is the caller's check
+//! (berth's config types live in the daemon, above this crate).
 
+mod keys;
 mod reasons;
 mod registry;
 mod runtime;
@@ -17,13 +21,13 @@ mod server;
 mod values;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use toml::Value;
 
 use self::reasons::{reason, Group};
-use self::values::{dotted, inline, Out};
-use super::{layers::read_bounded, ConfigError, Layers};
+pub use self::values::{dotted, key_segment};
+use self::values::{inline, Out};
 
 /// The CRI plugin: all of CRI in version 2, the streaming server in 3.
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -37,22 +41,15 @@ const NRI: &str = "io.containerd.nri.v1.nri";
 /// Why a containerd configuration could not be imported.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("containerd config: {0}")]
-    File(ConfigError),
     #[error("containerd config {path}: {message}")]
-    Syntax { path: String, message: String },
+    Syntax { path: PathBuf, message: String },
     #[error("containerd config {path}: {message}")]
-    Version { path: String, message: String },
-    #[error(
-        "containerd config {path}: the berth config made from it does not load (a bug of the \
-         importer): {source}"
-    )]
-    Output { path: String, source: ConfigError },
+    Version { path: PathBuf, message: String },
 }
 
 /// A containerd config version this importer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
+pub(crate) enum Version {
     /// containerd 1.6 and 1.7 (2.x reads it too).
     V2,
     /// containerd 2.x.
@@ -68,19 +65,13 @@ impl Version {
     }
 }
 
-/// Reads the containerd config at `path` and returns the berth config.
-pub fn import_file(path: &Path) -> Result<String, ImportError> {
-    let text = read_bounded(path).map_err(ImportError::File)?;
-    import_toml(&text, path)
-}
-
-/// The berth config equivalent to containerd config `text` (read from `path`).
+/// The berth config equivalent to containerd config `text` (read from
+/// `path`, which the header and the errors name), as TOML text.
 pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
-    let shown = path.display().to_string();
     let doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| ImportError::Syntax {
-            path: shown.clone(),
+            path: path.to_path_buf(),
             message: e.to_string().trim().to_string(),
         })?;
     let version = match doc.get("version") {
@@ -88,7 +79,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
         Some(Value::Integer(3)) => Version::V3,
         None | Some(Value::Integer(1)) => {
             return Err(ImportError::Version {
-                path: shown,
+                path: path.to_path_buf(),
                 message: "a version 1 config (no `version` key, or `version = 1`: containerd \
                           1.0 to 1.2's format), which berth does not import; berth imports version 2 \
                           (containerd 1.6/1.7) and 3 (2.x): `containerd config migrate` writes \
@@ -98,7 +89,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
         }
         Some(other) => {
             return Err(ImportError::Version {
-                path: shown,
+                path: path.to_path_buf(),
                 message: format!(
                     "unknown `version = {}`: berth imports version 2 (containerd 1.6/1.7) and \
                      3 (2.x)",
@@ -109,28 +100,7 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
     };
     let mut import = Import::new(&doc, version);
     import.run();
-    let text = import.render(&shown);
-    check_output(&text, &shown)?;
-    Ok(text)
-}
-
-/// The output must load as berth's own files do; a value that cannot work
-/// is a bug of the importer, except the systemd cgroup driver on a host
-/// without systemd (the import may well run elsewhere than the node).
-fn check_output(text: &str, shown: &str) -> Result<(), ImportError> {
-    let output = |source| ImportError::Output {
-        path: shown.to_string(),
-        source,
-    };
-    let mut layers = Layers::new();
-    layers
-        .add_toml(text, Path::new("<imported>"))
-        .map_err(output)?;
-    let loaded = layers.finish(|_| {}).map_err(output)?;
-    match loaded.config.validate() {
-        Err(ConfigError::Value { key, .. }) if key == "runtime.cgroup_driver" => Ok(()),
-        other => other.map_err(output),
-    }
+    Ok(import.render(&path.display().to_string()))
 }
 
 /// One key of the file that is not carried over.
@@ -157,12 +127,10 @@ struct Import<'a> {
 
 impl<'a> Import<'a> {
     fn new(doc: &'a toml::Table, version: Version) -> Import<'a> {
-        let mut leaves = Vec::new();
-        collect_leaves(doc, &mut Vec::new(), &mut leaves);
         Import {
             doc,
             version,
-            leaves,
+            leaves: leaves(doc),
             done: BTreeSet::new(),
             notes: Vec::new(),
             warnings: Vec::new(),
@@ -207,69 +175,42 @@ impl<'a> Import<'a> {
         });
     }
 
+    /// The value at `path` as `get` reads it; a value it cannot read is
+    /// noted as not `what`.
+    fn typed<T>(
+        &mut self,
+        path: &[&str],
+        get: impl Fn(&'a Value) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let value = self.take(path)?;
+        let got = get(value);
+        if got.is_none() {
+            let why = format!("not {what} (containerd refuses it too)");
+            self.note(path, value, Group::Check, why);
+        }
+        got
+    }
+
     /// The string at `path`; a value of another type is noted.
     fn string(&mut self, path: &[&str]) -> Option<&'a str> {
-        let value = self.take(path)?;
-        match value.as_str() {
-            Some(s) => Some(s),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not a string (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_str, "a string")
     }
 
     fn boolean(&mut self, path: &[&str]) -> Option<bool> {
-        let value = self.take(path)?;
-        match value.as_bool() {
-            Some(b) => Some(b),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not a boolean (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_bool, "a boolean")
     }
 
     fn integer(&mut self, path: &[&str]) -> Option<i64> {
-        let value = self.take(path)?;
-        match value.as_integer() {
-            Some(i) => Some(i),
-            None => {
-                self.note(
-                    path,
-                    value,
-                    Group::Check,
-                    "not an integer (containerd refuses it too)",
-                );
-                None
-            }
-        }
+        self.typed(path, Value::as_integer, "an integer")
     }
 
     fn strings(&mut self, path: &[&str]) -> Option<Vec<String>> {
-        let value = self.take(path)?;
-        let list: Option<Vec<String>> = value
-            .as_array()
-            .and_then(|a| a.iter().map(|v| v.as_str().map(String::from)).collect());
-        if list.is_none() {
-            self.note(
-                path,
-                value,
-                Group::Check,
-                "not a list of strings (containerd refuses it too)",
-            );
-        }
-        list
+        let list = |value: &Value| {
+            let items = value.as_array()?.iter();
+            items.map(|v| v.as_str().map(String::from)).collect()
+        };
+        self.typed(path, list, "a list of strings")
     }
 
     /// The names of the sub-tables of the table at `path` (other values
@@ -436,7 +377,14 @@ impl<'a> Import<'a> {
     }
 }
 
-/// Every value that is not a table, with its path, in file order.
+/// Every value of `table` that is not a table, with its path, in file
+/// order: the keys an import accounts for, each carried over or noted.
+pub fn leaves(table: &toml::Table) -> Vec<(Vec<String>, &Value)> {
+    let mut out = Vec::new();
+    collect_leaves(table, &mut Vec::new(), &mut out);
+    out
+}
+
 fn collect_leaves<'a>(
     table: &'a toml::Table,
     prefix: &mut Vec<String>,

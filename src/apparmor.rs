@@ -144,7 +144,7 @@ fn run_bounded(parser: &Path, file: &Path, timeout: Duration) -> Result<(), Stri
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| format!("running {}: {e}", parser.display()))?;
-    let status = crate::process::wait_or_kill(&mut child, timeout)
+    let status = berth_host::process::wait_or_kill(&mut child, timeout)
         .map_err(|e| format!("waiting for {}: {e}", parser.display()))?
         .ok_or_else(|| format!("{} timed out after {timeout:?}", parser.display()))?;
     if status.success() {

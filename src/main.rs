@@ -18,7 +18,6 @@ mod logging;
 mod node;
 mod nri;
 mod objects;
-mod process;
 mod pull_render;
 mod sandbox;
 mod sd_notify;

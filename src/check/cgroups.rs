@@ -2,38 +2,11 @@
 
 use std::path::Path;
 
+use berth_host::{cgroup_mode, enabled_v1_controllers, CgroupMode};
+
 use crate::config::{CgroupDriver, Config};
 
 use super::{item, Host, Item, Status};
-
-/// Which cgroup hierarchies are mounted, from mountinfo.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum CgroupMode {
-    V1,
-    Hybrid,
-    V2,
-    None,
-}
-
-pub(super) fn cgroup_mode(mountinfo: &str) -> CgroupMode {
-    let mut v1 = false;
-    let mut v2_root = false;
-    let mut v2_elsewhere = false;
-    for mount in berth_mountinfo::mounts(mountinfo) {
-        match mount.fs_type.as_str() {
-            "cgroup" => v1 = true,
-            "cgroup2" if mount.mount_point == Path::new("/sys/fs/cgroup") => v2_root = true,
-            "cgroup2" => v2_elsewhere = true,
-            _ => {}
-        }
-    }
-    match (v1, v2_root, v2_elsewhere) {
-        (_, true, _) => CgroupMode::V2,
-        (true, _, true) => CgroupMode::Hybrid,
-        (true, _, false) => CgroupMode::V1,
-        _ => CgroupMode::None,
-    }
-}
 
 pub(super) fn check_cgroups(config: &Config, host: &dyn Host) -> Vec<Item> {
     let mut items = Vec::new();
@@ -117,16 +90,4 @@ fn check_driver(config: &Config, host: &dyn Host) -> Item {
             },
         ),
     }
-}
-
-/// The controllers `/proc/cgroups` lists as enabled.
-fn enabled_v1_controllers(proc_cgroups: &str) -> Vec<String> {
-    proc_cgroups
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let fields: Vec<&str> = l.split_whitespace().collect();
-            (fields.len() >= 4 && fields[3] == "1").then(|| fields[0].to_string())
-        })
-        .collect()
 }

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use berth_host::kernel_version;
+
 use super::{item, Host, Item, Status};
 
 pub(super) fn check_overlay(host: &dyn Host) -> Item {
@@ -72,14 +74,6 @@ pub(super) fn check_sysctls(host: &dyn Host) -> Vec<Item> {
         },
     );
     items
-}
-
-/// `major.minor` of a kernel release such as `6.1.0-18-amd64`.
-pub(super) fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
 }
 
 pub(super) fn check_idmapped_mounts(host: &dyn Host) -> Item {

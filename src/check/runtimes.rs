@@ -1,22 +1,8 @@
 //! The binaries berth runs: the OCI runtime of each handler and berth-shim.
 
-use std::path::PathBuf;
-
 use crate::config::Config;
 
 use super::{item, Host, Item, Status};
-
-/// A binary named by an absolute path, or looked up in `PATH`.
-fn resolve(host: &dyn Host, binary: &str) -> Option<PathBuf> {
-    if binary.contains('/') {
-        let path = PathBuf::from(binary);
-        return host.is_executable(&path).then_some(path);
-    }
-    host.path_dirs()
-        .into_iter()
-        .map(|dir| dir.join(binary))
-        .find(|p| host.is_executable(p))
-}
 
 pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
     let mut items = Vec::new();
@@ -37,7 +23,7 @@ pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
             "install it (apt-get install {}) or set runtime.handlers.{name}.binary",
             handler.binary.rsplit('/').next().unwrap_or(&handler.binary)
         );
-        let Some(path) = resolve(host, &handler.binary) else {
+        let Some(path) = host.resolve(&handler.binary) else {
             items.push(
                 item(
                     absent,
@@ -48,12 +34,27 @@ pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
             );
             continue;
         };
+        let refusal = berth_host::runtime::refusal(host, &path);
         match host.version(&path) {
-            Ok(version) => items.push(item(
-                Status::Ok,
-                label,
-                format!("{}: {version}{role}", path.display()),
-            )),
+            Ok(version) => match refusal {
+                // It runs, but not on this host's cgroups: no pod of this
+                // handler would start (Status claims no feature for it).
+                Ok(Some(reason)) => items.push(
+                    item(
+                        absent,
+                        label,
+                        format!("{}: {version}{role}: {reason}", path.display()),
+                    )
+                    .fix(format!(
+                        "use runc for runtime.handlers.{name}, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"
+                    )),
+                ),
+                _ => items.push(item(
+                    Status::Ok,
+                    label,
+                    format!("{}: {version}{role}", path.display()),
+                )),
+            },
             Err(e) => items.push(
                 item(
                     absent,
@@ -70,12 +71,12 @@ pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
 pub(super) fn check_shim(config: &Config, host: &dyn Host) -> Item {
     // As the daemon looks for it: the configured path, else next to berth, else PATH.
     let found = if !config.runtime.shim_binary.is_empty() {
-        resolve(host, &config.runtime.shim_binary)
+        host.resolve(&config.runtime.shim_binary)
     } else {
         host.exe_dir()
             .map(|dir| dir.join("berth-shim"))
             .filter(|p| host.is_executable(p))
-            .or_else(|| resolve(host, "berth-shim"))
+            .or_else(|| host.resolve("berth-shim"))
     };
     match found {
         Some(path) => item(Status::Ok, "berth-shim", path.display().to_string()),

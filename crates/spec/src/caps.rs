@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::io;
+use std::path::Path;
 
 use cri_api::v1;
 use oci_spec::runtime::{Capabilities, Capability, LinuxCapabilities};
@@ -99,13 +100,12 @@ pub fn capabilities_from_mask(mask: u64) -> Vec<Capability> {
 /// The bounding set of this process: everything runc, started by us, can
 /// grant. Root here may lack some (CAP_SYS_RESOURCE), so "ALL" means this.
 pub fn current_capabilities() -> io::Result<Vec<Capability>> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapBnd:"))
+    use berth_host::Host;
+    let status = berth_host::RealHost
+        .read(Path::new("/proc/self/status"))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "/proc/self/status"))?;
+    let mask = berth_host::bounding_set(&status)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no CapBnd line"))?;
-    let mask = u64::from_str_radix(hex.trim(), 16)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     Ok(capabilities_from_mask(mask))
 }
 

@@ -70,7 +70,7 @@ pub use resources::{
 };
 pub use seccomp::{
     default_profile as default_seccomp_profile, load_profile as load_seccomp_profile,
-    seccomp_available, MAX_PROFILE_BYTES as MAX_SECCOMP_PROFILE_BYTES,
+    MAX_PROFILE_BYTES as MAX_SECCOMP_PROFILE_BYTES,
 };
 pub use signal::{cri_signal, cri_signal_number, parse_signal, stop_signal};
 pub use user::{resolve_user, ResolvedUser};
@@ -234,55 +234,28 @@ impl Default for SpecOptions {
 }
 
 impl SpecOptions {
-    /// Looks at this host: cgroup version, swap and hugetlb controllers,
-    /// kernel version (recursive read-only mounts from 5.12), seccomp, this
-    /// process's bounding set. Policies (driver, pids limit, default seccomp)
-    /// stay at their defaults for the caller to set.
+    /// Looks at this host (see [`SpecOptions::from_facts`]).
     pub fn detect() -> SpecOptions {
-        let cgroup_v2 = nix::sys::statfs::statfs("/sys/fs/cgroup")
-            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
-        let (swap_available, hugetlb_available) = if cgroup_v2 {
-            let own = std::fs::read_to_string("/proc/self/cgroup")
-                .ok()
-                .and_then(|s| {
-                    s.lines()
-                        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
-                })
-                .unwrap_or_default();
-            let dir = Path::new("/sys/fs/cgroup").join(own.trim_start_matches('/'));
-            (
-                dir.join("memory.swap.max").exists(),
-                std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
-                    .is_ok_and(|c| c.split_whitespace().any(|c| c == "hugetlb")),
-            )
-        } else {
-            (
-                Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists(),
-                Path::new("/sys/fs/cgroup/hugetlb").is_dir(),
-            )
-        };
+        SpecOptions::from_facts(&berth_host::Facts::detect(&berth_host::RealHost))
+    }
+
+    /// What the host's `facts` allow: cgroup version, swap and hugetlb
+    /// controllers, recursive read-only mounts (kernel 5.12), seccomp, the
+    /// security modules, the bounding set. Policies (driver, pids limit,
+    /// default seccomp) stay at their defaults for the caller to set.
+    pub fn from_facts(facts: &berth_host::Facts) -> SpecOptions {
         SpecOptions {
-            cgroup_v2,
-            swap_available,
-            hugetlb_available,
-            rro_supported: kernel_at_least(5, 12),
-            seccomp_available: seccomp::seccomp_available(),
-            all_capabilities: current_capabilities().ok(),
-            apparmor_enabled: std::fs::read_to_string("/sys/module/apparmor/parameters/enabled")
-                .is_ok_and(|s| s.trim() == "Y"),
-            selinux_enabled: Path::new("/sys/fs/selinux/enforce").exists(),
+            cgroup_v2: facts.cgroup == berth_host::CgroupMode::V2,
+            swap_available: facts.swap_available,
+            hugetlb_available: facts.hugetlb_available,
+            rro_supported: facts.rro_kernel(),
+            seccomp_available: facts.seccomp_available,
+            all_capabilities: facts.bounding_set.map(caps::capabilities_from_mask),
+            apparmor_enabled: facts.apparmor_enabled,
+            selinux_enabled: facts.selinux_enabled,
             ..SpecOptions::default()
         }
     }
-}
-
-/// Whether the running kernel is at least `major.minor`.
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
-    let a: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let b: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    (a, b) >= (major, minor)
 }
 
 /// Everything one container's spec is made of.

@@ -374,13 +374,6 @@ pub(crate) fn seccomp(
     }
 }
 
-/// Whether this kernel can filter syscalls (the `Seccomp:` line of
-/// /proc/self/status).
-pub fn seccomp_available() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,7 +172,7 @@ impl Runtime for Shims {
     }
 
     fn check(&self, id: &str, runtime: &str) -> Result<(), Error> {
-        match crate::process::find_executable(runtime) {
+        match berth_host::process::find_executable(runtime) {
             Some(_) => Ok(()),
             // Internal, as a runtime that cannot run is at create (containerd: Unknown).
             None => Err(Error::Internal(format!(

@@ -1,6 +1,6 @@
-//! Bounded waits for the few programs the daemon runs itself (a runtime's
-//! `--version` in `berth check`, `apparmor_parser` at start-up), and where
-//! a program is.
+//! Bounded waits for the few programs berth runs itself (a runtime's
+//! `--version` and `features`, `apparmor_parser` at start-up), and where a
+//! program is.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
@@ -67,5 +67,13 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(5));
         // Reaped: nothing left to wait for.
         assert!(slow.try_wait().unwrap().is_some());
+    }
+
+    #[test]
+    fn executable_lookup() {
+        assert!(find_executable("sh").is_some());
+        assert!(find_executable("/bin/sh").is_some());
+        assert!(find_executable("/nonexistent/runc").is_none());
+        assert!(find_executable("no-such-binary-berth").is_none());
     }
 }

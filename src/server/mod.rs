@@ -24,6 +24,7 @@ mod list_containers;
 mod list_images;
 mod list_pod_sandbox;
 mod list_streams;
+mod listing;
 pub mod metrics_endpoint;
 mod pod_sandbox_status;
 mod port_forward;

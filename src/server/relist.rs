@@ -747,6 +747,7 @@ mod tests {
             layout,
             statuses,
             Arc::new(super::super::events::Events::new()),
+            Arc::new(super::super::stats::Collector::new(core.clone())),
             None,
         );
         cri.gate.open();

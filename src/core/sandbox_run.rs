@@ -114,8 +114,6 @@ impl Core {
             created_at: now_nanos(),
             facts: Some(facts),
             decoded: config.into(),
-            listed: Default::default(),
-            status_memo: Default::default(),
             derived: Default::default(),
         }
     }

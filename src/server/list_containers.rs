@@ -1,7 +1,7 @@
 //! RuntimeService.ListContainers: half of kubelet's relist, every second.
 //!
 //! The answer is assembled from entries encoded once per container
-//! (`encode::listed_container`: everything but the state, which is written
+//! (`encode::container_entry`: everything but the state, which is written
 //! as it is at each call) into one buffer, the whole gRPC message: no
 //! message is built and no allocation is made per container. The
 //! unfiltered answer (kubelet's relist) is kept until a container changes
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use cri_api::v1;
 use prost::bytes::Bytes;
 
+use super::wire_cache::WireCache;
 use super::{encode, listing, Cri};
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
@@ -28,7 +29,7 @@ impl Cri {
         req: v1::ListContainersRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
-        let make = || containers_message(&self.select_containers(&filter));
+        let make = || containers_message(&self.wire, &self.select_containers(&filter));
         if filter != v1::ContainerFilter::default() {
             return make();
         }
@@ -75,7 +76,8 @@ impl Cri {
 
 /// The ListContainersResponse holding `selected` as one gRPC message.
 pub(super) fn containers_message(
+    wire: &WireCache,
     selected: &[(Arc<Container>, ContainerState)],
 ) -> Result<Bytes, Error> {
-    listing::message(selected)
+    listing::message(&wire.container_entries, selected)
 }

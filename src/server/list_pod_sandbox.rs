@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cri_api::v1;
 use prost::bytes::Bytes;
 
+use super::wire_cache::WireCache;
 use super::{encode, listing, Cri};
 use crate::error::Error;
 use crate::sandbox::{Sandbox, SandboxState};
@@ -21,7 +22,7 @@ impl Cri {
         req: v1::ListPodSandboxRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
-        let make = || sandboxes_message(&self.select_sandboxes(&filter));
+        let make = || sandboxes_message(&self.wire, &self.select_sandboxes(&filter));
         if filter != v1::PodSandboxFilter::default() {
             return make();
         }
@@ -61,6 +62,9 @@ impl Cri {
 }
 
 /// The ListPodSandboxResponse holding `selected` as one gRPC message.
-pub(super) fn sandboxes_message(selected: &[(Arc<Sandbox>, SandboxState)]) -> Result<Bytes, Error> {
-    listing::message(selected)
+pub(super) fn sandboxes_message(
+    wire: &WireCache,
+    selected: &[(Arc<Sandbox>, SandboxState)],
+) -> Result<Bytes, Error> {
+    listing::message(&wire.sandbox_entries, selected)
 }

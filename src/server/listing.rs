@@ -1,7 +1,7 @@
 //! What ListContainers and ListPodSandbox share: the selection of records
 //! (labels, state, newest first) and the answer as one gRPC message made of
-//! each record's entry, encoded once but for its state (`encode::listed_*`),
-//! which is written as it is at each call.
+//! each record's entry, encoded once but for its state (`encode::*_entry`,
+//! kept in `wire_cache.rs`), which is written as it is at each call.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use cri_api::prepacked::{self, Entry};
 use prost::bytes::Bytes;
 
 use super::encode;
+use super::wire_cache::PerRecord;
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 use crate::sandbox::{Sandbox, SandboxState};
@@ -28,8 +29,8 @@ pub(super) trait Listed {
     fn labels(&self) -> &HashMap<String, String>;
     fn created_at(&self) -> i64;
     fn id(&self) -> &str;
-    /// Its entry, but for its state.
-    fn entry(&self) -> &Entry;
+    /// Its entry, but for its state, encoded now.
+    fn entry(&self) -> Entry;
 }
 
 impl Listed for Container {
@@ -51,8 +52,8 @@ impl Listed for Container {
     fn id(&self) -> &str {
         &self.meta.id
     }
-    fn entry(&self) -> &Entry {
-        encode::listed_container(&self.meta)
+    fn entry(&self) -> Entry {
+        encode::container_entry(&self.meta)
     }
 }
 
@@ -75,8 +76,8 @@ impl Listed for Sandbox {
     fn id(&self) -> &str {
         &self.meta.id
     }
-    fn entry(&self) -> &Entry {
-        encode::listed_sandbox(&self.meta)
+    fn entry(&self) -> Entry {
+        encode::sandbox_entry(&self.meta)
     }
 }
 
@@ -109,8 +110,14 @@ pub(super) fn select<T: Listed>(
     selected
 }
 
-/// The list response holding `selected` as one gRPC message.
-pub(super) fn message<T: Listed>(selected: &[(Arc<T>, T::State)]) -> Result<Bytes, Error> {
-    let entries = selected.iter().map(|(r, s)| (r.entry(), T::wire_state(*s)));
+/// The list response holding `selected` as one gRPC message, of their
+/// entries as `kept` has them.
+pub(super) fn message<T: Listed>(
+    kept: &PerRecord<T, Entry>,
+    selected: &[(Arc<T>, T::State)],
+) -> Result<Bytes, Error> {
+    let entries = kept.each(selected.iter().map(|(r, _)| r), T::entry);
+    let states = selected.iter().map(|(_, s)| T::wire_state(*s));
+    let entries = entries.iter().map(|e| &**e).zip(states);
     super::relist::framed(prepacked::pack_grpc_message(entries, T::STATE_KEY))
 }

@@ -47,6 +47,7 @@ mod update_pod_sandbox_resources;
 mod update_runtime_config;
 mod verbose;
 mod version;
+mod wire_cache;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -88,6 +89,8 @@ pub struct Cri {
     streaming: Option<berth_streaming::StreamingServer>,
     /// kubelet's relist answers, kept while nothing changes (`relist.rs`).
     kept_lists: relist::KeptLists,
+    /// The records' list entries and statuses, encoded (`wire_cache.rs`).
+    wire: wire_cache::WireCache,
 }
 
 impl Cri {
@@ -113,6 +116,7 @@ impl Cri {
             stats,
             streaming,
             kept_lists: Default::default(),
+            wire: Default::default(),
         })
     }
 

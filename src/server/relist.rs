@@ -368,8 +368,6 @@ mod tests {
             // Some created at the same time: the order falls back to the id.
             created_at: 1_700_000_000_000_000_000 + (n / 3) as i64,
             decoded: Default::default(),
-            listed: Default::default(),
-            status_memo: Default::default(),
         }
     }
 
@@ -403,8 +401,6 @@ mod tests {
             },
             facts: None,
             decoded: Default::default(),
-            listed: Default::default(),
-            status_memo: Default::default(),
             derived: Default::default(),
         }
     }
@@ -461,7 +457,7 @@ mod tests {
                 .map(|(c, s)| encode::container(&c.meta, *s))
                 .collect(),
         };
-        let message = containers_message(&selected).unwrap();
+        let message = containers_message(&Default::default(), &selected).unwrap();
         assert_grpc_prefix(&message, when);
         let cached = &message[GRPC_PREFIX_LEN..];
         assert_eq!(cached, uncached.encode_to_vec(), "{when}");
@@ -478,7 +474,7 @@ mod tests {
                 .map(|(s, st)| encode::sandbox(&s.meta, *st))
                 .collect(),
         };
-        let message = sandboxes_message(&selected).unwrap();
+        let message = sandboxes_message(&Default::default(), &selected).unwrap();
         assert_grpc_prefix(&message, when);
         let cached = &message[GRPC_PREFIX_LEN..];
         assert_eq!(cached, uncached.encode_to_vec(), "{when}");
@@ -610,6 +606,7 @@ mod tests {
             containers: Arc::new(containers),
             images: Arc::new(images),
         };
+        let wire = super::super::wire_cache::WireCache::default();
         let pod = statuses
             .sandboxes
             .create(sandbox_meta(1), SandboxStatus::default())
@@ -626,10 +623,10 @@ mod tests {
         }
         let same = |when: &str| {
             for c in &made {
-                let kept = statuses.container_encoded(c);
+                let kept = statuses.container_encoded(&wire.container_statuses, c);
                 assert_eq!(kept.1, statuses.container(c).encode_to_vec(), "{when}");
             }
-            let kept = statuses.pod_encoded(&pod);
+            let kept = statuses.pod_encoded(&wire.sandbox_statuses, &pod);
             let status = encode::sandbox_status(&pod.meta, &pod.status());
             assert_eq!(kept.1, status.encode_to_vec(), "{when}");
         };
@@ -669,39 +666,6 @@ mod tests {
         same("after the changes");
         pod.update(|s| s.state = SandboxState::NotReady).unwrap();
         same("pod not ready");
-    }
-
-    #[test]
-    fn a_memo_is_made_again_only_when_its_key_changes() {
-        let memo: crate::objects::Memo<u32, String> = Default::default();
-        let mut made = 0;
-        let mut get = |key: u32| {
-            memo.get(
-                |k| *k == key,
-                || {
-                    made += 1;
-                    (key, format!("v{key}"))
-                },
-            )
-            .1
-            .clone()
-        };
-        assert_eq!(get(1), "v1");
-        assert_eq!(get(1), "v1");
-        assert_eq!(get(2), "v2");
-        assert_eq!(get(2), "v2");
-        assert_eq!(get(1), "v1");
-        assert_eq!(made, 3);
-        let copy = memo.clone();
-        let mut again = false;
-        copy.get(
-            |_| true,
-            || {
-                again = true;
-                (0, String::new())
-            },
-        );
-        assert!(again, "a clone starts empty");
     }
 
     /// The CRI layer over a core with fake mechanisms (an image of the
@@ -767,13 +731,15 @@ mod tests {
         let all_pods = || v1::ListPodSandboxRequest { filter: None };
         let lists = || async {
             let containers = cri.list_containers_wire(all_containers()).await.unwrap();
-            let fresh = containers_message(&cri.select_containers(&Default::default())).unwrap();
+            let fresh =
+                containers_message(&cri.wire, &cri.select_containers(&Default::default())).unwrap();
             assert_eq!(
                 containers, fresh,
                 "the kept ListContainers answer is current"
             );
             let pods = cri.list_pod_sandbox_wire(all_pods()).await.unwrap();
-            let fresh = sandboxes_message(&cri.select_sandboxes(&Default::default())).unwrap();
+            let fresh =
+                sandboxes_message(&cri.wire, &cri.select_sandboxes(&Default::default())).unwrap();
             assert_eq!(pods, fresh, "the kept ListPodSandbox answer is current");
             let containers =
                 v1::ListContainersResponse::decode(&containers[GRPC_PREFIX_LEN..]).unwrap();
@@ -1091,9 +1057,9 @@ mod tests {
         let started = std::time::Instant::now();
         for _ in 0..LISTS {
             let all = cri.select_containers(&Default::default());
-            std::hint::black_box(containers_message(&all).unwrap());
+            std::hint::black_box(containers_message(&cri.wire, &all).unwrap());
             let all = cri.select_sandboxes(&Default::default());
-            std::hint::black_box(sandboxes_message(&all).unwrap());
+            std::hint::black_box(sandboxes_message(&cri.wire, &all).unwrap());
         }
         println!(
             "the same answers made again each time (select and pack): {:.0} µs",

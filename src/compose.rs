@@ -15,10 +15,11 @@ use crate::core::mechanisms::{EventSink, Images, Plugins};
 use crate::core::{real, Core, Mechanisms, Stores};
 use crate::error::Error;
 use crate::layout::Layout;
-use crate::node::Node;
+use crate::node::{Node, Parts};
 use crate::nri;
 use crate::server::encode::Statuses;
 use crate::server::events::{CoreEvents, Events};
+use crate::server::stats::Collector;
 use crate::server::Cri;
 
 /// The on-disk layout of a configuration: the one place a `Layout` is made
@@ -161,15 +162,26 @@ pub async fn daemon(config: Config, layout: Layout) -> Result<Arc<Node>, Error> 
         (plugins, serving.abort_handle())
     });
     let streaming = crate::server::streaming::server(&config.streaming, &layout, core.clone())?;
+    let stats = Arc::new(Collector::new(core.clone()));
     let cri = Cri::new(
         core.clone(),
         config.clone(),
         layout,
         statuses,
         hub.clone(),
+        stats.clone(),
         Some(streaming.clone()),
     );
-    Ok(Node::new(config, core, cri, images, hub, nri, streaming))
+    Ok(Node::new(Parts {
+        config,
+        core,
+        cri,
+        images,
+        events: hub,
+        nri,
+        streaming,
+        stats,
+    }))
 }
 
 /// The core's update path, as NRI's plugins use it.

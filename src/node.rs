@@ -5,6 +5,7 @@
 //! gate, the CPU sampler, the metrics endpoint), and stops them at
 //! shutdown. The CRI layer (`crate::server::Cri`) only serves RPCs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use berth_oci_image::ImageStore;
@@ -19,49 +20,45 @@ use crate::error::Error;
 use crate::nri::NriPlugins;
 use crate::sandbox::SandboxState;
 use crate::server::events::Events;
+use crate::server::stats::Collector;
 use crate::server::{metrics_endpoint, Cri};
+
+/// What a [`Node`] is made of (see `crate::compose::daemon`).
+pub struct Parts {
+    pub config: Config,
+    pub core: Arc<Core>,
+    pub cri: Arc<Cri>,
+    pub images: Arc<ImageStore>,
+    pub events: Arc<Events>,
+    /// NRI, when enabled, and the task that serves its requests to the
+    /// core's update path.
+    pub nri: Option<(Arc<NriPlugins>, AbortHandle)>,
+    /// Bound, not yet serving.
+    pub streaming: StreamingServer,
+    /// The stats RPCs' collector, whose CPU sampler the node runs.
+    pub stats: Arc<Collector>,
+}
 
 /// The daemon: its parts, and the order they start and stop in.
 pub struct Node {
-    config: Config,
-    core: Arc<Core>,
-    cri: Arc<Cri>,
-    images: Arc<ImageStore>,
-    events: Arc<Events>,
-    /// NRI, when enabled, and the task that serves its requests to the
-    /// core's update path.
-    nri: Option<(Arc<NriPlugins>, AbortHandle)>,
-    streaming: StreamingServer,
+    parts: Parts,
+    /// Set at [`Node::stop`]: the CPU sampler ends.
+    stop_sampling: Arc<AtomicBool>,
 }
 
 impl Node {
-    /// The daemon over its parts (see `crate::compose::daemon`): NRI when
-    /// enabled (with the task serving its updates), and the streaming
-    /// server bound, not yet serving.
-    pub fn new(
-        config: Config,
-        core: Arc<Core>,
-        cri: Arc<Cri>,
-        images: Arc<ImageStore>,
-        events: Arc<Events>,
-        nri: Option<(Arc<NriPlugins>, AbortHandle)>,
-        streaming: StreamingServer,
-    ) -> Arc<Node> {
+    /// The daemon over its parts.
+    pub fn new(parts: Parts) -> Arc<Node> {
         Arc::new(Node {
-            config,
-            core,
-            cri,
-            images,
-            events,
-            nri,
-            streaming,
+            parts,
+            stop_sampling: Arc::default(),
         })
     }
 
     /// The RPC surface, for the gRPC server (its gate is closed until
     /// [`Node::start`] has finished).
     pub fn cri(&self) -> &Arc<Cri> {
-        &self.cri
+        &self.parts.cri
     }
 
     /// Starts everything, while the CRI socket answers Unavailable: the
@@ -72,17 +69,17 @@ impl Node {
         self: &Arc<Self>,
         metrics: Option<tokio::net::TcpListener>,
     ) -> Result<(), Error> {
-        let streaming = self.streaming.clone();
+        let streaming = self.parts.streaming.clone();
         tokio::spawn(async move {
             if let Err(e) = streaming.serve().await {
                 tracing::error!(error = %e, "streaming server");
             }
         });
         tracing::info!(
-            url = self.streaming.base_url(),
+            url = self.parts.streaming.base_url(),
             "streaming server listening"
         );
-        let config = self.config.clone();
+        let config = self.parts.config.clone();
         tokio::task::spawn_blocking(move || ensure_default_network(&config))
             .await
             .map_err(Error::join)??;
@@ -90,8 +87,8 @@ impl Node {
         // The node's own images (pause, system images) before kubelet's first call.
         self.import_dir().await;
         self.start_nri().await;
-        self.cri.gate.open();
-        self.cri.start_stats_sampler();
+        self.parts.cri.open_gate();
+        self.parts.stats.start_sampler(self.stop_sampling.clone());
         if let Some(listener) = metrics {
             match listener.local_addr() {
                 Ok(address) => tracing::info!(%address, "serving Prometheus metrics on /metrics"),
@@ -104,11 +101,13 @@ impl Node {
         Ok(())
     }
 
-    /// Stops what outlives a call: the streaming server's sessions, and
-    /// NRI's plugins are told berth is going (bounded by their timeout).
+    /// Stops what outlives a call: the streaming server's sessions, the CPU
+    /// sampler, and NRI's plugins are told berth is going (bounded by their
+    /// timeout).
     pub async fn stop(&self) {
-        self.streaming.shutdown();
-        if let Some((plugins, updates)) = &self.nri {
+        self.parts.streaming.shutdown();
+        self.stop_sampling.store(true, Ordering::Relaxed);
+        if let Some((plugins, updates)) = &self.parts.nri {
             if let Some(nri) = plugins.nri() {
                 nri.shutdown().await;
             }
@@ -118,10 +117,10 @@ impl Node {
 
     /// Brings the records in line with what runs (before the gate opens).
     async fn recover(&self) {
-        self.core.recover().await;
+        self.parts.core.recover().await;
         // What no image and no container uses any more (the start-up
         // collection, deferred until the containers were known).
-        if let Err(e) = self.images.gc().await {
+        if let Err(e) = self.parts.images.gc().await {
             tracing::warn!(error = %e, "collecting unused image content");
         }
     }
@@ -131,18 +130,20 @@ impl Node {
     async fn start_nri(&self) {
         self.try_start_nri().await;
         // The exits found by recovery, to the plugins now synchronized.
-        self.core.plugins_started().await;
+        self.parts.core.plugins_started().await;
     }
 
     async fn try_start_nri(&self) {
-        let Some((nri, _)) = &self.nri else { return };
-        let cfg = match self.config.nri.nri_config() {
+        let Some((nri, _)) = &self.parts.nri else {
+            return;
+        };
+        let cfg = match self.parts.config.nri.nri_config() {
             Ok(cfg) => cfg,
             Err((key, e)) => return tracing::error!(key, error = %e, "NRI not started"),
         };
         match nri.start(cfg).await {
             Ok(()) => {
-                tracing::info!(socket = %self.config.nri.socket_path.display(), "NRI started")
+                tracing::info!(socket = %self.parts.config.nri.socket_path.display(), "NRI started")
             }
             Err(e) => tracing::error!(error = %e, "NRI not started"),
         }
@@ -152,7 +153,7 @@ impl Node {
     /// present), in name order; a failure is logged with the file's name
     /// and the next archive is imported.
     async fn import_dir(&self) {
-        let dir = self.config.images.import_dir.clone();
+        let dir = self.parts.config.images.import_dir.clone();
         if dir.as_os_str().is_empty() {
             return;
         }
@@ -169,7 +170,7 @@ impl Node {
         };
         names.sort();
         for path in names {
-            match self.images.import(&path).await {
+            match self.parts.images.import(&path).await {
                 Ok(images) => {
                     let tags: Vec<&String> = images.iter().flat_map(|i| &i.repo_tags).collect();
                     tracing::info!(archive = %path.display(), images = images.len(), ?tags, "image archive imported at start-up")
@@ -189,12 +190,14 @@ impl Node {
 
     fn gauges(&self) -> Gauges {
         let containers: Vec<ContainerState> = self
+            .parts
             .core
             .all_containers()
             .iter()
             .map(|c| c.status().state)
             .collect();
         let sandboxes: Vec<(SandboxState, bool)> = self
+            .parts
             .core
             .all_sandboxes()
             .iter()
@@ -218,8 +221,9 @@ impl Node {
                 ("unknown", count_pods(SandboxState::Unknown)),
             ],
             shims: count(ContainerState::Running) + sandboxes.iter().filter(|(_, p)| *p).count(),
-            subscribers: self.events.subscribers(),
+            subscribers: self.parts.events.subscribers(),
             nri_plugins: self
+                .parts
                 .nri
                 .as_ref()
                 .and_then(|(n, _)| n.nri())

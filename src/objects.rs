@@ -1,7 +1,6 @@
 //! How the stores' errors become RPC errors, per kind of object.
 
-use berth_lock::MutexExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use berth_store::{Durability, Locked, LookupError, Meta, Object, Store};
 use serde::de::DeserializeOwned;
@@ -117,42 +116,4 @@ where
     .await
     .map_err(Error::join)?
     .map_err(Error::from)
-}
-
-/// A value derived from an object (its status encoded for a client, say),
-/// kept with the key it was made from, and made again once the key
-/// changes. Kept with the object's metadata (a clone starts empty).
-pub struct Memo<K, V>(Mutex<Option<Arc<(K, V)>>>);
-
-impl<K, V> Memo<K, V> {
-    /// The value kept for a key that `same` accepts, else `make`'s (kept).
-    pub fn get(&self, same: impl FnOnce(&K) -> bool, make: impl FnOnce() -> (K, V)) -> Arc<(K, V)> {
-        let lock = || self.0.lock_unpoisoned();
-        if let Some(kept) = lock().as_ref() {
-            if same(&kept.0) {
-                return kept.clone();
-            }
-        }
-        let made = Arc::new(make());
-        *lock() = Some(made.clone());
-        made
-    }
-}
-
-impl<K, V> Default for Memo<K, V> {
-    fn default() -> Self {
-        Memo(Mutex::new(None))
-    }
-}
-
-impl<K, V> Clone for Memo<K, V> {
-    fn clone(&self) -> Self {
-        Memo::default()
-    }
-}
-
-impl<K, V> std::fmt::Debug for Memo<K, V> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Memo")
-    }
 }

@@ -42,14 +42,6 @@ pub struct ContainerMeta {
     /// `config`, decoded on first use (list calls read it for every container).
     #[serde(skip)]
     pub decoded: OnceLock<v1::ContainerConfig>,
-    /// Its ListContainers entry, encoded on first use but for its state
-    /// (nothing else in it ever changes): `server::encode::listed_container`.
-    #[serde(skip)]
-    pub listed: OnceLock<std::sync::Arc<cri_api::prepacked::Entry>>,
-    /// Its `ContainerStatus`, encoded, with the status and the image's repo
-    /// digest it was encoded from: `server::encode::Statuses`.
-    #[serde(skip)]
-    pub status_memo: crate::objects::Memo<(ContainerStatus, Option<String>), Vec<u8>>,
 }
 
 impl ContainerMeta {

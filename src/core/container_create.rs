@@ -159,8 +159,6 @@ impl Core {
             stop_signal: berth_spec::stop_signal(id, &config, &info)?,
             created_at: now_nanos(),
             decoded: config.into(),
-            listed: Default::default(),
-            status_memo: Default::default(),
         };
         Ok((meta, info))
     }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use berth_shim::ShimOptions;
+use berth_store::Locked;
 use cri_api::v1;
 use prost::Message;
 
@@ -30,43 +31,18 @@ pub struct SandboxRequest {
 impl Core {
     /// Makes a ready pod sandbox; its id.
     pub async fn run_pod_sandbox(self: &Arc<Self>, req: SandboxRequest) -> Result<String, Error> {
-        let request = req.clone();
-        let config = req.config;
-        let name = sandbox_name(&config)?;
-        let handler_name = match req.runtime_handler.as_str() {
-            "" => self.config.runtime.default_handler.clone(),
-            h => h.to_string(),
-        };
-        let handler = self
-            .config
-            .runtime
-            .handlers
-            .get(&handler_name)
-            .cloned()
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!("unknown runtime handler {handler_name:?}"))
-            })?;
-        let mut facts = PodFacts::of(&config, || {
-            nix::unistd::gethostname()
-                .map(|h| h.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        })?;
-        facts.pinned = self.config.runtime.drop_infra_ctr && !facts.needs_pause(&config);
+        let name = sandbox_name(&req.config)?;
+        let (handler_name, runtime) = self.handler_of(&req.runtime_handler)?;
         let id = new_id();
-        facts.cgroup_parent = berth_spec::pod_cgroup_parent(&id, &config, &self.spec_options)?;
+        let facts = self.pod_facts(&req.config, &id)?;
         let reserve = || self.sandboxes.reserve_name(&name, &id).map_err(|e| e.key);
-        if let Some(existing) = retry::reserve_or_join(
-            &self.pods_in_flight,
-            "pod sandbox",
-            &name,
-            &request,
-            reserve,
-        )
-        .await?
+        if let Some(existing) =
+            retry::reserve_or_join(&self.pods_in_flight, "pod sandbox", &name, &req, reserve)
+                .await?
         {
             return Ok(existing);
         }
-        let running = self.pods_in_flight.begin(&name, &request, &id);
+        let running = self.pods_in_flight.begin(&name, &req, &id);
         let mut undo = Rollback::new(self, &id);
         undo.push_forget(
             "release the sandbox name",
@@ -76,62 +52,115 @@ impl Core {
                 Ok(())
             },
         );
-        let meta = SandboxMeta {
-            id: id.clone(),
-            name: name.clone(),
-            config: config.encode_to_vec(),
-            runtime_handler: handler_name,
-            requested_handler: Some(request.runtime_handler.clone()),
-            netns: (!facts.host_network).then(|| self.layout.netns(&id)),
-            created_at: now_nanos(),
-            facts: Some(facts),
-            decoded: config.into(),
-            listed: Default::default(),
-            status_memo: Default::default(),
-            derived: Default::default(),
-        };
-        // A pod without a pause runs no runtime yet: a handler whose binary
-        // cannot run is refused now, not at its first container.
-        let runnable = match meta.facts().pinned {
-            true => self.mech.runtime.check(&id, &handler.binary),
-            false => {
-                // The pause's runc moves it into the pod's cgroups.
-                self.mech.runtime.warm_up(&id);
-                Ok(())
-            }
-        };
+        let meta = self.sandbox_meta(&id, &name, req, handler_name, facts);
+        let runnable = self.check_runnable(&meta, &runtime);
         // Plugins being synchronized see the pod whole, or hear of it.
         let sync = self.mech.plugins.block_sync().await;
         let built = match runnable.and_then(|()| self.pause_spec(&meta)) {
-            Ok(spec) => {
-                self.build_sandbox(&mut undo, meta, spec, &handler.binary)
-                    .await
-            }
+            Ok(spec) => self.build_sandbox(&mut undo, meta, spec, &runtime).await,
             Err(e) => Err(e),
         };
-        let result = match built {
+        let result = self.settle(undo, built, &id, &name).await;
+        drop(sync);
+        retry::end(&self.pods_in_flight, running, &name, &id, result.is_ok());
+        result
+    }
+
+    /// The handler a pod asks for (empty: the default): its name and its
+    /// runtime binary.
+    fn handler_of(&self, requested: &str) -> Result<(String, String), Error> {
+        let name = match requested {
+            "" => self.config.runtime.default_handler.clone(),
+            h => h.to_string(),
+        };
+        match self.config.runtime.handlers.get(&name) {
+            Some(handler) => Ok((name.clone(), handler.binary.clone())),
+            None => Err(Error::InvalidArgument(format!(
+                "unknown runtime handler {name:?}"
+            ))),
+        }
+    }
+
+    /// What the pod's config says about it, with whether it goes without a
+    /// pause and its cgroup parent.
+    fn pod_facts(&self, config: &v1::PodSandboxConfig, id: &str) -> Result<PodFacts, Error> {
+        let mut facts = PodFacts::of(config, || {
+            nix::unistd::gethostname()
+                .map(|h| h.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })?;
+        facts.pinned = self.config.runtime.drop_infra_ctr && !facts.needs_pause(config);
+        facts.cgroup_parent = berth_spec::pod_cgroup_parent(id, config, &self.spec_options)?;
+        Ok(facts)
+    }
+
+    /// The record of the pod about to be made.
+    fn sandbox_meta(
+        &self,
+        id: &str,
+        name: &str,
+        req: SandboxRequest,
+        handler_name: String,
+        facts: PodFacts,
+    ) -> SandboxMeta {
+        let config = req.config;
+        SandboxMeta {
+            id: id.to_string(),
+            name: name.to_string(),
+            config: config.encode_to_vec(),
+            runtime_handler: handler_name,
+            requested_handler: Some(req.runtime_handler),
+            netns: (!facts.host_network).then(|| self.layout.netns(id)),
+            created_at: now_nanos(),
+            facts: Some(facts),
+            decoded: config.into(),
+            derived: Default::default(),
+        }
+    }
+
+    /// A pod without a pause runs no runtime yet: a handler whose binary
+    /// cannot run is refused now, not at its first container. A pod with a
+    /// pause warms the runtime up (the pause's runc moves it into the pod's
+    /// cgroups).
+    fn check_runnable(&self, meta: &SandboxMeta, runtime: &str) -> Result<(), Error> {
+        match meta.facts().pinned {
+            true => self.mech.runtime.check(&meta.id, runtime),
+            false => {
+                self.mech.runtime.warm_up(&meta.id);
+                Ok(())
+            }
+        }
+    }
+
+    /// The end of RunPodSandbox: a built pod is announced and kept; a failed
+    /// one is unwound, and what its cleanup could not give back stays
+    /// recorded, not ready, for a retry.
+    async fn settle(
+        &self,
+        undo: Rollback,
+        built: Result<(), Error>,
+        id: &str,
+        name: &str,
+    ) -> Result<String, Error> {
+        match built {
             Ok(()) => {
                 undo.disarm();
-                self.sandbox_event(&id, EventKind::Created).await;
-                self.sandbox_event(&id, EventKind::Started).await;
+                self.sandbox_event(id, EventKind::Created).await;
+                self.sandbox_event(id, EventKind::Started).await;
                 tracing::info!(pod = %id, %name, "pod sandbox is ready");
-                Ok(id.clone())
+                Ok(id.to_string())
             }
             Err(e) => {
                 let e = undo.unwind(e).await;
                 if matches!(e, Error::Cleanup { .. }) {
-                    // Kept for a retry: visible, and not ready.
-                    if let Ok(sandbox) = self.sandboxes.lookup(&id) {
+                    if let Ok(sandbox) = self.sandboxes.lookup(id) {
                         let _ = objects::save(&sandbox, move |s| s.state = SandboxState::NotReady)
                             .await;
                     }
                 }
                 Err(e)
             }
-        };
-        drop(sync);
-        retry::end(&self.pods_in_flight, running, &name, &id, result.is_ok());
-        result
+        }
     }
 
     /// Every step after the name is reserved; each registers its undo first.
@@ -148,18 +177,57 @@ impl Core {
         spec: oci_spec::runtime::Spec,
         runtime: &str,
     ) -> Result<(), Error> {
-        // Persisted before anything that outlives a reboot is made (the CNI
-        // plugins' leases, files on disk), so a crash leaves a record to
-        // clean up from; the netns (gone with a reboot, and swept as an
-        // orphan after a crash that leaves it without a record) is made
-        // meanwhile. The record's undo is registered first (it runs last,
-        // and not when a later undo failed: see push_forget), and deletes
-        // the record once it is made.
-        // Locked from the moment it is visible: a Stop or Remove racing this
-        // call waits until it has finished or rolled back.
-        // A pod with its own network is recorded as attached from the start:
-        // a crash or a failure from here on runs CNI DEL (idempotent, also
-        // before any ADD), and ADD needs no record write of its own.
+        // Held until the pod is built or rolled back.
+        let ((sandbox, _lifecycle), netns) = self.record_with_netns(undo, meta).await?;
+        let attachment = match netns {
+            Some(path) => {
+                failpoint::hit("run_pod_sandbox:after_netns");
+                Some(self.push_cni_del(undo, &sandbox, &path))
+            }
+            None => {
+                self.pin_host_network_userns(undo, &sandbox).await?;
+                None
+            }
+        };
+        self.push_pod_setup_undo(undo, &sandbox, runtime);
+        let id = &sandbox.meta.id;
+        let network = async {
+            match &attachment {
+                Some(attachment) => timed("cni.add", self.mech.network.add(id, attachment)).await,
+                None => Ok(Vec::new()),
+            }
+        };
+        let (ips, pause) = tokio::join!(network, self.set_up_pod(&sandbox, &spec, runtime));
+        if let (Err(_), Err(e)) = (&ips, &pause) {
+            tracing::debug!(pod = %id, error = %e, "the pod's set-up failed beside CNI ADD");
+        }
+        let ips = ips?;
+        failpoint::hit("run_pod_sandbox:after_cni");
+        let pause = pause?;
+        failpoint::hit("run_pod_sandbox:after_pause");
+        self.run_pod_hook(undo, &sandbox).await?;
+        self.mark_ready(&sandbox, ips, pause).await
+    }
+
+    /// The pod's record, locked, and its netns (its path) if it has its own
+    /// network.
+    ///
+    /// Persisted before anything that outlives a reboot is made (the CNI
+    /// plugins' leases, files on disk), so a crash leaves a record to clean
+    /// up from; the netns (gone with a reboot, and swept as an orphan after a
+    /// crash that leaves it without a record) is made meanwhile. The record's
+    /// undo is registered first (it runs last, and not when a later undo
+    /// failed: see push_forget), and deletes the record once it is made.
+    /// Locked from the moment it is visible: a Stop or Remove racing this
+    /// call waits until it has finished or rolled back. A pod with its own
+    /// network is recorded as attached from the start: a crash or a failure
+    /// from here on runs CNI DEL (idempotent, also before any ADD), and ADD
+    /// needs no record write of its own.
+    async fn record_with_netns(
+        &self,
+        undo: &mut Rollback,
+        meta: SandboxMeta,
+    ) -> Result<(Locked<SandboxMeta, SandboxStatus>, Option<PathBuf>), Error> {
         let made = Arc::new(std::sync::OnceLock::<Arc<Sandbox>>::new());
         undo.push_forget(
             "delete the sandbox record",
@@ -204,42 +272,25 @@ impl Core {
         if let (Err(_), Err(e)) = (&record, &netns_made) {
             tracing::debug!(pod = %id, error = %e, "the netns failed beside the record");
         }
-        let (sandbox, _lifecycle) = record?;
-        let _ = made.set(sandbox.clone());
+        let record = record?;
+        let _ = made.set(record.0.clone());
         failpoint::hit("run_pod_sandbox:after_record");
         netns_made?;
-        let attachment = match netns {
-            Some(path) => {
-                failpoint::hit("run_pod_sandbox:after_netns");
-                Some(self.push_cni_del(undo, &sandbox, &path))
-            }
-            None => {
-                self.pin_host_network_userns(undo, &sandbox).await?;
-                None
-            }
-        };
-        self.push_pod_setup_undo(undo, &sandbox, runtime);
-        let id = &sandbox.meta.id;
-        let network = async {
-            match &attachment {
-                Some(attachment) => timed("cni.add", self.mech.network.add(id, attachment)).await,
-                None => Ok(Vec::new()),
-            }
-        };
-        let (ips, pause) = tokio::join!(network, self.set_up_pod(&sandbox, &spec, runtime));
-        if let (Err(_), Err(e)) = (&ips, &pause) {
-            tracing::debug!(pod = %id, error = %e, "the pod's set-up failed beside CNI ADD");
-        }
-        let ips = ips?;
-        failpoint::hit("run_pod_sandbox:after_cni");
-        let pause = pause?;
-        failpoint::hit("run_pod_sandbox:after_pause");
-        self.run_pod_hook(undo, &sandbox).await?;
+        Ok((record, netns))
+    }
+
+    /// Records the pod ready, with its IPs and, if it has one, its pause.
+    async fn mark_ready(
+        &self,
+        sandbox: &Arc<Sandbox>,
+        ips: Vec<String>,
+        pause: Option<u32>,
+    ) -> Result<(), Error> {
         let shm = !sandbox.meta.facts().host_ipc;
         let socket = pause
             .is_some()
-            .then(|| berth_shim::ShimPaths::new(self.layout.shim_dir(id)).socket());
-        objects::save(&sandbox, move |s| {
+            .then(|| berth_shim::ShimPaths::new(self.layout.shim_dir(&sandbox.meta.id)).socket());
+        objects::save(sandbox, move |s| {
             s.state = SandboxState::Ready;
             s.ips = ips;
             s.shm_mounted = shm;

@@ -41,15 +41,6 @@ pub struct SandboxMeta {
     /// `config`, decoded on first use (list calls read it for every sandbox).
     #[serde(skip)]
     pub decoded: OnceLock<v1::PodSandboxConfig>,
-    /// Its ListPodSandbox entry, encoded on first use but for its state
-    /// (nothing else in it ever changes): `server::encode::listed_sandbox`.
-    #[serde(skip)]
-    pub listed: OnceLock<std::sync::Arc<cri_api::prepacked::Entry>>,
-    /// Its `PodSandboxStatus`, encoded, with the state and IPs it was
-    /// encoded from (nothing else of the status is in it):
-    /// `server::encode::Statuses`.
-    #[serde(skip)]
-    pub status_memo: crate::objects::Memo<(SandboxState, Vec<String>), Vec<u8>>,
     /// The facts derived from `config`, for records without `facts`.
     #[serde(skip)]
     pub derived: OnceLock<PodFacts>,

@@ -18,7 +18,9 @@ impl Cri {
         req: v1::ContainerStatusRequest,
     ) -> Result<prepacked::Encoded, Error> {
         let container = self.core.container(&req.container_id)?;
-        let kept = self.statuses.container_encoded(&container);
+        let kept = self
+            .statuses
+            .container_encoded(&self.wire.container_statuses, &container);
         let mut answer = prepacked::Encoded {
             bytes: Vec::with_capacity(kept.1.len() + 4),
         };

@@ -237,5 +237,4 @@ impl hyper::body::Body for DeadlineBody {
 }
 
 #[cfg(test)]
-#[path = "deadline_tests.rs"]
 mod tests;

@@ -14,10 +14,11 @@ use cri_api::prepacked::Entry;
 use cri_api::v1;
 use prost::Message;
 
+use super::wire_cache::{ContainerStatusBytes, PerRecord, SandboxStatusBytes};
 use super::Cri;
 use crate::container::{Container, ContainerMeta, ContainerState, ContainerStatus, ContainerStore};
 use crate::objects::StoreExt;
-use crate::sandbox::{SandboxMeta, SandboxState, SandboxStatus, SandboxStore};
+use crate::sandbox::{Sandbox, SandboxMeta, SandboxState, SandboxStatus, SandboxStore};
 
 /// The CRI state of a container.
 pub fn container_state(state: ContainerState) -> v1::ContainerState {
@@ -61,11 +62,12 @@ pub const CONTAINER_STATE_KEY: u8 = 6 << 3;
 /// The key of `PodSandbox.state` (field 3, varint).
 pub const SANDBOX_STATE_KEY: u8 = 3 << 3;
 
-/// The ListContainers entry of a container, encoded once (kept with its
-/// metadata, which never changes) but for its state, which the list writes
-/// as it is at each call: the bytes of [`container`] for every state.
-pub fn listed_container(meta: &ContainerMeta) -> &Entry {
-    meta.listed.get_or_init(|| {
+/// The ListContainers entry of a container, all but its state (its
+/// metadata never changes; the list writes the state as it is at each
+/// call): the bytes of [`container`] for every state. Kept by the server
+/// (`wire_cache.rs`).
+pub fn container_entry(meta: &ContainerMeta) -> Entry {
+    {
         // The state left at 0, the default prost does not write: the
         // fields before it, then those after it.
         let full = container(meta, ContainerState::Created);
@@ -84,14 +86,14 @@ pub fn listed_container(meta: &ContainerMeta) -> &Entry {
             image_ref: full.image_ref,
             ..Default::default()
         };
-        Arc::new(Entry::new(&head.encode_to_vec(), &tail.encode_to_vec()))
-    })
+        Entry::new(&head.encode_to_vec(), &tail.encode_to_vec())
+    }
 }
 
-/// The ListPodSandbox entry of a sandbox, encoded once but for its state
-/// (see [`listed_container`]): the bytes of [`sandbox`] for every state.
-pub fn listed_sandbox(meta: &SandboxMeta) -> &Entry {
-    meta.listed.get_or_init(|| {
+/// The ListPodSandbox entry of a sandbox, all but its state (see
+/// [`container_entry`]): the bytes of [`sandbox`] for every state.
+pub fn sandbox_entry(meta: &SandboxMeta) -> Entry {
+    {
         let full = sandbox(meta, SandboxState::Ready);
         let tail = v1::PodSandbox {
             created_at: full.created_at,
@@ -105,8 +107,8 @@ pub fn listed_sandbox(meta: &SandboxMeta) -> &Entry {
             metadata: full.metadata,
             ..Default::default()
         };
-        Arc::new(Entry::new(&head.encode_to_vec(), &tail.encode_to_vec()))
-    })
+        Entry::new(&head.encode_to_vec(), &tail.encode_to_vec())
+    }
 }
 
 /// The image a container's status names: the image as the user specified
@@ -236,13 +238,11 @@ pub struct Statuses {
     pub images: Arc<berth_oci_image::ImageStore>,
 }
 
-/// A container's `ContainerStatus` encoded, and the status and repo digest
-/// it was encoded from.
-pub type EncodedContainerStatus = Arc<((ContainerStatus, Option<String>), Vec<u8>)>;
+/// A container's `ContainerStatus` encoded, kept ([`ContainerStatusBytes`]).
+pub type EncodedContainerStatus = Arc<ContainerStatusBytes>;
 
-/// A sandbox's `PodSandboxStatus` encoded, and the state and IPs it was
-/// encoded from.
-pub type EncodedSandboxStatus = Arc<((SandboxState, Vec<String>), Vec<u8>)>;
+/// A sandbox's `PodSandboxStatus` encoded, kept ([`SandboxStatusBytes`]).
+pub type EncodedSandboxStatus = Arc<SandboxStatusBytes>;
 
 impl Statuses {
     /// The first repo digest of image `image_id` as the store has it now.
@@ -258,14 +258,19 @@ impl Statuses {
         container_status(&container.meta, &container.status(), repo_digest)
     }
 
-    /// [`Statuses::container`], encoded: kept with the container and
-    /// encoded again only once its status or its image's repo digest has
+    /// [`Statuses::container`], encoded: kept in `kept` and encoded again
+    /// only once the container's status or its image's repo digest has
     /// changed (the status calls kubelet makes all the time then cost a
     /// comparison, not a copy of every label, annotation and mount).
-    pub fn container_encoded(&self, container: &Container) -> EncodedContainerStatus {
+    pub(super) fn container_encoded(
+        &self,
+        kept: &PerRecord<Container, ContainerStatusBytes>,
+        container: &Arc<Container>,
+    ) -> EncodedContainerStatus {
         let image_id = &container.meta.image_id;
-        container.meta.status_memo.get(
-            |(status, digest)| {
+        kept.get(
+            container,
+            |((status, digest), _)| {
                 // The image gone: no digest.
                 let same_digest = self
                     .images
@@ -284,12 +289,17 @@ impl Statuses {
         )
     }
 
-    /// A sandbox's `PodSandboxStatus`, encoded: kept with the sandbox and
-    /// encoded again only once its state or IPs (all of its status that is
-    /// in it) have changed.
-    pub fn pod_encoded(&self, sandbox: &crate::sandbox::Sandbox) -> EncodedSandboxStatus {
-        sandbox.meta.status_memo.get(
-            |(state, ips)| sandbox.with_status(|s| s.state == *state && s.ips == *ips),
+    /// A sandbox's `PodSandboxStatus`, encoded: kept in `kept` and encoded
+    /// again only once its state or IPs (all of its status that is in it)
+    /// have changed.
+    pub(super) fn pod_encoded(
+        &self,
+        kept: &PerRecord<Sandbox, SandboxStatusBytes>,
+        sandbox: &Arc<Sandbox>,
+    ) -> EncodedSandboxStatus {
+        kept.get(
+            sandbox,
+            |((state, ips), _)| sandbox.with_status(|s| s.state == *state && s.ips == *ips),
             || {
                 let status = sandbox.status();
                 let bytes = sandbox_status(&sandbox.meta, &status).encode_to_vec();
@@ -351,8 +361,6 @@ mod tests {
             stop_signal: 15,
             created_at: 7,
             decoded: Default::default(),
-            listed: Default::default(),
-            status_memo: Default::default(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! RuntimeService.ListContainers: half of kubelet's relist, every second.
 //!
 //! The answer is assembled from entries encoded once per container
-//! (`encode::listed_container`: everything but the state, which is written
+//! (`encode::container_entry`: everything but the state, which is written
 //! as it is at each call) into one buffer, the whole gRPC message: no
 //! message is built and no allocation is made per container. The
 //! unfiltered answer (kubelet's relist) is kept until a container changes
@@ -12,11 +12,11 @@
 
 use std::sync::Arc;
 
-use cri_api::{prepacked, v1};
+use cri_api::v1;
 use prost::bytes::Bytes;
 
-use super::list_pod_sandbox::labels_match;
-use super::{encode, Cri};
+use super::wire_cache::WireCache;
+use super::{encode, listing, Cri};
 use crate::container::{Container, ContainerState};
 use crate::error::Error;
 
@@ -29,7 +29,7 @@ impl Cri {
         req: v1::ListContainersRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
-        let make = || containers_message(&self.select_containers(&filter));
+        let make = || containers_message(&self.wire, &self.select_containers(&filter));
         if filter != v1::ContainerFilter::default() {
             return make();
         }
@@ -58,60 +58,26 @@ impl Cri {
         &self,
         filter: &v1::ContainerFilter,
     ) -> Vec<(Arc<Container>, ContainerState)> {
-        let candidates = if filter.id.is_empty() {
-            self.core.all_containers()
-        } else {
-            self.core
-                .container(&filter.id)
-                .map(|c| vec![c])
-                .unwrap_or_default()
+        let mut candidates = match filter.id.as_str() {
+            "" => self.core.all_containers(),
+            id => self.core.container(id).into_iter().collect(),
         };
-        let sandbox_id = if filter.pod_sandbox_id.is_empty() {
-            None
-        } else {
+        if !filter.pod_sandbox_id.is_empty() {
             // A sandbox id filter may be a prefix too; unknown means no match.
             match self.core.sandbox(&filter.pod_sandbox_id) {
-                Ok(s) => Some(s.meta.id.clone()),
+                Ok(s) => candidates.retain(|c| c.meta.sandbox_id == s.meta.id),
                 Err(_) => return Vec::new(),
             }
-        };
-        let mut selected: Vec<(Arc<Container>, ContainerState)> = candidates
-            .into_iter()
-            .filter(|c| sandbox_id.as_ref().is_none_or(|s| &c.meta.sandbox_id == s))
-            .filter(|c| labels_match(&filter.label_selector, &c.meta.config().labels))
-            .map(|c| {
-                let state = c.with_status(|s| s.state);
-                (c, state)
-            })
-            // One being created is not listed until it is (as containerd).
-            .filter(|(_, state)| *state != ContainerState::Unknown)
-            .filter(|(_, state)| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|s| s.state == encode::container_state(*state) as i32)
-            })
-            .collect();
-        selected.sort_by(|(a, _), (b, _)| {
-            b.meta
-                .created_at
-                .cmp(&a.meta.created_at)
-                .then(a.meta.id.cmp(&b.meta.id))
-        });
-        selected
+        }
+        let state = filter.state.as_ref().map(|s| s.state);
+        listing::select(candidates, &filter.label_selector, state)
     }
 }
 
 /// The ListContainersResponse holding `selected` as one gRPC message.
 pub(super) fn containers_message(
+    wire: &WireCache,
     selected: &[(Arc<Container>, ContainerState)],
 ) -> Result<Bytes, Error> {
-    let entries = selected.iter().map(|(c, s)| {
-        let state = encode::container_state(*s) as i32;
-        (encode::listed_container(&c.meta), state)
-    });
-    super::relist::framed(prepacked::pack_grpc_message(
-        entries,
-        encode::CONTAINER_STATE_KEY,
-    ))
+    listing::message(&wire.container_entries, selected)
 }

@@ -1,23 +1,17 @@
-//! RuntimeService.ListPodSandbox (the other half of kubelet's relist), and
-//! the label selector shared with ListContainers.
+//! RuntimeService.ListPodSandbox (the other half of kubelet's relist).
 //!
 //! The answer is assembled from entries encoded once per sandbox, as
 //! ListContainers' is (see `list_containers.rs`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use cri_api::{prepacked, v1};
+use cri_api::v1;
 use prost::bytes::Bytes;
 
-use super::{encode, Cri};
+use super::wire_cache::WireCache;
+use super::{encode, listing, Cri};
 use crate::error::Error;
 use crate::sandbox::{Sandbox, SandboxState};
-
-/// Whether every `selector` label is on `labels` with the same value.
-pub fn labels_match(selector: &HashMap<String, String>, labels: &HashMap<String, String>) -> bool {
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
 
 impl Cri {
     /// The answer as the socket sends it (see
@@ -28,7 +22,7 @@ impl Cri {
         req: v1::ListPodSandboxRequest,
     ) -> Result<Bytes, Error> {
         let filter = req.filter.unwrap_or_default();
-        let make = || sandboxes_message(&self.select_sandboxes(&filter));
+        let make = || sandboxes_message(&self.wire, &self.select_sandboxes(&filter));
         if filter != v1::PodSandboxFilter::default() {
             return make();
         }
@@ -57,50 +51,20 @@ impl Cri {
         &self,
         filter: &v1::PodSandboxFilter,
     ) -> Vec<(Arc<Sandbox>, SandboxState)> {
-        let candidates = if filter.id.is_empty() {
-            self.core.all_sandboxes()
-        } else {
-            // An id filter is an id or a unique prefix; no match is an empty list.
-            self.core
-                .sandbox(&filter.id)
-                .map(|s| vec![s])
-                .unwrap_or_default()
+        let candidates = match filter.id.as_str() {
+            "" => self.core.all_sandboxes(),
+            // An id or a unique prefix; no match is an empty list.
+            id => self.core.sandbox(id).into_iter().collect(),
         };
-        let mut selected: Vec<(Arc<Sandbox>, SandboxState)> = candidates
-            .into_iter()
-            .filter(|s| labels_match(&filter.label_selector, &s.meta.config().labels))
-            .map(|s| {
-                let state = s.with_status(|st| st.state);
-                (s, state)
-            })
-            // One being created is not listed until it is (as containerd): a
-            // kubelet GC pass never sees, nor removes, a pod half made.
-            .filter(|(_, state)| *state != SandboxState::Unknown)
-            .filter(|(_, state)| {
-                filter
-                    .state
-                    .as_ref()
-                    .is_none_or(|st| st.state == encode::sandbox_state(*state) as i32)
-            })
-            .collect();
-        selected.sort_by(|(a, _), (b, _)| {
-            b.meta
-                .created_at
-                .cmp(&a.meta.created_at)
-                .then(a.meta.id.cmp(&b.meta.id))
-        });
-        selected
+        let state = filter.state.as_ref().map(|s| s.state);
+        listing::select(candidates, &filter.label_selector, state)
     }
 }
 
 /// The ListPodSandboxResponse holding `selected` as one gRPC message.
-pub(super) fn sandboxes_message(selected: &[(Arc<Sandbox>, SandboxState)]) -> Result<Bytes, Error> {
-    let entries = selected.iter().map(|(p, s)| {
-        let state = encode::sandbox_state(*s) as i32;
-        (encode::listed_sandbox(&p.meta), state)
-    });
-    super::relist::framed(prepacked::pack_grpc_message(
-        entries,
-        encode::SANDBOX_STATE_KEY,
-    ))
+pub(super) fn sandboxes_message(
+    wire: &WireCache,
+    selected: &[(Arc<Sandbox>, SandboxState)],
+) -> Result<Bytes, Error> {
+    listing::message(&wire.sandbox_entries, selected)
 }

@@ -24,6 +24,7 @@ mod list_containers;
 mod list_images;
 mod list_pod_sandbox;
 mod list_streams;
+mod listing;
 pub mod metrics_endpoint;
 mod pod_sandbox_status;
 mod port_forward;
@@ -36,7 +37,7 @@ mod reopen_container_log;
 mod run_pod_sandbox;
 mod runtime_config;
 mod start_container;
-mod stats;
+pub mod stats;
 mod status;
 mod stop_container;
 mod stop_pod_sandbox;
@@ -46,6 +47,7 @@ mod update_pod_sandbox_resources;
 mod update_runtime_config;
 mod verbose;
 mod version;
+mod wire_cache;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -66,26 +68,29 @@ pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 's
 /// What all RPC handlers share: the lifecycle core, and what only the CRI
 /// layer needs (the gate, images, events, stats, streaming).
 pub struct Cri {
-    pub core: Arc<Core>,
+    core: Arc<Core>,
     /// The configuration (Status shows it) and the paths on disk.
     config: Config,
     layout: Layout,
     /// Closed until start-up has finished.
-    pub gate: Gate,
+    gate: Gate,
     /// The pod CIDR kubelet last gave through UpdateRuntimeConfig.
     pod_cidr: Mutex<String>,
     /// Container and sandbox life-cycle events for GetContainerEvents.
-    pub events: Arc<events::Events>,
+    events: Arc<events::Events>,
     /// What the statuses are read from (shared with the events), with
     /// the image store the image RPCs serve.
-    pub statuses: encode::Statuses,
-    /// Cgroup mounts and the CPU sampler behind the stats RPCs.
-    pub stats: stats::Collector,
+    statuses: encode::Statuses,
+    /// Cgroup mounts and the CPU sampler behind the stats RPCs (the
+    /// sampler run by `crate::node`).
+    stats: Arc<stats::Collector>,
     /// The exec/attach/port-forward server that Exec, Attach and
     /// PortForward hand out URLs of (served by `crate::node`).
     streaming: Option<berth_streaming::StreamingServer>,
     /// kubelet's relist answers, kept while nothing changes (`relist.rs`).
     kept_lists: relist::KeptLists,
+    /// The records' list entries and statuses, encoded (`wire_cache.rs`).
+    wire: wire_cache::WireCache,
 }
 
 impl Cri {
@@ -97,6 +102,7 @@ impl Cri {
         layout: Layout,
         statuses: encode::Statuses,
         events: Arc<events::Events>,
+        stats: Arc<stats::Collector>,
         streaming: Option<berth_streaming::StreamingServer>,
     ) -> Arc<Cri> {
         Arc::new(Cri {
@@ -107,10 +113,16 @@ impl Cri {
             pod_cidr: Mutex::new(String::new()),
             events,
             statuses,
-            stats: stats::Collector::new(),
+            stats,
             streaming,
             kept_lists: Default::default(),
+            wire: Default::default(),
         })
+    }
+
+    /// Opens the gate: RPCs are served from now on (start-up has finished).
+    pub fn open_gate(&self) {
+        self.gate.open();
     }
 
     /// The image store: content, metadata and snapshots.

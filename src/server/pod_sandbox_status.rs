@@ -20,7 +20,9 @@ impl Cri {
         req: v1::PodSandboxStatusRequest,
     ) -> Result<prepacked::Encoded, Error> {
         let sandbox = self.core.sandbox(&req.pod_sandbox_id)?;
-        let pod = self.statuses.pod_encoded(&sandbox);
+        let pod = self
+            .statuses
+            .pod_encoded(&self.wire.sandbox_statuses, &sandbox);
         let mut answer = prepacked::Encoded {
             bytes: Vec::with_capacity(pod.1.len() + 16),
         };

@@ -20,8 +20,6 @@ fn leave_what_a_crash_leaves(core: &Core, fake: &Fake, [ready, dead, running, lo
             created_at: 0,
             facts: None,
             decoded: Default::default(),
-            listed: Default::default(),
-            status_memo: Default::default(),
             derived: Default::default(),
         },
         Default::default(),

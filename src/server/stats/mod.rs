@@ -31,6 +31,7 @@ mod sample;
 mod values;
 
 use berth_lock::RwLockExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -39,7 +40,7 @@ use berth_cgroup_stats::{disk_usage, Cgroup, CpuSample, CpuSampler, DiskUsage, M
 
 use super::Cri;
 use crate::container::{Container, ContainerState};
-use crate::core::now_nanos;
+use crate::core::{now_nanos, Core};
 use crate::error::Error;
 use crate::sandbox::{Sandbox, SandboxState};
 
@@ -49,20 +50,17 @@ const SAMPLE_PERIOD: Duration = Duration::from_secs(2);
 /// What the stats RPCs share: the cgroup mounts, what the host lets berth
 /// measure, and the CPU sampler.
 pub struct Collector {
+    /// Whose containers and pods are measured.
+    core: Arc<Core>,
     mounts: RwLock<Mounts>,
     host: host::Host,
     pub(super) cpu: Arc<CpuSampler>,
 }
 
-impl Default for Collector {
-    fn default() -> Self {
-        Collector::new()
-    }
-}
-
 impl Collector {
-    /// Reads the cgroup mounts once; they do not move while berth runs.
-    pub fn new() -> Collector {
+    /// The collector of `core`'s containers and pods; reads the cgroup
+    /// mounts once (they do not move while berth runs).
+    pub fn new(core: Arc<Core>) -> Collector {
         let mounts = Mounts::read().unwrap_or_else(|e| {
             tracing::error!(error = %e, "reading cgroup mounts: no cgroup stats");
             Mounts::default()
@@ -70,6 +68,7 @@ impl Collector {
         let host = host::Host::probe(&mounts);
         tracing::debug!(?host, "cgroup mode and what the host lets berth measure");
         Collector {
+            core,
             mounts: RwLock::new(mounts),
             host,
             cpu: Arc::new(CpuSampler::new()),
@@ -143,13 +142,12 @@ pub(super) struct PodReading {
     pub(super) interfaces: Vec<InterfaceStats>,
 }
 
-impl Cri {
-    /// Starts the background CPU sampler; it ends when the daemon's state goes.
-    pub fn start_stats_sampler(self: &Arc<Self>) {
-        let cri = Arc::downgrade(self);
-        let started = self.stats.cpu.spawn(SAMPLE_PERIOD, move || {
-            let cri = cri.upgrade()?;
-            Some(cri.cpu_samples())
+impl Collector {
+    /// Starts the background CPU sampler; it ends once `stop` is set.
+    pub fn start_sampler(self: &Arc<Self>, stop: Arc<AtomicBool>) {
+        let collector = self.clone();
+        let started = self.cpu.spawn(SAMPLE_PERIOD, move || {
+            (!stop.load(Ordering::Relaxed)).then(|| collector.cpu_samples())
         });
         if let Err(e) = started {
             tracing::error!(error = %e, "starting the CPU sampler: usage_nano_cores stays unset");
@@ -196,7 +194,7 @@ impl Cri {
         if status.state != ContainerState::Running {
             return None;
         }
-        self.stats.cgroup_of(status.pid?)
+        self.cgroup_of(status.pid?)
     }
 
     /// Where a ready pod's usage is counted.
@@ -227,7 +225,7 @@ impl Cri {
             }
             return Some(PodCgroup::Members(members));
         };
-        let pause = self.stats.cgroup_of(pid)?;
+        let pause = self.cgroup_of(pid)?;
         if own_parent {
             return pause.parent().map(PodCgroup::Own);
         }
@@ -235,7 +233,9 @@ impl Cri {
         members.extend(running());
         Some(PodCgroup::Members(members))
     }
+}
 
+impl Cri {
     /// A ready pod's network counters (none for host network: the node's
     /// are not the pod's).
     pub(super) fn pod_network(&self, sandbox: &Sandbox) -> Vec<InterfaceStats> {
@@ -259,7 +259,7 @@ impl Cri {
 
     /// Reads a container's cgroup and writable layer (blocking file reads).
     pub(super) fn read_container(&self, container: &Container) -> ContainerReading {
-        self.read_container_in(container, self.container_cgroup(container).as_ref())
+        self.read_container_in(container, self.stats.container_cgroup(container).as_ref())
     }
 
     /// Reads a container's cgroup `cgroup` (its own, found already) and its
@@ -284,7 +284,7 @@ impl Cri {
 
     /// Reads a pod's cgroup(s) and network counters (blocking file reads).
     pub(super) fn read_pod(&self, sandbox: &Sandbox) -> PodReading {
-        let stats = self.pod_cgroup(sandbox).and_then(|pod| match pod {
+        let stats = self.stats.pod_cgroup(sandbox).and_then(|pod| match pod {
             PodCgroup::Own(cg) => cg.stats().ok(),
             PodCgroup::Members(cgs) => {
                 let all: Vec<Stats> = cgs.iter().filter_map(|cg| cg.stats().ok()).collect();

@@ -34,7 +34,7 @@ impl Cri {
     /// Reads container `c` for its metrics (blocking file reads).
     pub(super) fn sample_container(&self, c: &Container) -> ContainerSample {
         let status = c.status();
-        let cgroup = self.container_cgroup(c);
+        let cgroup = self.stats.container_cgroup(c);
         let reading = self.read_container_in(c, cgroup.as_ref());
         let pid = status.pid;
         let memory = cgroup

@@ -322,5 +322,4 @@ fn network_metric_values(labels: Labels, interfaces: &[InterfaceStats]) -> Vec<v
 }
 
 #[cfg(test)]
-#[path = "values_tests.rs"]
 mod tests;

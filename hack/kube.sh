@@ -36,7 +36,11 @@
 # KUBE_KUBELET_CONFIG (a YAML fragment appended to kubelet's config),
 # KUBE_RUNC (the runc binary of the runtime's default handler, default
 # gotools' runc 1.5.3), KUBE_CNI_BIN_DIR (a dir of CNI plugins searched
-# before /usr/lib/cni; hack/kube-faults.sh puts its wrappers there).
+# before /usr/lib/cni; hack/kube-faults.sh puts its wrappers there). The
+# runtime's root is KUBE_STATE/RUNTIME/root (berth's images, records and
+# rootfs, containerd's content and snapshots): a file system mounted there
+# before `up` is kept and used (hack/kube-faults.sh mounts a small one);
+# `down` unmounts it with everything under KUBE_STATE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD

@@ -371,9 +371,11 @@ running_containers() {
 }
 
 # The containers of $1 (running before) that restarted or were replaced,
-# one "uid/container before-count after-count" a line.
+# one "uid/container before-count after-count" a line; but those of pods
+# kubelet evicted (under disk pressure: counted apart).
 restarted_since() {
-  join <(sort "$1") <(kn get pods -o json | jq -r '.items[] | .metadata.uid as $u | .status.containerStatuses[]?
+  join <(sort "$1") <(kn get pods -o json | jq -r '.items[] | select(.status.reason != "Evicted")
+    | .metadata.uid as $u | .status.containerStatuses[]?
     | "\($u)/\(.name) \(.restartCount) \(.containerID)"' | sort) |
     awk '$2 != $4 || $3 != $5 { print $1, $2, $4 }'
 }
@@ -387,8 +389,10 @@ name_conflicts() {
     | "\(.count // 1) \(.involvedObject.name): \(.message | .[0:200])"'
 }
 
+# The Job pods failed, one name a line.
 failed_job_pods() {
-  kn get pods -o json 2>/dev/null | jq '[.items[] | select(.status.phase == "Failed" and .metadata.labels["job-name"] != null)] | length'
+  kn get pods -o json 2>/dev/null | jq -r '.items[] | select(.status.phase == "Failed" and .metadata.labels["job-name"] != null)
+    | .metadata.name' | sort
 }
 evicted_pods() {
   kn get pods -o json 2>/dev/null | jq '[.items[] | select(.status.reason == "Evicted")] | length'
@@ -772,13 +776,13 @@ declare -A SUM_N SUM_MAX SUM_RESTARTS SUM_BAD
 
 # One fault of kind $1, number $2: prepare, inject, converge, measure.
 one_fault() {
-  local kind=$1 n=$2 run_kind=$1 delay t0 t0iso took restarted conflicts failed_before failed_after leaks note=''
+  local kind=$1 n=$2 run_kind=$1 delay t0 t0iso took restarted conflicts failed leaks note=''
   [[ $kind != mixed ]] || run_kind=${MIXABLE[RANDOM % ${#MIXABLE[@]}]}
   FAULT_N=$n FAULT_BAD=''
   wait_converged "$CONVERGE" >/dev/null || log "fault $n: not converged before it: $(not_converged)"
   ! declare -F "prepare_$run_kind" >/dev/null || "prepare_$run_kind" "$n"
   running_containers >"$OUT/fault-$n.before" || true
-  failed_before=$(failed_job_pods) || failed_before=0
+  failed_job_pods >"$OUT/fault-$n.failed" || true
   # Work in flight when the fault lands.
   kn rollout restart deploy/web >/dev/null 2>&1 || true
   new_job
@@ -799,12 +803,13 @@ one_fault() {
   restarted_since "$OUT/fault-$n.before" >"$OUT/fault-$n.restarted" || true
   restarted=$(grep -c . "$OUT/fault-$n.restarted" || true)
   conflicts=$(name_conflicts "$t0iso" | tee "$OUT/fault-$n.conflicts" | grep -c . || true)
-  failed_after=$(failed_job_pods) || failed_after=$failed_before
+  # (those removed since, a finished Job's, are not counted)
+  failed=$(comm -13 "$OUT/fault-$n.failed" <(failed_job_pods) | grep -c . || true)
   leaks=$(leaked)
   ! declare -F "after_$run_kind" >/dev/null || "after_$run_kind" "$n"
   local label=$run_kind
   [[ $kind != mixed ]] || label="mixed: $run_kind"
-  REPORT_ROWS+=("| $n | $label | ${delay}s | $took | $restarted | $((failed_after - failed_before)) | $conflicts | $leaks | ${note:-} |")
+  REPORT_ROWS+=("| $n | $label | ${delay}s | $took | $restarted | $failed | $conflicts | $leaks | ${note:-} |")
   log "fault $n ($label, ${delay}s into the churn): converged in ${took}s, $restarted restarted, $conflicts name conflicts, $leaks ${note:-}"
   SUM_N[$kind]=$((${SUM_N[$kind]:-0} + 1))
   SUM_RESTARTS[$kind]=$((${SUM_RESTARTS[$kind]:-0} + restarted))

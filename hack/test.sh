@@ -6,11 +6,11 @@
 # hack/install-deps.sh installs, see README.md) with runc 1.5.3 as the
 # default handler, stands a Kubernetes node up on berth (hack/kube.sh) and
 # runs the kubelet-level tests (crates/kube-tests) on it, once more with
-# EventedPLEG, runs critest v1.37.0 (hack/critest/critest.sh) and a part of
-# Kubernetes' node conformance suite (hack/node-e2e.sh), injects faults
-# into a node under a churning workload (hack/kube-faults.sh --ci), fuzzes
-# every parser (hack/fuzz.sh) and tests the Debian package (hack/package.sh
-# test). Prints how long each phase took
+# EventedPLEG, runs critest v1.37.0 (hack/critest/critest.sh), injects
+# faults into a node under a churning workload (hack/kube-faults.sh --ci),
+# runs a part of Kubernetes' node conformance suite (hack/node-e2e.sh),
+# fuzzes every parser (hack/fuzz.sh) and tests the Debian package
+# (hack/package.sh test). Prints how long each phase took
 # ("test.sh: clippy 3m12s") and, last, one line for the whole run:
 #
 #   all tests: N passed, N failed, N skipped

@@ -16,12 +16,13 @@
 #               the reference column
 #   --minutes   stop injecting faults after N minutes (default 30); the
 #               faults not reached are listed as skipped
-#   --ci        the short run (about 9 minutes with the node's start and
-#               the end's checks): a smaller workload, a few kills of each
-#               kind and a /run wipe, faults stopped after 6 minutes
+#   --ci        the short run (under 10 minutes with the node's start and
+#               the end's checks): a smaller workload, one or two faults of
+#               each kind but cni-flaky, runc-kill and mixed, faults stopped
+#               after 5 minutes
 #   --faults    the kinds to inject, in order (default: all of them, then
 #               mixed); kinds: runtime-kill kubelet-kill both-kill run-wipe
-#               cni-flaky runc-kill mixed
+#               cni-flaky runc-kill registry-drop disk-full mixed
 #   --count     inject each kind N times (default: 20 runtime-kill, 5
 #               kubelet-kill, 3 both-kill, 2 of each other kind, 6 mixed)
 #   --keep      leave the node up at the end (no down, no end checks)
@@ -47,6 +48,22 @@
 # containers running before the fault), Job pods failed, name-conflict
 # events, and netns mounts / IP leases beyond the runtime's ready sandboxes.
 #
+# registry-drop pulls a fresh image (busybox and three layers of random
+# bytes, pushed for the fault) through hack/faults-registry.py, a proxy in
+# front of the node's registry that resets the connection in the middle of
+# one big blob in three for 30 s. disk-full puts the runtime's root on a
+# loop device (ext4, FAULTS_DISK_MB, for the whole run) and fills it for
+# 40 s while a fresh image is pulled, a container writes into its rootfs and
+# web rolls, then frees it. After each: no partial download left in the
+# runtime's root, no blob of an image already complete fetched again; at
+# the end, the root's used space back to what it was before the first fault.
+#
+# A fault that does not converge within the bound is a result, not the end
+# of the run: the pods it left unready are deleted and the node given 120 s
+# more; if it still does not converge the faults left are skipped. The
+# report is written and the node taken down whatever happens (also on
+# SIGINT or SIGTERM); report.md is rewritten after each fault.
+#
 # Output: $KUBE_STATE/faults/RUNTIME-DATE/ (report.md, faults.log, the
 # snapshots of each fault); report.md is printed at the end. Exit 0 when
 # every fault injected converged with no restart (but a reboot's), no name
@@ -54,7 +71,9 @@
 # faults --minutes left out are listed as skipped, not failed.
 #
 # Env: KUBE_STATE (as hack/kube.sh), FAULTS_CONVERGE (the bound, seconds),
-# FAULTS_SEED (the random seed, default the time).
+# FAULTS_SEED (the random seed, default the time), FAULTS_DISK_MB (the
+# loop device's size, default 768), FAULTS_PROXY_PORT (the registry proxy's
+# port on 127.0.0.1, default 25050).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -72,7 +91,7 @@ die() {
   exit 2
 }
 usage() {
-  sed -n '2,57p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,76p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -95,13 +114,15 @@ RANDOM=$SEED
 if [[ -n $ci ]]; then
   REPLICAS=10
   # How many of each kind; the CI run keeps within ten minutes.
-  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,mixed}
-  declare -A COUNT=([runtime-kill]=4 [kubelet-kill]=2 [both-kill]=1 [run-wipe]=1 [cni-flaky]=1 [runc-kill]=1 [mixed]=2)
-  [[ -n $minutes_set ]] || minutes=6
+  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,registry-drop,disk-full}
+  declare -A COUNT=([runtime-kill]=2 [kubelet-kill]=1 [both-kill]=1 [run-wipe]=1 [cni-flaky]=1 [runc-kill]=1
+    [registry-drop]=1 [disk-full]=1 [mixed]=1)
+  [[ -n $minutes_set ]] || minutes=5
 else
   REPLICAS=30
-  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,cni-flaky,runc-kill,mixed}
-  declare -A COUNT=([runtime-kill]=20 [kubelet-kill]=5 [both-kill]=3 [run-wipe]=2 [cni-flaky]=2 [runc-kill]=2 [mixed]=6)
+  PLAN=${kinds:-runtime-kill,kubelet-kill,both-kill,run-wipe,cni-flaky,runc-kill,registry-drop,disk-full,mixed}
+  declare -A COUNT=([runtime-kill]=20 [kubelet-kill]=5 [both-kill]=3 [run-wipe]=2 [cni-flaky]=2 [runc-kill]=2
+    [registry-drop]=2 [disk-full]=2 [mixed]=6)
 fi
 
 OUT=$S/faults/$runtime-$(date -u +%Y%m%dT%H%M%SZ)
@@ -115,14 +136,32 @@ cri() { timeout 30 crictl --runtime-endpoint "unix://$SOCK" --timeout 20s "$@"; 
 
 # ---- the node ----
 
-BG=()
+BG=() REPORTED='' DOWN_DONE='' STOPPED=''
+# On every exit: the background loops and the proxy stopped, the node taken
+# down (but with --keep), the loop device released, and the report written
+# if the run ended before writing it (a die, SIGINT, SIGTERM).
 finish() {
   local rc=$?
+  trap - EXIT INT TERM
   ((${#BG[@]} == 0)) || kill "${BG[@]}" 2>/dev/null || true
+  stop_proxy
   wait 2>/dev/null || true
+  if [[ -z $keep && -z $DOWN_DONE ]]; then
+    bash hack/kube.sh down >>"$OUT/down.log" 2>&1 || {
+      log "kube.sh down failed: $(tail -n 5 "$OUT/down.log")"
+      END_LEFT+=("kube.sh down: $(grep -A20 'left behind' "$OUT/down.log" | tail -n +2 | tr '\n' ';')")
+    }
+    DOWN_DONE=1
+  fi
   if [[ -z $keep ]]; then
-    bash hack/kube.sh down >>"$OUT/down.log" 2>&1 || log "kube.sh down failed: $(tail -n 5 "$OUT/down.log")"
+    release_disk
     rm -rf "$FAULTS_BIN"
+  fi
+  if [[ -z $REPORTED ]]; then
+    STOPPED=${STOPPED:-the run ended early (exit $rc): see faults.log}
+    write_report
+    cat "$OUT/report.md"
+    ((rc != 0)) || rc=1
   fi
   exit "$rc"
 }
@@ -130,9 +169,21 @@ finish() {
 node_up() {
   log "node up on $runtime (seed $SEED, output $OUT)"
   trap finish EXIT
-  trap 'exit 130' INT TERM
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   write_wrappers
+  write_fresh_registry
+  if [[ ",$PLAN," == *,disk-full,* ]]; then
+    make_disk
+    # A full imagefs is disk pressure to kubelet: it evicts pods, removes
+    # unused images and taints the node until the pressure has been gone
+    # for this long (5 minutes by default, which would be all the fault
+    # measured). Exported: `kube.sh restart kubelet` writes it again.
+    export KUBE_KUBELET_CONFIG="${KUBE_KUBELET_CONFIG:+$KUBE_KUBELET_CONFIG
+}evictionPressureTransitionPeriod: 10s"
+  fi
   KUBE_CNI_BIN_DIR=$FAULTS_BIN KUBE_RUNC=$FAULTS_BIN/runc bash hack/kube.sh up --runtime "$runtime" >"$OUT/up.log" 2>&1 || die "kube.sh up failed: $(tail -n 5 "$OUT/up.log")"
+  start_proxy
   case $runtime in
   berth)
     SOCK=$S/berth/berth.sock STATE_DIR=$S/berth/run
@@ -190,25 +241,33 @@ spec:
 EOF
 }
 
-JOBS=0
-new_job() {
-  JOBS=$((JOBS + 1))
-  kn apply -f - >/dev/null 2>&1 <<EOF || true
+# Applies Job $1 of $2 pods (one at a time or all at once) of image $3
+# running `sh -c "$4"`, removed $5 s after it finished.
+apply_job() {
+  kn apply -f - >/dev/null <<EOF
 apiVersion: batch/v1
 kind: Job
-metadata: {name: job-$$-$JOBS}
+metadata: {name: $1}
 spec:
-  ttlSecondsAfterFinished: 30
+  ttlSecondsAfterFinished: $5
   backoffLimit: 3
+  parallelism: $2
+  completions: $2
   template:
     spec:
       restartPolicy: Never
       terminationGracePeriodSeconds: 2
       containers:
       - name: c
-        image: $BUSYBOX
-        command: ["sh", "-c", "echo job $JOBS; sleep 3"]
+        image: $3
+        command: ["sh", "-c", $(jq -n --arg c "$4" '$c')]
 EOF
+}
+
+JOBS=0
+new_job() {
+  JOBS=$((JOBS + 1))
+  apply_job "job-$$-$JOBS" 1 "$BUSYBOX" "echo job $JOBS; sleep 3" 30 2>/dev/null || true
 }
 
 # Rolls web every minute and starts a Job every 15 s, unless paused (while
@@ -253,6 +312,11 @@ workload_start() {
   workload_apply
   wait_converged 300 >/dev/null || die "the workload did not come up in 300 s: $(not_converged)"
   pulls >"$OUT/pulls.before"
+  if [[ -n $DISK ]]; then
+    # The images of the end's measure: agnhost, which runtime-kill pulls.
+    cri pull "$AGNHOST" >/dev/null || die "pulling $AGNHOST failed"
+    DISK_BEFORE=$(disk_used_mib)
+  fi
   churn_loop &
   BG+=($!)
   sessions_loop exec &
@@ -307,9 +371,11 @@ running_containers() {
 }
 
 # The containers of $1 (running before) that restarted or were replaced,
-# one "uid/container before-count after-count" a line.
+# one "uid/container before-count after-count" a line; but those of pods
+# kubelet evicted (under disk pressure: counted apart).
 restarted_since() {
-  join <(sort "$1") <(kn get pods -o json | jq -r '.items[] | .metadata.uid as $u | .status.containerStatuses[]?
+  join <(sort "$1") <(kn get pods -o json | jq -r '.items[] | select(.status.reason != "Evicted")
+    | .metadata.uid as $u | .status.containerStatuses[]?
     | "\($u)/\(.name) \(.restartCount) \(.containerID)"' | sort) |
     awk '$2 != $4 || $3 != $5 { print $1, $2, $4 }'
 }
@@ -323,8 +389,13 @@ name_conflicts() {
     | "\(.count // 1) \(.involvedObject.name): \(.message | .[0:200])"'
 }
 
+# The Job pods failed, one name a line.
 failed_job_pods() {
-  kn get pods -o json 2>/dev/null | jq '[.items[] | select(.status.phase == "Failed")] | length'
+  kn get pods -o json 2>/dev/null | jq -r '.items[] | select(.status.phase == "Failed" and .metadata.labels["job-name"] != null)
+    | .metadata.name' | sort
+}
+evicted_pods() {
+  kn get pods -o json 2>/dev/null | jq '[.items[] | select(.status.reason == "Evicted")] | length'
 }
 
 # ---- what the runtime holds ----
@@ -424,8 +495,10 @@ fault_run-wipe() {
     while read -r p; do kill -KILL "$p" 2>/dev/null || true; done <"$f"
   done
   sleep 1
+  # (but the small disk's bind: a reboot keeps the disk)
   while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v a="$S/$runtime/" -v b="$S/kubelet/" \
-    -v re="$NETNS_RE" 'index($5, a) == 1 || index($5, b) == 1 || $5 ~ re { print $5 }' /proc/self/mountinfo | sort -r)
+    -v re="$NETNS_RE" -v disk="${DISK:+$S/$runtime/root}" \
+    '(index($5, a) == 1 || index($5, b) == 1 || $5 ~ re) && $5 != disk { print $5 }' /proc/self/mountinfo | sort -r)
   rm -rf "$STATE_DIR"
   [[ $runtime != containerd ]] || rm -f /run/netns/cni-*
   find /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* -depth -mindepth 1 -type d -name 'pod*' \
@@ -499,6 +572,199 @@ window_fault() {
 fault_cni-flaky() { window_fault cni; }
 fault_runc-kill() { window_fault runc; }
 
+# ---- the registry proxy and fresh images (registry-drop, disk-full) ----
+
+# Images named FRESH_HOST/... are pulled through the proxy: a mirror of the
+# runtime's config (berth's drop-in, containerd's hosts.toml), written before
+# the node is up.
+FRESH_HOST=faults.invalid
+PROXY_PORT=${FAULTS_PROXY_PORT:-25050}
+PROXY_DIR=$OUT/proxy
+PROXY_PID=''
+write_fresh_registry() {
+  mkdir -p "$PROXY_DIR"
+  case $runtime in
+  berth)
+    mkdir -p "$S/berth/config.d"
+    printf '[registry.mirrors."%s"]\nendpoints = ["http://127.0.0.1:%s"]\nmirror_only = true\n' \
+      "$FRESH_HOST" "$PROXY_PORT" >"$S/berth/config.d/90-kube-faults.toml"
+    ;;
+  containerd)
+    mkdir -p "$S/containerd/certs.d/$FRESH_HOST"
+    printf 'server = "https://%s"\n[host."http://127.0.0.1:%s"]\n  capabilities = ["pull", "resolve"]\n' \
+      "$FRESH_HOST" "$PROXY_PORT" >"$S/containerd/certs.d/$FRESH_HOST/hosts.toml"
+    ;;
+  esac
+}
+# The proxy closes what it inherited past stdio (the caller's flock of the
+# node lock among them) and is stopped with this script.
+start_proxy() {
+  ! ss -Hltn "sport = :$PROXY_PORT" | grep -q . || die "port $PROXY_PORT is taken (FAULTS_PROXY_PORT)"
+  # shellcheck disable=SC2016
+  bash -c 'for fd in /proc/self/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done; exec "$@"' _ \
+    python3 hack/faults-registry.py proxy "127.0.0.1:$PROXY_PORT" "$(<"$S/registry.addr")" "$PROXY_DIR" \
+    </dev/null >>"$PROXY_DIR/proxy.log" 2>&1 &
+  PROXY_PID=$!
+  local end=$((SECONDS + 20))
+  until curl -fs -m 2 -o /dev/null "http://127.0.0.1:$PROXY_PORT/v2/"; do
+    ((SECONDS < end)) || die "the registry proxy did not start: $(tail -n 3 "$PROXY_DIR/proxy.log")"
+    sleep 0.5
+  done
+}
+stop_proxy() {
+  [[ -z $PROXY_PID ]] || kill "$PROXY_PID" 2>/dev/null || true
+  PROXY_PID=''
+}
+
+# Pushes the fresh image of fault $1 (busybox and three layers of 8 MiB of
+# random bytes) to the node's registry; its name is FRESH_IMAGE, its blobs
+# in $OUT/fresh-$1 ("base DIGEST" for busybox's, complete in the runtime
+# already; "new DIGEST" for the rest).
+FRESH_MIB=8
+push_fresh() {
+  FRESH_IMAGE=$FRESH_HOST/faults/fresh:$1
+  python3 hack/faults-registry.py push "$(<"$S/registry.addr")" e2e-test-images/busybox:1.37.0-2 \
+    "faults/fresh:$1" 3 "$FRESH_MIB" >"$OUT/fresh-$1" 2>>"$PROXY_DIR/proxy.log"
+}
+
+# A Job of 2 pods of the fresh image, each checking that every fresh layer
+# is there whole.
+fresh_job() {
+  # shellcheck disable=SC2016
+  apply_job "$1" 2 "$FRESH_IMAGE" 'for i in 0 1 2; do [ $(wc -c </kube-faults/layer-$i) -eq '$((FRESH_MIB << 20))' ] || exit 1; done' 600
+}
+# Job $1 completed $2 pods.
+job_succeeded() { [[ $(kn get job "$1" -o jsonpath='{.status.succeeded}' 2>/dev/null) == "$2" ]]; }
+
+# What fault $1's pulls through the proxy did, from its blobs log: blobs
+# cut, resumed (a Range), new layers (1 MiB or more: not the config) fetched
+# whole more than once, base blobs (complete before) fetched at all. Sets PULL_NOTE; PULL_BAD when a
+# complete blob was fetched again.
+pull_figures() {
+  local n=$1 log=$PROXY_DIR/blobs-$1.log cuts ranges again base
+  mv "$PROXY_DIR/blobs.log" "$log" 2>/dev/null || : >"$log"
+  cuts=$(awk '$5 == "cut"' "$log" | grep -c . || true)
+  ranges=$(awk '$3 != "0"' "$log" | grep -c . || true)
+  again=$(awk '$5 == "whole" && $3 == "0" && $2 >= 1048576 { print $1 }' "$log" | sort | uniq -d | grep -c . || true)
+  base=$(grep -c -F -f <(awk '$1 == "base" { print $2 }' "$OUT/fresh-$n") "$log" || true)
+  PULL_NOTE="blobs cut $cuts, resumed $ranges, layers fetched whole twice $again, complete ones fetched $base; "
+  PULL_BAD=''
+  ((base == 0)) || PULL_BAD=1
+}
+
+# Downloads and unpacks in progress in the runtime's root: files in the
+# content store's `ingest` dir (berth's and containerd's), berth's snapshots
+# being unpacked (dot-named).
+partial_downloads() {
+  {
+    find "$S/$runtime/root" -path '*/ingest/*' -type f 2>/dev/null
+    find "$S/$runtime/root/images/snapshots" -mindepth 1 -maxdepth 1 -name '.*' 2>/dev/null
+  } | grep -c . || true
+}
+
+# The checks after a fault that pulled the fresh image: the Job of it
+# completed, no partial download left, no complete blob fetched again.
+after_pull() {
+  local partial
+  pull_figures "$1"
+  partial=$(partial_downloads)
+  note+=$PULL_NOTE
+  job_succeeded "pull-$1" 2 || {
+    note+="the Job of the fresh image did not complete; "
+    FAULT_BAD=1
+  }
+  ((partial == 0)) || {
+    note+="$partial partial downloads left; "
+    FAULT_BAD=1
+  }
+  [[ -z $PULL_BAD ]] || FAULT_BAD=1
+}
+
+# A registry that drops the connection in the middle of a layer: for 30 s,
+# one big blob in three is cut (the first one among them) while two pods
+# pull the fresh image; then the proxy passes everything again. Measured
+# from the start of the pulls.
+prepare_registry-drop() { push_fresh "$1"; }
+fault_registry-drop() {
+  : >"$PROXY_DIR/blobs.log"
+  echo 3 >"$PROXY_DIR/cut.on"
+  fresh_job "pull-$FAULT_N"
+  (
+    sleep 30
+    rm -f "$PROXY_DIR/cut.on"
+  ) &
+  BG+=($!)
+}
+after_registry-drop() {
+  rm -f "$PROXY_DIR/cut.on"
+  after_pull "$1"
+}
+
+# ---- the small disk (disk-full) ----
+
+# The runtime's root is a bind of DISK_MNT/root, DISK_MNT a loop device's
+# ext4 (no blocks reserved for root: berth runs as root); mounted before
+# the node is up, for the whole run, and kept by run-wipe (a reboot keeps
+# the disk); kube.sh down unmounts both with all under KUBE_STATE.
+DISK_MB=${FAULTS_DISK_MB:-768}
+DISK_IMG=$S/faults-disk.img DISK_MNT=$S/faults-disk DISK='' DISK_BEFORE=''
+make_disk() {
+  release_disk
+  truncate -s "${DISK_MB}M" "$DISK_IMG"
+  mkfs.ext4 -q -F -m 0 "$DISK_IMG"
+  mkdir -p "$DISK_MNT" "$S/$runtime/root"
+  mount -o loop "$DISK_IMG" "$DISK_MNT"
+  mkdir -p "$DISK_MNT/root"
+  mount --bind "$DISK_MNT/root" "$S/$runtime/root"
+  DISK=1
+  log "the runtime's root is on a ${DISK_MB} MiB loop device"
+}
+release_disk() {
+  local dev
+  umount "$S/$runtime/root" 2>/dev/null || true
+  umount "$DISK_MNT" 2>/dev/null || true
+  while read -r dev; do losetup -d "$dev" 2>/dev/null || true; done < <(losetup -j "$DISK_IMG" 2>/dev/null | cut -d: -f1)
+  rmdir "$DISK_MNT" 2>/dev/null || true
+  rm -f "$DISK_IMG"
+}
+disk_used_mib() { df -B1M --output=used "$DISK_MNT" | tail -n 1 | tr -d ' '; }
+
+# The disk filled (but 1 MiB) for 40 s while two pods pull the fresh image,
+# a container writes 16 MiB into its rootfs and web rolls (its sandboxes'
+# records, its containers' rootfs); then freed. Measured from the free.
+FULL=40
+prepare_disk-full() {
+  [[ -n $DISK ]] || die "disk-full needs the loop device (made when the plan has disk-full)"
+  push_fresh "$1"
+  EVICTED_BEFORE=$(evicted_pods) || EVICTED_BEFORE=0
+}
+fault_disk-full() {
+  local avail
+  : >"$PROXY_DIR/blobs.log"
+  avail=$(df -B1 --output=avail "$DISK_MNT" | tail -n 1 | tr -d ' ')
+  fallocate -l $((avail > (2 << 20) ? avail - (1 << 20) : 1 << 20)) "$DISK_MNT/fill" || true
+  log "disk full: $(df -h --output=used,avail "$DISK_MNT" | tail -n 1)"
+  fresh_job "pull-$FAULT_N"
+  apply_job "write-$FAULT_N" 1 "$BUSYBOX" "dd if=/dev/zero of=/big bs=1M count=16 || echo the write failed; rm -f /big" 600
+  kn rollout restart deploy/web >/dev/null 2>&1 || true
+  sleep "$FULL"
+  rm -f "$DISK_MNT/fill"
+  FAULT_END=1
+}
+after_disk-full() {
+  local evicted
+  # The images kubelet removed under disk pressure it pulls again, by
+  # design: counted from here on.
+  pulls >"$OUT/pulls.before"
+  after_pull "$1"
+  job_succeeded "write-$1" 1 || {
+    note+="the writing Job did not complete; "
+    FAULT_BAD=1
+  }
+  evicted=$(evicted_pods) || evicted=$EVICTED_BEFORE
+  ((evicted == EVICTED_BEFORE)) || note+="$((evicted - EVICTED_BEFORE)) pods evicted by kubelet (disk pressure); "
+}
+
 # The kinds after which the containers start again by design (a reboot).
 RESTARTS_EXPECTED=" run-wipe "
 
@@ -510,11 +776,13 @@ declare -A SUM_N SUM_MAX SUM_RESTARTS SUM_BAD
 
 # One fault of kind $1, number $2: prepare, inject, converge, measure.
 one_fault() {
-  local kind=$1 n=$2 run_kind=$1 delay t0 t0iso took restarted conflicts failed_before failed_after leaks note=''
+  local kind=$1 n=$2 run_kind=$1 delay t0 t0iso took restarted conflicts failed leaks note=''
   [[ $kind != mixed ]] || run_kind=${MIXABLE[RANDOM % ${#MIXABLE[@]}]}
+  FAULT_N=$n FAULT_BAD=''
   wait_converged "$CONVERGE" >/dev/null || log "fault $n: not converged before it: $(not_converged)"
+  ! declare -F "prepare_$run_kind" >/dev/null || "prepare_$run_kind" "$n"
   running_containers >"$OUT/fault-$n.before" || true
-  failed_before=$(failed_job_pods) || failed_before=0
+  failed_job_pods >"$OUT/fault-$n.failed" || true
   # Work in flight when the fault lands.
   kn rollout restart deploy/web >/dev/null 2>&1 || true
   new_job
@@ -535,12 +803,13 @@ one_fault() {
   restarted_since "$OUT/fault-$n.before" >"$OUT/fault-$n.restarted" || true
   restarted=$(grep -c . "$OUT/fault-$n.restarted" || true)
   conflicts=$(name_conflicts "$t0iso" | tee "$OUT/fault-$n.conflicts" | grep -c . || true)
-  failed_after=$(failed_job_pods) || failed_after=$failed_before
+  # (those removed since, a finished Job's, are not counted)
+  failed=$(comm -13 "$OUT/fault-$n.failed" <(failed_job_pods) | grep -c . || true)
   leaks=$(leaked)
-  rm -f "$OUT/pause"
+  ! declare -F "after_$run_kind" >/dev/null || "after_$run_kind" "$n"
   local label=$run_kind
   [[ $kind != mixed ]] || label="mixed: $run_kind"
-  REPORT_ROWS+=("| $n | $label | ${delay}s | $took | $restarted | $((failed_after - failed_before)) | $conflicts | $leaks | ${note:-} |")
+  REPORT_ROWS+=("| $n | $label | ${delay}s | $took | $restarted | $failed | $conflicts | $leaks | ${note:-} |")
   log "fault $n ($label, ${delay}s into the churn): converged in ${took}s, $restarted restarted, $conflicts name conflicts, $leaks ${note:-}"
   SUM_N[$kind]=$((${SUM_N[$kind]:-0} + 1))
   SUM_RESTARTS[$kind]=$((${SUM_RESTARTS[$kind]:-0} + restarted))
@@ -551,12 +820,37 @@ one_fault() {
   fi
   local restarts_bad=$restarted
   [[ $RESTARTS_EXPECTED != *" $run_kind "* ]] || restarts_bad=0
-  if [[ $took == ">"* || $restarts_bad != 0 || $conflicts != 0 || $leaks != "netns+0 ip+0" ]]; then
+  if [[ $took == ">"* || $restarts_bad != 0 || $conflicts != 0 || $leaks != "netns+0 ip+0" || -n $FAULT_BAD ]]; then
     SUM_BAD[$kind]=$((${SUM_BAD[$kind]:-0} + 1))
     FAILED=1
   fi
+  [[ $took != ">"* ]] || recover "$n"
+  rm -f "$OUT/pause"
+  write_report
   # Churn between faults.
   sleep $((3 + RANDOM % 10))
+}
+
+# After fault $1 did not converge: the pods not converged are deleted (their
+# controllers make them anew) and the node given RECOVER s more; if it still
+# has not converged, the faults left are skipped (STOPPED says why).
+RECOVER=120
+recover() {
+  local pods
+  pods=$(kn get pods -o json 2>/dev/null | jq -r '.items[]
+    | select(.metadata.deletionTimestamp != null or (.status.phase != "Succeeded" and .status.phase != "Failed"
+        and (.status.phase != "Running" or ([.status.containerStatuses[]?.ready] | all | not))))
+    | .metadata.name') || pods=''
+  log "fault $1: not converged; deleting the pods not converged: $(echo $pods)"
+  # shellcheck disable=SC2086
+  [[ -z $pods ]] || kn delete pod --grace-period 5 --wait=false $pods >/dev/null 2>&1 || true
+  if wait_converged "$RECOVER" >/dev/null; then
+    log "fault $1: converged after deleting them"
+    REPORT_ROWS+=("| | (recovery) | | | | | | | converged once the pods not converged were deleted |")
+  else
+    STOPPED="fault $1 did not converge, nor within $RECOVER s after its unready pods were deleted: $(not_converged); the faults left were skipped"
+    log "$STOPPED"
+  fi
 }
 
 run_plan() {
@@ -564,8 +858,8 @@ run_plan() {
   for kind in ${PLAN//,/ }; do
     declare -F "fault_$kind" >/dev/null || [[ $kind == mixed ]] || die "unknown fault kind $kind"
     for ((i = 0; i < ${count:-${COUNT[$kind]:-3}}; i++)); do
-      if ((SECONDS >= deadline)); then
-        REPORT_ROWS+=("| - | $kind | | | | | | | skipped: past --minutes $minutes |")
+      if ((SECONDS >= deadline)) || [[ -n $STOPPED ]]; then
+        REPORT_ROWS+=("| - | $kind | | | | | | | skipped: ${STOPPED:+the node did not converge}${STOPPED:-past --minutes $minutes} |")
         break
       fi
       n=$((n + 1))
@@ -584,9 +878,11 @@ pulls() {
     | {i: (.message | capture("image \"(?<i>[^\"]+)\"").i), c: (.count // 1)}]
     | group_by(.i)[] | "\(.[0].i) \(map(.c) | add)"' | sort
 }
-# The images pulled again since the workload was up (all were complete).
+# The images pulled again since the workload was up (all were complete);
+# the fresh images are new to the node (their blobs are checked instead).
 pulled_twice() {
-  join -a 2 -e 0 -o 0,1.2,2.2 "$OUT/pulls.before" <(pulls) | awk '$3 > $2 { print $1, $3 - $2, "more pulls" }'
+  join -a 2 -e 0 -o 0,1.2,2.2 "$OUT/pulls.before" <(pulls) |
+    awk -v fresh="$FRESH_HOST/" '$3 > $2 && index($1, fresh) != 1 { print $1, $3 - $2, "more pulls" }'
 }
 
 end_checks() {
@@ -610,13 +906,34 @@ end_checks() {
   while read -r m; do END_LEFT+=("ip lease $m"); done < <(ip_leases)
   while read -r m; do END_LEFT+=("pod cgroup $m"); done < <(pod_cgroups)
   while read -r m; do END_LEFT+=("iptables $m"); done < <(comm -13 "$OUT/cni-rules.before" <(cni_rules))
-  # A shim exits a moment after its sandbox is removed.
+  # A shim exits a moment after its sandbox is removed (it answers its
+  # delete, then exits): how many were still there, and for how long.
+  local first
+  first=$(shims | grep -c . || true)
   end=$((SECONDS + 30))
   while [[ -n $(shims) ]] && ((SECONDS < end)); do sleep 1; done
+  SHIMS_NOTE="$first shims when the last sandbox was gone, $(shims | grep -c . || true) after $((SECONDS - end + 30)) s"
+  log "$SHIMS_NOTE"
   while read -r m; do END_LEFT+=("shim $m $(tr '\0' ' ' <"/proc/$m/cmdline" 2>/dev/null | cut -c1-120)"); done < <(shims)
   runtime_leftovers
+  [[ -z $DISK ]] || disk_leftovers
+  END_DONE=1
+  DOWN_DONE=1
   bash hack/kube.sh down >"$OUT/down.log" 2>&1 || END_LEFT+=("kube.sh down: $(grep -A20 'left behind' "$OUT/down.log" | tail -n +2 | tr '\n' ';')")
-  keep=1 # down is done
+}
+
+# The small disk once the fresh images are removed: no partial download,
+# and its used space no more than before the first fault (with the same
+# images, the workload's containers then running) and 16 MiB of slack.
+disk_leftovers() {
+  local m partial used
+  while read -r m; do cri rmi "$m" >/dev/null 2>&1 || END_LEFT+=("fresh image $m not removable"); done < <(
+    cri images -o json 2>/dev/null | jq -r --arg h "$FRESH_HOST/" '.images[].repoTags[]? | select(startswith($h))')
+  partial=$(partial_downloads)
+  ((partial == 0)) || END_LEFT+=("$partial partial downloads in the runtime's root")
+  used=$(disk_used_mib)
+  DISK_END=$used
+  ((used <= DISK_BEFORE + 16)) || END_LEFT+=("the root's disk: $used MiB used, $DISK_BEFORE MiB before the first fault")
 }
 
 # Mounts under the runtime's dirs (but the dirs it mounts on themselves to
@@ -624,7 +941,7 @@ end_checks() {
 runtime_leftovers() {
   local m
   while read -r m; do END_LEFT+=("mount $m"); done < <(awk -v s="$S/$runtime/" -v own="^$STATE_DIR/(netns|podns)\$" \
-    'index($5, s) == 1 && $5 !~ own { print $5 }' /proc/self/mountinfo)
+    -v disk="${DISK:+$S/$runtime/root}" 'index($5, s) == 1 && $5 !~ own && $5 != disk { print $5 }' /proc/self/mountinfo)
   case $runtime in
   berth) ;;
   containerd)
@@ -659,23 +976,40 @@ write_report() {
     echo
     echo "Sessions (kubectl exec / logs -f, cut ones include those cut by a fault): ${sessions:-none}"
     echo
+    if [[ -n $SHIMS_NOTE ]]; then
+      echo "Shims at the end (but the standby one): $SHIMS_NOTE."
+      echo
+    fi
+    if [[ -n $DISK ]]; then
+      echo "The runtime's root on a $DISK_MB MiB loop device: ${DISK_BEFORE:-?} MiB used before the first fault, ${DISK_END:-?} at the end."
+      echo
+    fi
+    if [[ -n $STOPPED ]]; then
+      echo "**Stopped:** $STOPPED"
+      echo
+    fi
     if ((${#END_LEFT[@]})); then
       echo "Left at the end (after deleting the workload, before and by \`kube.sh down\`):"
       echo
       printf -- '- %s\n' "${END_LEFT[@]}"
-    else
+    elif [[ -n $END_DONE ]]; then
       echo "Left at the end: nothing (records, shims, mounts, netns, pod cgroups, IP leases, iptables rules, snapshots; no image pulled twice)."
+    else
+      echo "The end's checks did not run; \`kube.sh down\` ${DOWN_DONE:+found nothing left}${DOWN_DONE:-did not run}."
     fi
   } >"$f"
-  cat "$f"
 }
 
+END_DONE='' SHIMS_NOTE=''
 node_up
 workload_start
 run_plan
 if [[ -z $keep ]]; then
   end_checks
 fi
+REPORTED=1
 write_report
+cat "$OUT/report.md"
 ((${#END_LEFT[@]} == 0)) || FAILED=1
+[[ -z $STOPPED ]] || FAILED=1
 exit "$FAILED"

@@ -36,7 +36,11 @@
 # KUBE_KUBELET_CONFIG (a YAML fragment appended to kubelet's config),
 # KUBE_RUNC (the runc binary of the runtime's default handler, default
 # gotools' runc 1.5.3), KUBE_CNI_BIN_DIR (a dir of CNI plugins searched
-# before /usr/lib/cni; hack/kube-faults.sh puts its wrappers there).
+# before /usr/lib/cni; hack/kube-faults.sh puts its wrappers there). The
+# runtime's root is KUBE_STATE/RUNTIME/root (berth's images, records and
+# rootfs, containerd's content and snapshots): a file system mounted there
+# before `up` is kept and used (hack/kube-faults.sh mounts a small one);
+# `down` unmounts it with everything under KUBE_STATE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -700,13 +704,16 @@ cmd_down() {
   rm -rf "$S/etcd" "$S/kubelet" "$S/berth" "$S/containerd" "$S/pod-logs" "$S/cni-ipam" "$S/net.d" "$S/pids" \
     "$S/cmd" "$S/runtime" "$S/memroot"
 
-  # What must not be left.
+  # What must not be left: the node's programs (those of the shared Go
+  # tools only when they name this node's dir: a benchmark may run their
+  # containerd beside the node).
   local p
   for p in /proc/[0-9]*; do
     local exe
     exe=$(readlink "$p/exe" 2>/dev/null) || continue
     case $exe in
-    "$bin"/* | "$BT"/berth | "$BT"/berth-shim) leftovers+=("process ${p#/proc/} $exe") ;;
+    "$BT"/berth | "$BT"/berth-shim) leftovers+=("process ${p#/proc/} $exe") ;;
+    "$bin"/*) [[ $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) != *"$S/"* ]] || leftovers+=("process ${p#/proc/} $exe") ;;
     esac
   done
   while read -r p; do leftovers+=("$(process_line "$p")"); done < <(runtime_leftovers)

@@ -6,16 +6,18 @@
 # hack/install-deps.sh installs, see README.md) with runc 1.5.3 as the
 # default handler, stands a Kubernetes node up on berth (hack/kube.sh) and
 # runs the kubelet-level tests (crates/kube-tests) on it, once more with
-# EventedPLEG, runs critest v1.37.0 (hack/critest/critest.sh) and a part of
-# Kubernetes' node conformance suite (hack/node-e2e.sh), fuzzes every
-# parser (hack/fuzz.sh) and tests the Debian package (hack/package.sh test). Prints how long each phase took
+# EventedPLEG, runs critest v1.37.0 (hack/critest/critest.sh), injects
+# faults into a node under a churning workload (hack/kube-faults.sh --ci),
+# runs a part of Kubernetes' node conformance suite (hack/node-e2e.sh),
+# fuzzes every parser (hack/fuzz.sh) and tests the Debian package
+# (hack/package.sh test). Prints how long each phase took
 # ("test.sh: clippy 3m12s") and, last, one line for the whole run:
 #
 #   all tests: N passed, N failed, N skipped
 #
 # Set BERTH_SKIP_LINT=1 to skip fmt and clippy, BERTH_SKIP_PACKAGE=1 the
 # package test, BERTH_SKIP_FUZZ=1 the fuzzing, BERTH_SKIP_NODE_E2E=1 node
-# conformance; BERTH_FUZZ_SECONDS is the
+# conformance, BERTH_SKIP_FAULTS=1 the faults; BERTH_FUZZ_SECONDS is the
 # time per fuzz target (10), BERTH_TEST_THREADS the threads per test binary
 # (4).
 set -euo pipefail
@@ -268,6 +270,20 @@ if bash hack/kube.sh down; then kube_pass=1; else kube_fail=1 status=1; fi
 KUBE_UP=''
 echo "test.sh: kube $(took "$start")"
 
+# Faults under kubelet (hack/kube-faults.sh --ci, docs/faults.md): a node of
+# its own on berth with a churning workload, berth and kubelet killed, a
+# reboot's /run, a registry dropping a layer, a full disk; every fault must
+# converge with no restart and no leak, and nothing be left at the end. The
+# script takes its node down however it ends. Counted as one test.
+faults_pass=0 faults_fail=0
+if [[ -z ${BERTH_SKIP_FAULTS:-} ]]; then
+  start=$SECONDS
+  faults_rc=0
+  bash hack/kube-faults.sh --ci 2>&1 | tee -a "$log" || faults_rc=1
+  if ((faults_rc == 0)); then faults_pass=1; else faults_fail=1 status=1; fi
+  echo "test.sh: faults $(took "$start")"
+fi
+
 # Node conformance (hack/node-e2e.sh, docs/conformance.md): the suite brings
 # its own control plane and kubelet, so it runs after the node above is
 # down. CI runs 156 NodeConformance specs: $NODE_E2E_CI_FOCUS (the
@@ -321,7 +337,7 @@ echo "test.sh: total $(took "$started") (CPU $(took -d "$CPU"), side jobs includ
 # ignored tests ran (--include-ignored) and count as passed or failed;
 # skipped are the tests left out above (libtest's "filtered out") and the
 # package test when it could not run.
-awk -v p=$((pkg_pass + kube_pass)) -v f=$((pkg_fail + kube_fail)) -v s="$pkg_skip" '/^critest: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$/ { p += $2; f += $4; s += $6 }
+awk -v p=$((pkg_pass + kube_pass + faults_pass)) -v f=$((pkg_fail + kube_fail + faults_fail)) -v s="$pkg_skip" '/^critest: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$/ { p += $2; f += $4; s += $6 }
      /^node-e2e: berth: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$/ { p += $3; f += $5; s += $7 }
      /^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/ || ($(i+1) == "filtered" && $(i+2) ~ /^out/)) s += $i } }
      END { printf "all tests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -895,3 +895,37 @@ async fn registry_hanging_mid_layer_times_out_and_a_killed_pull_leaves_nothing()
     faults::assert_blobs_whole(&daemon);
     assert_clean(&daemon, &rig.net).await;
 }
+
+/// A shim whose own `runtime delete` fails while the daemon's direct one
+/// (its fallback) works: the container is gone, and the shim must go too.
+/// The pause's shim is deleted once per StopPodSandbox: with one failed
+/// delete it kept serving, with its dir (and socket) removed, for as long
+/// as the node ran.
+#[tokio::test]
+#[ignore = "needs root: hack/test.sh runs it (--include-ignored)"]
+async fn a_shim_whose_delete_failed_once_is_not_left_behind() {
+    require_root!();
+    let rig = Rig::new();
+    let (daemon, rig) = rig.start("").await;
+    let cri = daemon.cri().await;
+    let pod = cri
+        .with_deadline(Duration::from_secs(30))
+        .run_pod(&pod_config_with_pause("shimleft"))
+        .await
+        .unwrap();
+    rig.arm("once-fail-delete", "");
+    cri.stop_pod(&pod).await.unwrap();
+    assert!(!rig.armed("once-fail-delete"), "the shim's delete failed");
+    cri.remove_pod(&pod).await.unwrap();
+    // The shim exits a moment after it answers its delete.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = faults::stray_processes(&daemon);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left 10 s after: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_clean(&daemon, &rig.net).await;
+}

@@ -51,7 +51,8 @@ exec /usr/lib/cni/bridge
 const FRUNTIME: &str = r#"#!/bin/sh
 # runc wrapper: ctl files fail-<command> (exit 1, saying so on stderr and in
 # runc's JSON log, which is what berth reads when the stderr is the
-# container's), sleep-<command> (its start noted in the file `slept`).
+# container's), once-fail-<command> (the same for the next call only: the
+# file is removed), sleep-<command> (its start noted in the file `slept`).
 d=$(dirname "$0")
 cmd=
 log=
@@ -63,6 +64,10 @@ for a in "$@"; do
   esac
   prev=$a
 done
+if [ -n "$cmd" ] && [ -f "$d/once-fail-$cmd" ] && rm "$d/once-fail-$cmd" 2>/dev/null; then
+  echo "injected runtime failure at $cmd (once)" >&2
+  exit 1
+fi
 if [ -n "$cmd" ] && [ -f "$d/fail-$cmd" ]; then
   echo "injected runtime failure at $cmd" >&2
   if [ -n "$log" ]; then
@@ -218,6 +223,11 @@ impl Rigged {
     }
     pub fn heal(&self, name: &str) {
         let _ = std::fs::remove_file(self.bin.join(name));
+    }
+    /// Whether the control file `name` is still there (a `once-` one is
+    /// removed when it fires).
+    pub fn armed(&self, name: &str) -> bool {
+        self.bin.join(name).exists()
     }
     pub fn remove_runtime(&self) {
         std::fs::rename(self.bin.join("fruntime"), self.bin.join("fruntime.away")).unwrap();

@@ -93,40 +93,59 @@ pub struct ExecOutput {
 /// them is still there: through the shim (`runtime delete --force`, then the
 /// shim exits) when it answers, else with `runtime` directly. Idempotent: a
 /// container the runtime holds no state for (no `<root>/<id>`) is already
-/// deleted, and that check costs no runtime call.
+/// deleted, and that check costs no runtime call. Returns `Ok` only once
+/// the shim is told to go too: a shim whose own delete failed while the
+/// direct one worked is asked again (its delete then finds nothing left and
+/// it exits), else it would serve on, unreachable once its dir is removed.
 pub async fn delete_container(
     shim_dir: &Path,
     runtime: &crate::runc::Runtime,
     id: &str,
 ) -> Result<(), Error> {
     let socket = ShimPaths::new(shim_dir).socket();
+    let mut shim_failed = false;
     if socket.exists() {
         if let Ok(client) = ShimClient::connect(&socket).await {
-            // On failure (a runtime error, or the shim ending mid-call
-            // because another delete got there first) the runtime's own
-            // state decides below.
+            // On failure (a runtime error or timeout, or the shim ending
+            // mid-call because another delete got there first) the
+            // runtime's own state decides below.
             if client.delete(true).await.is_ok() {
                 return Ok(());
             }
+            shim_failed = true;
         }
     }
-    if !runtime.root().join(id).exists() {
-        return Ok(());
+    if runtime.root().join(id).exists() {
+        let (runtime, owned) = (runtime.clone(), id.to_string());
+        let deleted = tokio::task::spawn_blocking(move || runtime.delete(&owned, true))
+            .await
+            .map_err(|e| Error::Protocol {
+                id: id.to_string(),
+                message: format!("runtime delete task: {e}"),
+            })?;
+        match deleted {
+            Err(e) if !e.is_not_found() => {
+                return Err(Error::Runtime {
+                    id: id.to_string(),
+                    source: Box::new(e),
+                })
+            }
+            _ => {}
+        }
     }
-    let (runtime, owned) = (runtime.clone(), id.to_string());
-    let deleted = tokio::task::spawn_blocking(move || runtime.delete(&owned, true))
-        .await
-        .map_err(|e| Error::Protocol {
-            id: id.to_string(),
-            message: format!("runtime delete task: {e}"),
-        })?;
-    match deleted {
-        Err(e) if !e.is_not_found() => Err(Error::Runtime {
-            id: id.to_string(),
-            source: Box::new(e),
-        }),
-        _ => Ok(()),
+    // A shim that ended meanwhile removed its socket.
+    if shim_failed && socket.exists() {
+        let again = match ShimClient::connect(&socket).await {
+            Ok(client) => client.delete(true).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = again {
+            if socket.exists() {
+                return Err(e);
+            }
+        }
     }
+    Ok(())
 }
 
 /// A connection to one shim. Cheap to clone; holds no connection itself.

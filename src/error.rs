@@ -71,6 +71,43 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// What the lifecycle core found wrong, by what it is (the code a
+    /// client sees is chosen in [`Error::code`]).
+    /// A request's field that cannot be used as it is.
+    #[error("{field}: {why}")]
+    BadField { field: String, why: String },
+    /// A runtime handler berth is not configured with.
+    #[error("unknown runtime handler {0:?}")]
+    UnknownHandler(String),
+    /// A pod that is gone or not ready for what was asked in it.
+    #[error("pod sandbox {id} is not ready{}", container.as_ref().map(|c| format!(" for container {c}")).unwrap_or_default())]
+    PodNotReady {
+        id: String,
+        container: Option<String>,
+    },
+    /// A container in a state the operation cannot work from.
+    #[error("container {id} is {state}: {why}")]
+    ContainerState {
+        id: String,
+        state: String,
+        why: &'static str,
+    },
+    /// A container's target PID namespace is not a running container's.
+    #[error("PID namespace target {0:?} is not a running container")]
+    PidTarget(String),
+    /// A runtime handler's binary that is not there.
+    #[error("pod {id}: runtime {runtime}: cannot run: no such executable (as a path or in PATH)")]
+    RuntimeMissing { id: String, runtime: String },
+    /// A spec that could not be encoded or read back.
+    #[error("{id}: {op}: {why}")]
+    Spec {
+        id: String,
+        op: &'static str,
+        why: String,
+    },
+    /// A container's cgroup that cannot be found or changed.
+    #[error("{id}: {why}")]
+    Cgroup { id: String, why: String },
     /// A record could not be written or read.
     #[error(transparent)]
     Record(#[from] berth_store::RecordError),
@@ -154,6 +191,13 @@ impl Error {
                 _ => Code::Internal,
             },
             Error::Cleanup { error, .. } => error.code(),
+            Error::BadField { .. } | Error::UnknownHandler(_) => Code::InvalidArgument,
+            Error::PodNotReady { .. }
+            | Error::ContainerState { .. }
+            | Error::PidTarget(_)
+            | Error::Cgroup { .. } => Code::FailedPrecondition,
+            // As a runtime that cannot run is at create (containerd: Unknown).
+            Error::RuntimeMissing { .. } | Error::Spec { .. } => Code::Internal,
         }
     }
 

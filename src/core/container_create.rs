@@ -173,7 +173,10 @@ impl Core {
             .as_ref()
             .map(|i| i.image.clone())
             .filter(|i| !i.is_empty())
-            .ok_or_else(|| Error::InvalidArgument("container image is empty".into()))?;
+            .ok_or_else(|| Error::BadField {
+                field: "image".into(),
+                why: "the container's image is empty".into(),
+            })?;
         let image = self
             .mech
             .images
@@ -184,11 +187,14 @@ impl Core {
             })?;
         // Nothing to run: an artifact has no rootfs, entrypoint or user.
         if let Some(a) = &image.artifact {
-            return Err(Error::InvalidArgument(format!(
-                "image {image_name:?} ({}) is an OCI artifact of type {:?}, not a container \
-                 image: it can only be mounted as an image volume",
-                image.id, a.artifact_type
-            )));
+            return Err(Error::BadField {
+                field: "image".into(),
+                why: format!(
+                    "{image_name:?} ({}) is an OCI artifact of type {:?}, not a container \
+                     image: it can only be mounted as an image volume",
+                    image.id, a.artifact_type
+                ),
+            });
         }
         Ok((image_name, image))
     }
@@ -207,10 +213,13 @@ impl Core {
                 continue;
             };
             if !mount.readonly {
-                return Err(Error::InvalidArgument(format!(
-                    "mounts[{n}]: image volume {:?} must be readonly (image volumes are read-only)",
-                    spec.image
-                )));
+                return Err(Error::BadField {
+                    field: format!("mounts[{n}]"),
+                    why: format!(
+                        "image volume {:?} must be readonly (image volumes are read-only)",
+                        spec.image
+                    ),
+                });
             }
             let wanted = berth_spec::image_volume_key(spec).to_string();
             let volume = self
@@ -383,7 +392,10 @@ struct Checked {
 
 /// A pod that is gone or not ready when a container is made in it.
 fn not_ready(sandbox: &Sandbox) -> Error {
-    Error::FailedPrecondition(format!("pod sandbox {} is not ready", sandbox.meta.id))
+    Error::PodNotReady {
+        id: sandbox.meta.id.clone(),
+        container: None,
+    }
 }
 
 /// The container's CRI log file: inside the pod's log directory, never
@@ -397,7 +409,10 @@ pub fn log_target(log_directory: &str, log_path: &str) -> Result<Option<LogTarge
     }
     LogTarget::new(log_directory, log_path)
         .map(Some)
-        .map_err(|e| Error::InvalidArgument(format!("log_path {log_path:?}: {e}")))
+        .map_err(|e| Error::BadField {
+            field: "log_path".into(),
+            why: format!("{log_path:?}: {e}"),
+        })
 }
 
 /// The container's CRI log file as recorded (and reported by

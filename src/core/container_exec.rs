@@ -32,10 +32,11 @@ impl Core {
         let container = self.containers.lookup(id)?;
         let state = container.status().state;
         if state != ContainerState::Running {
-            return Err(Error::FailedPrecondition(format!(
-                "container {} is not running (state {state:?})",
-                container.meta.id
-            )));
+            return Err(Error::ContainerState {
+                id: container.meta.id.clone(),
+                state: format!("{state:?}"),
+                why: "it is not running",
+            });
         }
         Ok(container)
     }
@@ -79,7 +80,10 @@ impl Core {
     ) -> Result<ExecSyncOutput, Error> {
         self.containers.lookup(id)?;
         if cmd.is_empty() {
-            return Err(Error::InvalidArgument("ExecSync needs a command".into()));
+            return Err(Error::BadField {
+                field: "cmd".into(),
+                why: "ExecSync needs a command".into(),
+            });
         }
         let (container, task) = self.running_task(id).await?;
         let id = &container.meta.id;

@@ -109,12 +109,8 @@ impl Core {
             .and_then(|sc| sc.namespace_options.as_ref())
             .filter(|ns| ns.pid == v1::NamespaceMode::Target as i32)
             .map(|ns| {
-                self.container_pid(&ns.target_id).ok_or_else(|| {
-                    Error::FailedPrecondition(format!(
-                        "PID namespace target {:?} is not a running container",
-                        ns.target_id
-                    ))
-                })
+                self.container_pid(&ns.target_id)
+                    .ok_or_else(|| Error::PidTarget(ns.target_id.clone()))
             })
             .transpose()
     }

@@ -30,17 +30,19 @@ impl Core {
         self.containers.lookup(&id)?;
         let state = container.status().state;
         if state != ContainerState::Created {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} is {state:?}, not Created"
-            )));
+            return Err(Error::ContainerState {
+                id,
+                state: format!("{state:?}"),
+                why: "only a Created container starts",
+            });
         }
         if self.sandboxes.lookup(&sandbox.meta.id).is_err()
             || sandbox.status().state != SandboxState::Ready
         {
-            return Err(Error::FailedPrecondition(format!(
-                "pod sandbox {} of container {id} is not ready",
-                sandbox.meta.id
-            )));
+            return Err(Error::PodNotReady {
+                id: sandbox.meta.id.clone(),
+                container: Some(id),
+            });
         }
         // Plugins hear of it before it runs; one that fails fails the start.
         let hooked = timed(

@@ -109,9 +109,11 @@ impl Core {
             }
             ContainerState::Created => {}
             state => {
-                return Err(Error::FailedPrecondition(format!(
-                    "container {id} is {state:?}: its resources cannot change"
-                )))
+                return Err(Error::ContainerState {
+                    id,
+                    state: format!("{state:?}"),
+                    why: "its resources cannot change",
+                })
             }
         }
         // The bundle's spec keeps the new values, for a later start.

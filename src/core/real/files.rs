@@ -65,8 +65,11 @@ impl PodFiles for Host {
 
     async fn write_pause_bundle(&self, id: &str, bundle: &Path, spec: &Spec) -> Result<(), Error> {
         let (id, bundle) = (id.to_string(), bundle.to_path_buf());
-        let data = serde_json::to_vec(spec)
-            .map_err(|e| Error::Internal(format!("{id}: encoding the pause spec: {e}")))?;
+        let data = serde_json::to_vec(spec).map_err(|e| Error::Spec {
+            id: id.clone(),
+            op: "encoding the pause spec",
+            why: e.to_string(),
+        })?;
         blocking(move || {
             let rootfs = bundle.join("rootfs");
             berth_shim::write_pause_rootfs(&rootfs).map_err(Error::io(
@@ -86,8 +89,11 @@ impl PodFiles for Host {
 impl Files for Host {
     async fn write_spec(&self, id: &str, path: &Path, spec: &Spec) -> Result<(), Error> {
         let (id, path) = (id.to_string(), path.to_path_buf());
-        let data = serde_json::to_vec(spec)
-            .map_err(|e| Error::Internal(format!("{id}: encoding the spec: {e}")))?;
+        let data = serde_json::to_vec(spec).map_err(|e| Error::Spec {
+            id: id.clone(),
+            op: "encoding the spec",
+            why: e.to_string(),
+        })?;
         // The bundle is under the state dir, which a reboot takes: atomic,
         // not fsynced (as runc's and containerd's bundles).
         blocking(move || {
@@ -102,7 +108,11 @@ impl Files for Host {
         blocking(move || {
             Spec::load(&path).map_err(|e| match e {
                 oci_spec::OciSpecError::Io(e) => Error::io(&id, "reading the spec", &path)(e),
-                e => Error::Internal(format!("{id}: reading its spec {}: {e}", path.display())),
+                e => Error::Spec {
+                    id: id.clone(),
+                    op: "reading its spec",
+                    why: format!("{}: {e}", path.display()),
+                },
             })
         })
         .await
@@ -143,9 +153,10 @@ impl Files for Host {
                         path,
                         source,
                     },
-                    e @ CopyUpError::NotADirectory { .. } => {
-                        Error::FailedPrecondition(format!("container {id}: {e}"))
-                    }
+                    e @ CopyUpError::NotADirectory { .. } => Error::BadField {
+                        field: "mounts".into(),
+                        why: format!("container {id}: {e}"),
+                    },
                     e @ CopyUpError::TooLarge { .. } => {
                         Error::ResourceExhausted(format!("container {id}: {e}"))
                     }

@@ -174,10 +174,10 @@ impl Runtime for Shims {
     fn check(&self, id: &str, runtime: &str) -> Result<(), Error> {
         match berth_host::process::find_executable(runtime) {
             Some(_) => Ok(()),
-            // Internal, as a runtime that cannot run is at create (containerd: Unknown).
-            None => Err(Error::Internal(format!(
-                "pod {id}: runtime {runtime}: cannot run: no such executable (as a path or in PATH)"
-            ))),
+            None => Err(Error::RuntimeMissing {
+                id: id.to_string(),
+                runtime: runtime.to_string(),
+            }),
         }
     }
 }
@@ -189,15 +189,20 @@ impl Runtime for Shims {
 fn set_oom_score_adj(id: &str, pid: u32, value: i32) -> Result<(), Error> {
     let gone =
         |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT));
-    let mounts = berth_cgroup_stats::Mounts::read()
-        .map_err(|e| Error::Internal(format!("{id}: reading the cgroup mounts: {e}")))?;
-    let cgroup = berth_cgroup_stats::Cgroup::for_pid(&mounts, pid)
-        .map_err(|e| Error::FailedPrecondition(format!("{id}: the cgroup of pid {pid}: {e}")))?;
+    let mounts = berth_cgroup_stats::Mounts::read().map_err(|e| Error::Cgroup {
+        id: id.to_string(),
+        why: format!("reading the cgroup mounts: {e}"),
+    })?;
+    let cgroup = berth_cgroup_stats::Cgroup::for_pid(&mounts, pid).map_err(|e| Error::Cgroup {
+        id: id.to_string(),
+        why: format!("the cgroup of pid {pid}: {e}"),
+    })?;
     let dir = cgroup
         .dir("memory")
         .or_else(|| cgroup.dir("pids"))
-        .ok_or_else(|| {
-            Error::FailedPrecondition(format!("{id}: no cgroup directory for pid {pid}"))
+        .ok_or_else(|| Error::Cgroup {
+            id: id.to_string(),
+            why: format!("no cgroup directory for pid {pid}"),
         })?;
     let mut pids = berth_cgroup_stats::pids_below(&dir).unwrap_or_default();
     if !pids.contains(&pid) {
@@ -209,10 +214,13 @@ fn set_oom_score_adj(id: &str, pid: u32, value: i32) -> Result<(), Error> {
             Ok(()) => {}
             Err(e) if gone(&e) => {}
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return Err(Error::FailedPrecondition(format!(
-                    "{id}: setting oom_score_adj {value} on pid {p}: {e} \
-                     (lowering it needs CAP_SYS_RESOURCE, which berth lacks here)"
-                )))
+                return Err(Error::Cgroup {
+                    id: id.to_string(),
+                    why: format!(
+                        "setting oom_score_adj {value} on pid {p}: {e} \
+                         (lowering it needs CAP_SYS_RESOURCE, which berth lacks here)"
+                    ),
+                })
             }
             Err(e) => return Err(Error::io(id, "writing", &path)(e)),
         }

@@ -48,7 +48,9 @@
 # Installs what is missing (hack/install-deps.sh), builds berth (release), the
 # static berth-shim and berth-bench, starts a registry (hack/registry.sh) with
 # the test images and the benchmark's own (a pause image for containerd and a
-# 4 × 50 MiB image, and, unless --quick, a 1 GiB image in 10 gzip layers),
+# 4 × 50 MiB image, and, unless --quick, a 1 GiB image in 10 gzip layers;
+# berth-bench pushes an image of the same shape with fresh layers for each
+# timed pull round, and drops the page cache before each pull),
 # then berth and each containerd, each with its own config, root, state,
 # socket and CNI network in a temp dir (containerd's system service is never
 # touched), runs berth-bench, and stops and removes everything it started.

@@ -5,7 +5,8 @@
 //! the pull benchmark: the 200 MiB one (4 layers of incompressible data, one
 //! file each) and the 1 GiB one (#20: 10 layers of files that gzip to about
 //! half their size, so that decompressing costs what it costs on real images).
-//! The same digests every run.
+//! The same digests every run; [`push_fresh`] pushes another image of the
+//! same shape with layers of its own, for a pull that finds nothing cached.
 
 use std::io::Write;
 
@@ -24,10 +25,10 @@ const GZIP_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 
 /// Repository and tag of the pause image.
 pub const PAUSE_IMAGE: &str = "berth-bench/pause:latest";
-/// Repository and tag of the large image.
-pub const BIG_IMAGE: &str = "berth-bench/big:latest";
-/// Repository and tag of the 1 GiB image.
-pub const HUGE_IMAGE: &str = "berth-bench/huge:latest";
+/// Repository of the large image; its tag is its shape ([`Shape`]).
+pub const BIG_REPO: &str = "berth-bench/big";
+/// Repository of the 1 GiB image; its tag is its shape.
+pub const HUGE_REPO: &str = "berth-bench/huge";
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -104,13 +105,60 @@ pub async fn push_pause(addr: &str) -> Result<String> {
     Ok(format!("{addr}/{PAUSE_IMAGE}"))
 }
 
+/// The shape of a benchmark image, its tag: `LAYERSxMIB` (MiB per layer
+/// for the large image, in all for the 1 GiB one), and `-vN` for variant N
+/// (layers of their own, [`push_fresh`]); variant 0 has no suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    layers: usize,
+    mib: usize,
+    variant: u64,
+}
+
+impl Shape {
+    fn tag(&self) -> String {
+        match self.variant {
+            0 => format!("{}x{}", self.layers, self.mib),
+            v => format!("{}x{}-v{v}", self.layers, self.mib),
+        }
+    }
+
+    fn parse(tag: &str) -> Option<Shape> {
+        let (shape, variant) = match tag.split_once("-v") {
+            Some((shape, v)) => (shape, v.parse().ok()?),
+            None => (tag, 0),
+        };
+        let (layers, mib) = shape.split_once('x')?;
+        Some(Shape {
+            layers: layers.parse().ok()?,
+            mib: mib.parse().ok()?,
+            variant,
+        })
+    }
+
+    /// Seed of layer `index`'s data: `base` for variant 0, as before.
+    fn seed(&self, base: u64, index: usize) -> u64 {
+        base + index as u64 + (self.variant << 20)
+    }
+}
+
 /// Pushes the large image: `layers` layers of `layer_mib` MiB of random data
 /// each (one file per layer); returns `ADDR/repo:tag`.
 pub async fn push_big(addr: &str, layers: usize, layer_mib: usize) -> Result<String> {
+    let shape = Shape {
+        layers,
+        mib: layer_mib,
+        variant: 0,
+    };
+    push_big_shaped(addr, shape).await
+}
+
+async fn push_big_shaped(addr: &str, shape: Shape) -> Result<String> {
     let pusher = Pusher::new(addr, None);
-    let mut built = Vec::with_capacity(layers);
-    for i in 0..layers {
-        let data = random_bytes(0xbe47_0000 + i as u64, layer_mib << 20);
+    let name = format!("{BIG_REPO}:{}", shape.tag());
+    let mut built = Vec::with_capacity(shape.layers);
+    for i in 0..shape.layers {
+        let data = random_bytes(shape.seed(0xbe47_0000, i), shape.mib << 20);
         let path = format!("data/layer-{i}.bin");
         built.push(layer(
             tar_of(&[
@@ -123,12 +171,29 @@ pub async fn push_big(addr: &str, layers: usize, layer_mib: usize) -> Result<Str
     let diff_ids = built.iter().map(|l| l.diff_id.clone()).collect();
     let config = image_config(&["/bin/false"], diff_ids);
     let refs: Vec<&images::Layer> = built.iter().collect();
-    let (repo, tag) = repo_tag(BIG_IMAGE);
     pusher
-        .image(repo, Some(tag), false, &config, &refs)
+        .image(BIG_REPO, Some(&shape.tag()), false, &config, &refs)
         .await
-        .map_err(|e| anyhow!("pushing {BIG_IMAGE} to {addr}: {e}"))?;
-    Ok(format!("{addr}/{BIG_IMAGE}"))
+        .map_err(|e| anyhow!("pushing {name} to {addr}: {e}"))?;
+    Ok(format!("{addr}/{name}"))
+}
+
+/// Pushes variant `variant` of benchmark image `image` (`ADDR/REPO:SHAPE`,
+/// as [`push_big`] or [`push_huge`] printed it): the same shape, layers of
+/// its own, so that a runtime pulling it finds none of them anywhere.
+/// `None` when `image` is not one of them.
+pub async fn push_fresh(image: &str, variant: u64) -> Option<Result<String>> {
+    let (addr, name) = image.split_once('/')?;
+    let (repo, tag) = name.rsplit_once(':')?;
+    let shape = Shape {
+        variant,
+        ..Shape::parse(tag)?
+    };
+    match repo {
+        BIG_REPO => Some(push_big_shaped(addr, shape).await),
+        HUGE_REPO => Some(push_huge_shaped(addr, shape).await),
+        _ => None,
+    }
 }
 
 /// Fills `buf` with bytes of 4 random bits each (0..16): Huffman coding
@@ -162,7 +227,7 @@ impl<W: Write> Write for HashingWriter<W> {
 /// fast, so building 1 GiB takes seconds, not minutes, and with dynamic
 /// Huffman codes with either flate2 backend — zlib-rs's level 1 has static
 /// ones, which leave nibble data at 0.86) in one pass, never holding the tar.
-fn huge_layer(index: usize, bytes: usize) -> std::io::Result<images::Layer> {
+fn huge_layer(index: usize, bytes: usize, seed: u64) -> std::io::Result<images::Layer> {
     let gz = flate2::GzBuilder::new().mtime(0).write(
         Vec::with_capacity(bytes / 16 * 9),
         flate2::Compression::new(2),
@@ -188,7 +253,7 @@ fn huge_layer(index: usize, bytes: usize) -> std::io::Result<images::Layer> {
             std::io::empty(),
         )?;
     }
-    let mut rng = SplitMix64(0x4a6e_0000 + index as u64);
+    let mut rng = SplitMix64(seed);
     let mut buf = vec![0u8; HUGE_FILE_BYTES];
     let (mut left, mut file) = (bytes, 0);
     while left > 0 {
@@ -212,12 +277,23 @@ fn huge_layer(index: usize, bytes: usize) -> std::io::Result<images::Layer> {
 /// files, built on every core while the finished ones are uploaded (at most
 /// one compressed layer per core is held); returns `ADDR/repo:tag`.
 pub async fn push_huge(addr: &str, layers: usize, total_mib: usize) -> Result<String> {
+    let shape = Shape {
+        layers,
+        mib: total_mib,
+        variant: 0,
+    };
+    push_huge_shaped(addr, shape).await
+}
+
+async fn push_huge_shaped(addr: &str, shape: Shape) -> Result<String> {
+    let layers = shape.layers;
     if layers == 0 {
         return Err(anyhow!("the 1 GiB image needs at least one layer"));
     }
     let pusher = Pusher::new(addr, None);
-    let (repo, tag) = repo_tag(HUGE_IMAGE);
-    let total = total_mib << 20;
+    let (repo, tag) = (HUGE_REPO, shape.tag());
+    let name = format!("{repo}:{tag}");
+    let total = shape.mib << 20;
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut descs = vec![serde_json::Value::Null; layers];
     let mut diff_ids = vec![String::new(); layers];
@@ -234,25 +310,26 @@ pub async fn push_huge(addr: &str, layers: usize, total_mib: usize) -> Result<St
                         0
                     },
             );
-            building.spawn_blocking(move || (i, huge_layer(i, bytes)));
+            let seed = shape.seed(0x4a6e_0000, i);
+            building.spawn_blocking(move || (i, huge_layer(i, bytes, seed)));
             next += 1;
         }
         let Some(done) = building.join_next().await else {
             break;
         };
         let (i, built) = done.context("building a layer")?;
-        let built = built.with_context(|| format!("building layer {i} of {HUGE_IMAGE}"))?;
+        let built = built.with_context(|| format!("building layer {i} of {name}"))?;
         descs[i] = pusher
             .blob(repo, GZIP_LAYER, &built.blob)
             .await
-            .map_err(|e| anyhow!("pushing layer {i} of {HUGE_IMAGE} to {addr}: {e}"))?;
+            .map_err(|e| anyhow!("pushing layer {i} of {name} to {addr}: {e}"))?;
         diff_ids[i] = built.diff_id;
     }
     let config = image_config(&["/bin/false"], diff_ids);
     let config_desc = pusher
         .blob(repo, OCI_CONFIG, &config)
         .await
-        .map_err(|e| anyhow!("pushing the config of {HUGE_IMAGE} to {addr}: {e}"))?;
+        .map_err(|e| anyhow!("pushing the config of {name} to {addr}: {e}"))?;
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -260,10 +337,10 @@ pub async fn push_huge(addr: &str, layers: usize, total_mib: usize) -> Result<St
         "layers": descs,
     }))?;
     pusher
-        .manifest(repo, tag, OCI_MANIFEST, &manifest)
+        .manifest(repo, &tag, OCI_MANIFEST, &manifest)
         .await
-        .map_err(|e| anyhow!("pushing {HUGE_IMAGE} to {addr}: {e}"))?;
-    Ok(format!("{addr}/{HUGE_IMAGE}"))
+        .map_err(|e| anyhow!("pushing {name} to {addr}: {e}"))?;
+    Ok(format!("{addr}/{name}"))
 }
 
 #[cfg(test)]
@@ -274,10 +351,10 @@ mod tests {
     #[test]
     fn huge_layers_are_deterministic_and_gzip_to_about_half() {
         let bytes = (3 << 20) + 12345;
-        let a = huge_layer(3, bytes).unwrap();
-        let b = huge_layer(3, bytes).unwrap();
+        let a = huge_layer(3, bytes, 3).unwrap();
+        let b = huge_layer(3, bytes, 3).unwrap();
         assert_eq!((&a.blob, &a.diff_id), (&b.blob, &b.diff_id));
-        assert_ne!(a.diff_id, huge_layer(4, bytes).unwrap().diff_id);
+        assert_ne!(a.diff_id, huge_layer(3, bytes, 4).unwrap().diff_id);
         let ratio = a.blob.len() as f64 / bytes as f64;
         assert!((0.4..0.7).contains(&ratio), "ratio {ratio}");
         // A tar of the files, whose hash is the diff id.
@@ -310,6 +387,20 @@ mod tests {
         enc.write_all(&a).unwrap();
         let packed = enc.finish().unwrap();
         assert!(packed.len() as f64 > a.len() as f64 * 0.99);
+    }
+
+    #[test]
+    fn a_shape_is_its_tag_and_a_variant_has_seeds_of_its_own() {
+        for tag in ["4x50", "10x1024-v3"] {
+            assert_eq!(Shape::parse(tag).unwrap().tag(), tag);
+        }
+        assert_eq!(Shape::parse("latest"), None);
+        let base = Shape::parse("4x50").unwrap();
+        let fresh = Shape::parse("4x50-v1").unwrap();
+        // Variant 0 keeps the seeds (the digests) of the images pushed before.
+        assert_eq!(base.seed(0xbe47_0000, 2), 0xbe47_0002);
+        let seeds = |s: Shape| (0..4).map(|i| s.seed(0xbe47_0000, i)).collect::<Vec<_>>();
+        assert!(seeds(base).iter().all(|b| !seeds(fresh).contains(b)));
     }
 
     #[test]

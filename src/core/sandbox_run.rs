@@ -75,9 +75,7 @@ impl Core {
         };
         match self.config.runtime.handlers.get(&name) {
             Some(handler) => Ok((name.clone(), handler.binary.clone())),
-            None => Err(Error::InvalidArgument(format!(
-                "unknown runtime handler {name:?}"
-            ))),
+            None => Err(Error::UnknownHandler(name)),
         }
     }
 

@@ -73,6 +73,11 @@ pub(crate) const TOP: &[Row] = &[
         "berth's gRPC message limits are its own (16 MiB, as containerd's)",
     ),
     ("ttrpc.**", Always, "berth serves no ttrpc"),
+    (
+        "debug.log_trace_id",
+        Bool(false),
+        "berth exports no OpenTelemetry traces, so its log lines carry no trace ids",
+    ),
     ("debug.address", Empty, "berth has no debug socket"),
     ("debug.uid|gid", Always, "berth has no debug socket"),
     (

@@ -687,6 +687,7 @@ fn containerd_2_4s_default_config_of_version_4_imports_and_loads() {
         "plugins.\"io.containerd.server.v1.debug\".address",
         "plugins.\"io.containerd.server.v1.metrics\".address",
         "plugins.\"io.containerd.metrics.v1.grpc-prometheus\".grpc_histogram",
+        "debug.log_trace_id",
     ] {
         note_of(&out, key, false);
     }

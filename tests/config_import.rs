@@ -48,6 +48,17 @@ fn run(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// `berth config show` with `imported` installed as the main file (an empty
+/// drop-in dir beside it), as is.
+fn show_installed(sandbox: &Sandbox, imported: &str) -> toml::Table {
+    let config = sandbox.path("config.toml");
+    std::fs::write(&config, imported).unwrap();
+    std::fs::create_dir(sandbox.path("config.d")).unwrap();
+    let (ok, shown, err) = run(&["--config", config.to_str().unwrap(), "config", "show"]);
+    assert!(ok, "{err}\n{imported}");
+    shown.parse().unwrap()
+}
+
 #[test]
 fn an_imported_containerd_config_is_loaded_by_config_show_unchanged() {
     let sandbox = Sandbox::new();
@@ -70,13 +81,7 @@ fn an_imported_containerd_config_is_loaded_by_config_show_unchanged() {
         "{imported}"
     );
 
-    // Installed as the main file (an empty drop-in dir beside it), as is.
-    let config = sandbox.path("config.toml");
-    std::fs::write(&config, &imported).unwrap();
-    std::fs::create_dir(sandbox.path("config.d")).unwrap();
-    let (ok, shown, err) = run(&["--config", config.to_str().unwrap(), "config", "show"]);
-    assert!(ok, "{err}\n{imported}");
-    let shown: toml::Table = shown.parse().unwrap();
+    let shown = show_installed(&sandbox, &imported);
     let runtime = &shown["runtime"];
     assert_eq!(runtime["default_handler"].as_str(), Some("crun"));
     assert_eq!(
@@ -112,4 +117,28 @@ fn import_containerd_fails_naming_a_file_it_cannot_use() {
     assert!(out.is_empty(), "{out}");
     assert!(err.contains(unknown.to_str().unwrap()), "{err}");
     assert!(err.contains("unknown `version = 9`"), "{err}");
+}
+
+/// containerd 2.4.2's `containerd config default` (version 4), imported by
+/// the binary and loaded by `berth config show`.
+#[test]
+fn containerd_2_4s_default_config_imports_and_loads() {
+    let sandbox = Sandbox::new();
+    let containerd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/containerd-import/testdata/containerd-2.4.2-default.toml"
+    );
+    let (ok, imported, err) = run(&["config", "import-containerd", containerd]);
+    assert!(ok, "{err}");
+    assert!(
+        imported.contains(
+            "# containerd plugins.\"io.containerd.server.v1.grpc\".address = \
+             \"/run/containerd/containerd.sock\": not mapped: berth serves CRI on its own socket"
+        ),
+        "{imported}"
+    );
+    let shown = show_installed(&sandbox, &imported);
+    assert_eq!(shown["runtime"]["default_handler"].as_str(), Some("runc"));
+    assert_eq!(shown["cni"]["bin_dirs"][0].as_str(), Some("/opt/cni/bin"));
+    assert_eq!(shown["nri"]["enable"].as_bool(), Some(true));
 }

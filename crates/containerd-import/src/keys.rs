@@ -58,7 +58,7 @@ pub(crate) const TOP: &[Row] = &[
          path: only CRI, not containerd's API, is served on it)",
     ),
     (
-        "grpc.tcp_address|tcp_tls_ca|tcp_tls_cert|tcp_tls_key",
+        "grpc.tcp_address|tcp_tls_ca|tcp_tls_cert|tcp_tls_key|tcp_tls_common_name",
         Empty,
         "berth serves CRI on its unix socket only, never on TCP",
     ),
@@ -73,6 +73,11 @@ pub(crate) const TOP: &[Row] = &[
         "berth's gRPC message limits are its own (16 MiB, as containerd's)",
     ),
     ("ttrpc.**", Always, "berth serves no ttrpc"),
+    (
+        "debug.log_trace_id",
+        Bool(false),
+        "berth exports no OpenTelemetry traces, so its log lines carry no trace ids",
+    ),
     ("debug.address", Empty, "berth has no debug socket"),
     ("debug.uid|gid", Always, "berth has no debug socket"),
     (
@@ -97,6 +102,69 @@ pub(crate) const TOP: &[Row] = &[
         "berth runs no stream processors (no image decryption)",
     ),
 ];
+
+/// The server settings version 4 (containerd 2.4) moved from top-level
+/// tables into plugins: the plugin's id, the key below it, and the top-level
+/// key it was in versions 2 and 3. containerd reads each in one place only:
+/// the plugin key in a version 4 file, the top-level key before. The moved
+/// key is carried over or noted as the key it was.
+pub(crate) const MOVED_V4: &[(&str, &str, &str)] = &[
+    (GRPC, "address", "grpc.address"),
+    (GRPC, "uid", "grpc.uid"),
+    (GRPC, "gid", "grpc.gid"),
+    (GRPC, "max_recv_message_size", "grpc.max_recv_message_size"),
+    (GRPC, "max_send_message_size", "grpc.max_send_message_size"),
+    (GRPC_TCP, "address", "grpc.tcp_address"),
+    (GRPC_TCP, "tls_ca", "grpc.tcp_tls_ca"),
+    (GRPC_TCP, "tls_cert", "grpc.tcp_tls_cert"),
+    (GRPC_TCP, "tls_key", "grpc.tcp_tls_key"),
+    (GRPC_TCP, "tls_common_name", "grpc.tcp_tls_common_name"),
+    (
+        GRPC_TCP,
+        "max_recv_message_size",
+        "grpc.max_recv_message_size",
+    ),
+    (
+        GRPC_TCP,
+        "max_send_message_size",
+        "grpc.max_send_message_size",
+    ),
+    ("io.containerd.server.v1.ttrpc", "address", "ttrpc.address"),
+    ("io.containerd.server.v1.ttrpc", "uid", "ttrpc.uid"),
+    ("io.containerd.server.v1.ttrpc", "gid", "ttrpc.gid"),
+    ("io.containerd.server.v1.debug", "address", "debug.address"),
+    ("io.containerd.server.v1.debug", "uid", "debug.uid"),
+    ("io.containerd.server.v1.debug", "gid", "debug.gid"),
+    (METRICS, "address", "metrics.address"),
+    (
+        "io.containerd.metrics.v1.grpc-prometheus",
+        "grpc_histogram",
+        "metrics.grpc_histogram",
+    ),
+];
+
+const GRPC: &str = "io.containerd.server.v1.grpc";
+const GRPC_TCP: &str = "io.containerd.server.v1.grpc-tcp";
+/// The metrics server plugin, whose `address` berth carries over.
+pub(crate) const METRICS: &str = "io.containerd.server.v1.metrics";
+
+/// The top-level key that plugin `id`'s key `rest` was before version 4.
+pub(crate) fn moved_from(id: &str, rest: &[&str]) -> Option<&'static str> {
+    let [key] = rest else { return None };
+    MOVED_V4
+        .iter()
+        .find(|(plugin, k, _)| *plugin == id && k == key)
+        .map(|(_, _, old)| *old)
+}
+
+/// Where version 4 has top-level key `path` (of versions 2 and 3).
+pub(crate) fn moved_to(path: &[&str]) -> Option<(&'static str, &'static str)> {
+    let old = path.join(".");
+    MOVED_V4
+        .iter()
+        .find(|(_, _, o)| *o == old)
+        .map(|(plugin, key, _)| (*plugin, *key))
+}
 
 /// Keys of plugins other than CRI's and NRI's: the plugin's id, then the
 /// row of the key below it.

@@ -1,6 +1,6 @@
 //! `berth config import-containerd FILE`: a containerd configuration
-//! (version 2, as containerd 1.6 and 1.7 write it, or version 3, as 2.x
-//! writes it) turned into the berth configuration that does the same, as
+//! (version 2, as containerd 1.6 and 1.7 write it, version 3, as 2.0 to 2.3
+//! write it, or version 4, as 2.4 writes it) turned into the berth configuration that does the same, as
 //! TOML text that `berth config show` loads unchanged.
 //!
 //! Every key of the file is accounted for: it is carried over to a berth
@@ -52,8 +52,11 @@ pub enum ImportError {
 pub(crate) enum Version {
     /// containerd 1.6 and 1.7 (2.x reads it too).
     V2,
-    /// containerd 2.x.
+    /// containerd 2.0 to 2.3 (2.4 reads it too).
     V3,
+    /// containerd 2.4: version 3 with the server's top-level tables
+    /// (`grpc`, `ttrpc`, `debug.address`, `metrics`) moved into plugins.
+    V4,
 }
 
 impl Version {
@@ -61,6 +64,7 @@ impl Version {
         match self {
             Version::V2 => 2,
             Version::V3 => 3,
+            Version::V4 => 4,
         }
     }
 }
@@ -77,13 +81,14 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
     let version = match doc.get("version") {
         Some(Value::Integer(2)) => Version::V2,
         Some(Value::Integer(3)) => Version::V3,
+        Some(Value::Integer(4)) => Version::V4,
         None | Some(Value::Integer(1)) => {
             return Err(ImportError::Version {
                 path: path.to_path_buf(),
                 message: "a version 1 config (no `version` key, or `version = 1`: containerd \
                           1.0 to 1.2's format), which berth does not import; berth imports version 2 \
-                          (containerd 1.6/1.7) and 3 (2.x): `containerd config migrate` writes \
-                          version 3"
+                          (containerd 1.6/1.7), 3 (2.0 to 2.3) and 4 (2.4): `containerd config \
+                          migrate` writes the newest its containerd knows"
                     .into(),
             })
         }
@@ -91,8 +96,8 @@ pub fn import_toml(text: &str, path: &Path) -> Result<String, ImportError> {
             return Err(ImportError::Version {
                 path: path.to_path_buf(),
                 message: format!(
-                    "unknown `version = {}`: berth imports version 2 (containerd 1.6/1.7) and \
-                     3 (2.x)",
+                    "unknown `version = {}`: berth imports version 2 (containerd 1.6/1.7), \
+                     3 (2.0 to 2.3) and 4 (2.4)",
                     inline(other)
                 ),
             })
@@ -142,7 +147,7 @@ impl<'a> Import<'a> {
     fn roots(&self) -> (&'static str, &'static str, &'static str) {
         match self.version {
             Version::V2 => (CRI, CRI, CRI),
-            Version::V3 => (RUNTIME, IMAGES, CRI),
+            Version::V3 | Version::V4 => (RUNTIME, IMAGES, CRI),
         }
     }
 
@@ -317,7 +322,8 @@ impl<'a> Import<'a> {
     fn render(&self, shown: &str) -> String {
         let containerd = match self.version {
             Version::V2 => "containerd 1.6/1.7",
-            Version::V3 => "containerd 2.x",
+            Version::V3 => "containerd 2.0 to 2.3",
+            Version::V4 => "containerd 2.4",
         };
         let mut text = format!(
             "# berth configuration imported from the containerd configuration {shown}\n\

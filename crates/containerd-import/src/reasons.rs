@@ -4,7 +4,7 @@
 //! no meaning in berth). The keys themselves are the tables of `keys`.
 
 use super::keys::{self, Owner, Row};
-use super::values::is_empty;
+use super::values::{is_empty, key_segment};
 use super::{Version, CRI, IMAGES, NRI, RUNTIME};
 use toml::Value;
 
@@ -76,7 +76,17 @@ pub fn reason(version: Version, path: &[&str], value: &Value) -> (Group, String)
         ),
         ["root"] => state_dir("root", "/var/lib/containerd", "/var/lib/berth", value),
         ["state"] => state_dir("state", "/run/containerd", "/run/berth", value),
-        _ => lookup(keys::TOP, path, value).unwrap_or_else(|| (Check, unknown(version))),
+        _ => match keys::moved_to(path) {
+            Some((id, key)) if version == Version::V4 => (
+                Nothing,
+                format!(
+                    "containerd reads this key only in files of version 2 and 3; in version 4 \
+                     it is plugins.{}.{key}, so it was not in effect",
+                    key_segment(id)
+                ),
+            ),
+            _ => lookup(keys::TOP, path, value).unwrap_or_else(|| (Check, unknown(version))),
+        },
     }
 }
 
@@ -122,13 +132,16 @@ fn state_dir(
 fn plugin_reason(version: Version, id: &str, rest: &[&str], value: &Value) -> (Group, String) {
     let cri_roots: &[&str] = match version {
         Version::V2 => &[CRI],
-        Version::V3 => &[CRI, RUNTIME, IMAGES],
+        Version::V3 | Version::V4 => &[CRI, RUNTIME, IMAGES],
     };
     if cri_roots.contains(&id) {
         return cri_reason(version, id, rest, value);
     }
     if id == NRI {
         return (Check, unknown(version));
+    }
+    if let Some(old) = keys::moved_from(id, rest) {
+        return moved_reason(version, old, value);
     }
     let rows = keys::PLUGINS
         .iter()
@@ -145,6 +158,14 @@ fn plugin_reason(version: Version, id: &str, rest: &[&str], value: &Value) -> (G
     })
 }
 
+/// Why a server plugin key that version 4 moved from top-level key `old` is
+/// not carried over: the reason of the key it was (containerd 2.4 reads the
+/// plugin key in a file of any version, before the top-level one).
+fn moved_reason(version: Version, old: &str, value: &Value) -> (Group, String) {
+    let path: Vec<&str> = old.split('.').collect();
+    lookup(keys::TOP, &path, value).unwrap_or_else(|| (Check, unknown(version)))
+}
+
 /// The reasons for the keys of the CRI plugin(s).
 fn cri_reason(version: Version, id: &str, rest: &[&str], value: &Value) -> (Group, String) {
     let Some(&(owner, (_, inert, reason))) = keys::CRI
@@ -153,7 +174,7 @@ fn cri_reason(version: Version, id: &str, rest: &[&str], value: &Value) -> (Grou
     else {
         return (Check, unknown(version));
     };
-    if version == Version::V3 {
+    if version != Version::V2 {
         let here = match id {
             RUNTIME => Owner::Runtime,
             IMAGES => Owner::Images,

@@ -6,8 +6,8 @@ use std::path::Path;
 use toml::Value;
 
 use super::reasons::Group;
-use super::values::berth_duration;
-use super::{Import, Version, NRI};
+use super::values::{berth_duration, dotted};
+use super::{keys, Import, Version, NRI};
 
 impl Import<'_> {
     /// `[debug] level` and `format`.
@@ -219,13 +219,25 @@ impl Import<'_> {
         }
     }
 
+    /// The metrics address: the metrics server plugin's in version 4 (and
+    /// in older files that have it, as containerd 2.4 reads them), else
     /// `[metrics] address`.
     pub(super) fn metrics(&mut self) {
-        if let Some(address) = self.string(&["metrics", "address"]) {
+        let plugin = ["plugins", keys::METRICS, "address"];
+        let top = ["metrics", "address"];
+        let in_plugin = self.version == Version::V4 || self.lookup(&plugin).is_some();
+        let path: &[&str] = if in_plugin { &plugin } else { &top };
+        if in_plugin && self.version != Version::V4 {
+            if let Some(value) = self.lookup(&top) {
+                let why = format!("containerd 2.4 reads {} instead", dotted(&plugin));
+                self.note(&top, value, Group::Nothing, why);
+            }
+        }
+        if let Some(address) = self.string(path) {
             let value = Value::String(address.into());
             if address.is_empty() {
                 self.note(
-                    &["metrics", "address"],
+                    path,
                     &value,
                     Group::Nothing,
                     "empty: no metrics endpoint, as in berth by default",
@@ -235,10 +247,10 @@ impl Import<'_> {
                     "metrics",
                     "berth serves /metrics, containerd served /v1/metrics: change the scrape path.",
                 );
-                self.put("metrics", "address", value, &[&["metrics", "address"]], "");
+                self.put("metrics", "address", value, &[path], "");
             } else {
                 self.note(
-                    &["metrics", "address"],
+                    path,
                     &value,
                     Group::Check,
                     "berth needs IP:PORT for metrics.address",
@@ -265,7 +277,7 @@ impl Import<'_> {
                     &[],
                     "containerd 1.x runs no NRI plugins unless NRI's disable = false",
                 ),
-                Version::V3 => (true, &[], "containerd 2.x runs NRI by default"),
+                Version::V3 | Version::V4 => (true, &[], "containerd 2.x runs NRI by default"),
             },
         };
         if disabled_by_list {

@@ -81,11 +81,41 @@ fn every_row_of_the_tables_gives_its_reason() {
 #[test]
 fn errors_name_the_file() {
     let path = Path::new("/etc/containerd/config.toml");
-    for text in ["version = 4\n", "version = \n", "root = \"/x\"\n"] {
+    for text in ["version = 5\n", "version = \n", "root = \"/x\"\n"] {
         let e = import_toml(text, path).unwrap_err().to_string();
         assert!(
             e.starts_with("containerd config /etc/containerd/config.toml: "),
             "{e}"
         );
+    }
+}
+
+#[test]
+fn each_key_version_4_moved_into_a_plugin_is_read_there_as_the_key_it_was() {
+    for (plugin, key, old) in keys::MOVED_V4 {
+        let moved = ["plugins", plugin, key];
+        let old: Vec<&str> = old.split('.').collect();
+        let output = import_one(4, &moved, &[]);
+        // The metrics address is carried over (here refused as not
+        // IP:PORT), as `[metrics] address` is in version 3.
+        let reason = match keys::TOP
+            .iter()
+            .find(|(pattern, ..)| keys::matches(pattern, &old))
+        {
+            Some((_, _, reason)) => reason,
+            None if *plugin == keys::METRICS => "berth needs IP:PORT for metrics.address",
+            None => panic!("no row for {old:?}"),
+        };
+        assert_noted(&output, &moved, reason);
+        // Where version 3 had it, version 4 does not read it.
+        let output = import_one(4, &old, &[]);
+        let (id, at) = keys::moved_to(&old).unwrap();
+        let not_read = format!(
+            "containerd reads this key only in files of version 2 and 3; in version 4 it is \
+             plugins.{}.{at}, so it was not in effect",
+            key_segment(id)
+        );
+        assert_eq!(keys::moved_from(id, &[at]), Some(old.join(".").as_str()));
+        assert_noted(&output, &old, &not_read);
     }
 }

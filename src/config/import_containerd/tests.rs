@@ -633,7 +633,7 @@ fn a_disabled_cri_plugin_is_said_at_the_top() {
 #[test]
 fn an_unknown_version_is_an_error_naming_the_file() {
     for (text, says) in [
-        ("version = 4\n", "unknown `version = 4`"),
+        ("version = 5\n", "unknown `version = 5`"),
         ("version = \"2\"\n", "unknown `version = \"2\"`"),
         ("version = 1\n", "a version 1 config"),
         ("root = \"/var/lib/containerd\"\n", "no `version` key"),
@@ -646,6 +646,76 @@ fn an_unknown_version_is_an_error_naming_the_file() {
         .unwrap_err()
         .to_string();
     assert!(e.contains(PATH) && e.contains("line 1"), "{e}");
+}
+
+/// What containerd 2.4.2's `containerd config default` writes (version 4).
+const V4_DEFAULT: &str =
+    include_str!("../../../crates/containerd-import/testdata/containerd-2.4.2-default.toml");
+
+#[test]
+fn containerd_2_4s_default_config_of_version_4_imports_and_loads() {
+    let out = import(V4_DEFAULT);
+    let cfg = load(&out);
+    assert_every_key_accounted_for(V4_DEFAULT, &out);
+    assert!(
+        out.contains("(version 4, as containerd 2.4 writes it)"),
+        "{out}"
+    );
+    // The CRI plugins are read as in version 3.
+    assert_eq!(cfg.runtime.default_handler, "runc");
+    assert_eq!(cfg.runtime.handlers["runc"].binary, "runc");
+    assert_eq!(cfg.runtime.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert_eq!(cfg.cni.bin_dirs, [PathBuf::from("/opt/cni/bin")]);
+    assert_eq!(cfg.registry.max_concurrent_downloads, 3);
+    assert_eq!(cfg.streaming.idle_timeout, "4h");
+    assert!(cfg.nri.enable);
+    // The server plugins version 4 moved the top-level tables into: the
+    // CRI socket is to check, what berth has no use for is not.
+    let grpc = note_of(
+        &out,
+        "plugins.\"io.containerd.server.v1.grpc\".address",
+        true,
+    );
+    assert!(
+        grpc.contains("berth serves CRI on its own socket"),
+        "{grpc}"
+    );
+    for key in [
+        "plugins.\"io.containerd.server.v1.ttrpc\".address",
+        "plugins.\"io.containerd.server.v1.grpc\".max_recv_message_size",
+        "plugins.\"io.containerd.server.v1.grpc-tcp\".address",
+        "plugins.\"io.containerd.server.v1.debug\".address",
+        "plugins.\"io.containerd.server.v1.metrics\".address",
+        "plugins.\"io.containerd.metrics.v1.grpc-prometheus\".grpc_histogram",
+        "debug.log_trace_id",
+    ] {
+        note_of(&out, key, false);
+    }
+    assert!(cfg.metrics.address.is_empty());
+}
+
+#[test]
+fn version_4_reads_the_metrics_address_from_its_plugin_not_the_top_level_table() {
+    let text = r#"
+version = 4
+[metrics]
+  address = "127.0.0.1:1338"
+[plugins."io.containerd.server.v1.metrics"]
+  address = "127.0.0.1:1339"
+"#;
+    let out = import(text);
+    assert_every_key_accounted_for(text, &out);
+    assert_eq!(load(&out).metrics.address, "127.0.0.1:1339");
+    let stale = note_of(&out, "metrics.address", false);
+    assert!(stale.contains("in version 4 it is plugins"), "{stale}");
+    // Version 3 reads the top-level table (and containerd 2.4 the plugin's
+    // when the file has it).
+    let v3 = text.replace("version = 4", "version = 3");
+    let out = import(&v3);
+    assert_every_key_accounted_for(&v3, &out);
+    assert_eq!(load(&out).metrics.address, "127.0.0.1:1339");
+    let v3 = "version = 3\n[metrics]\n  address = \"127.0.0.1:1338\"\n";
+    assert_eq!(load(&import(v3)).metrics.address, "127.0.0.1:1338");
 }
 
 #[test]

@@ -252,7 +252,10 @@ trap 'exit 130' INT TERM
 
 if ((run)); then
   mkdir -p "$bindir"
-  cp "$target/release/berth" "$target/release/berth-shim" "$bindir/"
+  # berth's release build, when berth runs (a containerd-only run needs none).
+  if [[ " ${runtimes[*]} " == *" berth "* ]]; then
+    cp "$target/release/berth" "$target/release/berth-shim" "$bindir/"
+  fi
   ln -sfn "$target/debug/examples" "$bindir/examples"
   export BERTH_TARGET_DIR=$bindir
   for rt in "${runtimes[@]}"; do

@@ -71,8 +71,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// What the lifecycle core found wrong, by what it is (the code a
-    /// client sees is chosen in [`Error::code`]).
+    // What the lifecycle core found wrong, by what it is (the code a client
+    // sees is chosen in `Error::code`).
     /// A request's field that cannot be used as it is.
     #[error("{field}: {why}")]
     BadField { field: String, why: String },

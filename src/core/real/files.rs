@@ -153,10 +153,9 @@ impl Files for Host {
                         path,
                         source,
                     },
-                    e @ CopyUpError::NotADirectory { .. } => Error::BadField {
-                        field: "mounts".into(),
-                        why: format!("container {id}: {e}"),
-                    },
+                    e @ CopyUpError::NotADirectory { .. } => {
+                        Error::FailedPrecondition(format!("container {id}: {e}"))
+                    }
                     e @ CopyUpError::TooLarge { .. } => {
                         Error::ResourceExhausted(format!("container {id}: {e}"))
                     }

@@ -189,10 +189,8 @@ impl Runtime for Shims {
 fn set_oom_score_adj(id: &str, pid: u32, value: i32) -> Result<(), Error> {
     let gone =
         |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::ENOENT));
-    let mounts = berth_cgroup_stats::Mounts::read().map_err(|e| Error::Cgroup {
-        id: id.to_string(),
-        why: format!("reading the cgroup mounts: {e}"),
-    })?;
+    let mounts = berth_cgroup_stats::Mounts::read()
+        .map_err(|e| Error::Internal(format!("{id}: reading the cgroup mounts: {e}")))?;
     let cgroup = berth_cgroup_stats::Cgroup::for_pid(&mounts, pid).map_err(|e| Error::Cgroup {
         id: id.to_string(),
         why: format!("the cgroup of pid {pid}: {e}"),

@@ -34,12 +34,11 @@ pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
             );
             continue;
         };
-        let refusal = berth_host::runtime::refusal(host, &path);
         match host.version(&path) {
-            Ok(version) => match refusal {
+            Ok(version) => match berth_host::runtime::refusal_of_version(host, &version) {
                 // It runs, but not on this host's cgroups: no pod of this
                 // handler would start (Status claims no feature for it).
-                Ok(Some(reason)) => items.push(
+                Some(reason) => items.push(
                     item(
                         absent,
                         label,
@@ -49,7 +48,7 @@ pub(super) fn check_runtimes(config: &Config, host: &dyn Host) -> Vec<Item> {
                         "use runc for runtime.handlers.{name}, or boot with cgroup v2 (systemd.unified_cgroup_hierarchy=1)"
                     )),
                 ),
-                _ => items.push(item(
+                None => items.push(item(
                     Status::Ok,
                     label,
                     format!("{}: {version}{role}", path.display()),

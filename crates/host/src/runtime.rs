@@ -10,17 +10,18 @@ use crate::{hybrid_v2_mount, Facts, Host, Ran};
 /// from cgroupv2"). Err: it could not be asked now (not found, failing,
 /// too slow), so it runs nothing now and may be asked again.
 pub fn refusal(host: &dyn Host, binary: &Path) -> Result<Option<String>, String> {
-    let version = host.version(binary)?;
+    Ok(refusal_of_version(host, &host.version(binary)?))
+}
+
+/// Why a runtime whose `--version` first line is `version` refuses every
+/// container on this host, if it does (see [`refusal`]).
+pub fn refusal_of_version(host: &dyn Host, version: &str) -> Option<String> {
     let mountinfo = host
         .read(Path::new("/proc/self/mountinfo"))
         .unwrap_or_default();
     let controllers =
         hybrid_v2_mount(&mountinfo).and_then(|dir| host.read(&dir.join("cgroup.controllers")));
-    Ok(refuses_this_host(
-        &version,
-        &mountinfo,
-        controllers.as_deref(),
-    ))
+    refuses_this_host(version, &mountinfo, controllers.as_deref())
 }
 
 /// Why a runtime whose `--version` first line is `version` refuses every
